@@ -1,0 +1,276 @@
+"""Read capability_db/ (TOML/JSON shipped in the wheel) and build simulated targets from it.
+
+Loading is lazy and cached; a broken file raises :class:`CapabilityDBError` naming file, key and problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from importlib import resources
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from moedispatch.capabilities import Capabilities
+from moedispatch.errors import CapabilityDBError, TargetError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "load_toml",
+    "load_json",
+    "list_model_files",
+    "gpus",
+    "aiter_db",
+    "normalize_gfx",
+    "resolve_target",
+    "features_for_version",
+    "default_aiter_version",
+    "target_capabilities",
+    "arch_facts",
+]
+
+_PACKAGE = "moedispatch.capability_db"
+
+
+def _read(package: str, name: str) -> bytes:
+    try:
+        return resources.files(package).joinpath(name).read_bytes()
+    except FileNotFoundError:
+        raise CapabilityDBError(f"capability_db/{name}: file missing from the installation") from None
+
+
+@functools.lru_cache(maxsize=None)
+def load_toml(name: str) -> dict[str, Any]:
+    raw = _read(_PACKAGE, name)
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CapabilityDBError(f"capability_db/{name}: not valid TOML: {exc}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def load_json(name: str) -> Any:
+    package, _, leaf = name.rpartition("/")
+    pkg = _PACKAGE + ("." + package.replace("/", ".") if package else "")
+    raw = _read(pkg, leaf)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CapabilityDBError(f"capability_db/{name}: not valid JSON: {exc}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def list_model_files() -> tuple[str, ...]:
+    root = resources.files(_PACKAGE + ".models")
+    return tuple(sorted(p.name for p in root.iterdir() if p.name.endswith(".json")))
+
+
+# -- GPUs ------------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def gpus() -> dict[str, Any]:
+    data = load_toml("gpus.toml")
+    for key in ("default", "arch"):
+        if key not in data:
+            raise CapabilityDBError(f"capability_db/gpus.toml: missing table [{key}]")
+    for gfx, entry in data["arch"].items():
+        for req in ("family", "cdna", "fp8", "native_mx", "source", "products"):
+            if req not in entry:
+                raise CapabilityDBError(f"capability_db/gpus.toml: [arch.{gfx}] lacks key {req!r}")
+    return data
+
+
+_TARGET_SUFFIX = re.compile(r":(sramecc|xnack)[+-]", re.IGNORECASE)
+
+
+def normalize_gfx(name: str) -> str:
+    """``gfx942:sramecc+:xnack-`` → ``gfx942``; retired gfx940/941 → gfx942 (gpus.toml [aliases])."""
+    base = _TARGET_SUFFIX.sub("", name.strip()).split(":")[0].lower()
+    if base.startswith("amdgcn-amd-amdhsa--"):
+        base = base[len("amdgcn-amd-amdhsa--"):]
+    return gpus().get("aliases", {}).get(base, base)
+
+
+def arch_facts(gfx: str) -> dict[str, Any] | None:
+    return gpus()["arch"].get(gfx)
+
+
+def _product_index() -> dict[str, tuple[str, dict[str, Any]]]:
+    index: dict[str, tuple[str, dict[str, Any]]] = {}
+    for gfx, entry in gpus()["arch"].items():
+        for product in entry["products"]:
+            key = re.sub(r"[\s_-]", "", product["name"].lower())
+            index[key] = (gfx, product)
+    return index
+
+
+def resolve_target(target: str) -> tuple[str, str | None, int | None]:
+    """A gfx name or product name (case-insensitive, ``MI300X``, ``mi355x``, ``gfx950``) → (gfx, product, CUs).
+
+    A gfx name maps to its first (flagship) product. Unknown names raise :class:`TargetError` listing the known ones.
+    """
+    if not isinstance(target, str) or not target.strip():
+        raise TargetError("--target must be a gfx name (gfx942, gfx950) or a product (MI300X, MI355X)")
+    text = target.strip()
+    arch = gpus()["arch"]
+    if text.lower().startswith(("gfx", "amdgcn")):
+        gfx = normalize_gfx(text)
+        if gfx not in arch:
+            raise TargetError(f"unknown GPU arch {text!r}; known: {', '.join(sorted(arch))}")
+        product = arch[gfx]["products"][0]
+        return gfx, product["name"], product["compute_units"]
+    key = re.sub(r"[\s_-]", "", text.lower())
+    found = _product_index().get(key)
+    if found is None:
+        names = sorted(p["name"] for e in arch.values() for p in e["products"])
+        raise TargetError(f"unknown target {text!r}; use a gfx name ({', '.join(sorted(arch))}) or a product "
+                          f"({', '.join(names)})")
+    gfx, product = found
+    return gfx, product["name"], product["compute_units"]
+
+
+def product_for(gfx: str, compute_units: int | None = None, device_id: str | None = None) -> str | None:
+    """Best product name for a probed GPU: by PCI device id, else by CU count, else the arch's first product."""
+    entry = arch_facts(gfx)
+    if entry is None:
+        return None
+    if device_id:
+        for product in entry["products"]:
+            if device_id.lower() in [d.lower() for d in product.get("device_ids", [])]:
+                return product["name"]
+    if compute_units is not None:
+        for product in entry["products"]:
+            if product["compute_units"] == compute_units:
+                return product["name"]
+        return None
+    return entry["products"][0]["name"]
+
+
+# -- AITER -----------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def aiter_db() -> dict[str, Any]:
+    data = load_toml("aiter.toml")
+    if "known_versions" not in data or "features" not in data:
+        raise CapabilityDBError("capability_db/aiter.toml: needs known_versions and [features.*]")
+    for name, feat in data["features"].items():
+        for req in ("since", "what", "source"):
+            if req not in feat:
+                raise CapabilityDBError(f"capability_db/aiter.toml: [features.{name}] lacks key {req!r}")
+        try:
+            Version(feat["since"])
+        except InvalidVersion:
+            raise CapabilityDBError(
+                f"capability_db/aiter.toml: [features.{name}] since={feat['since']!r} is not a PEP 440 version"
+            ) from None
+    return data
+
+
+def parse_aiter_version(text: str) -> Version:
+    try:
+        return Version(text.strip())
+    except (InvalidVersion, AttributeError):
+        raise TargetError(f"--aiter-version {text!r} is not a PEP 440 version (e.g. 0.1.15.post3, "
+                          "0.1.21.post2+rocm7.1); use 'none' for no AITER") from None
+
+
+def features_for_version(version: str) -> frozenset[str]:
+    """Feature names whose ``since`` floor this version meets (local labels like ``+rocm7.1`` ignored)."""
+    v = parse_aiter_version(version)
+    public = Version(v.public)
+    return frozenset(
+        name for name, feat in aiter_db()["features"].items()
+        if public >= Version(feat["since"]) and str(public) not in feat.get("absent_in", [])
+    )
+
+
+def default_aiter_version() -> str:
+    return max(aiter_db()["known_versions"], key=Version)
+
+
+def feature_info(name: str) -> dict[str, Any]:
+    return aiter_db()["features"][name]
+
+
+def flydsl_pin(aiter_version: str) -> tuple[str, str] | None:
+    v = Version(parse_aiter_version(aiter_version).public)
+    for pin in aiter_db().get("flydsl_pins", []):
+        try:
+            if v in SpecifierSet(pin["aiter"]):
+                return pin["flydsl"], pin["source"]
+        except InvalidSpecifier:
+            raise CapabilityDBError(f"capability_db/aiter.toml: flydsl_pins aiter={pin['aiter']!r} invalid") from None
+    return None
+
+
+# -- simulated targets -----------------------------------------------------------------------------------------
+
+def target_capabilities(
+    target: str | None = None,
+    aiter_version: str | None = None,
+    *,
+    target_source: str = "flag",
+    aiter_source: str = "flag",
+) -> Capabilities:
+    """Capabilities of a simulated target built from capability_db (no probing, no imports of GPU libraries).
+
+    ``target=None`` uses the DB default target; ``aiter_version=None`` the newest AITER the DB knows;
+    ``aiter_version="none"`` means AITER is not installed.
+    """
+    provenance: list[tuple[str, str]] = []
+    notes: list[str] = []
+    if target is None:
+        default = gpus()["default"]
+        gfx, product, cus = resolve_target(default.get("product") or default["gfx"])
+        source = "default"
+        provenance += [("gfx", "default"), ("product", "default"), ("compute_units", "db")]
+    else:
+        gfx, product, cus = resolve_target(target)
+        source = target_source
+        provenance += [("gfx", target_source), ("product", target_source if not target.lower().startswith("gfx")
+                                                  else "db"), ("compute_units", "db")]
+    facts = arch_facts(gfx) or {}
+    provenance += [("fp8_format", "db"), ("native_mx", "db")]
+    if aiter_version is None:
+        version: str | None = default_aiter_version()
+        provenance.append(("aiter_version", "default"))
+    elif aiter_version.strip().lower() in ("none", "absent", "no"):
+        version = None
+        provenance.append(("aiter_version", aiter_source))
+    else:
+        version = str(parse_aiter_version(aiter_version))
+        provenance.append(("aiter_version", aiter_source))
+        public = Version(Version(version).public)
+        if public not in {Version(v) for v in aiter_db()["known_versions"]}:
+            newest = Version(default_aiter_version())
+            notes.append(
+                f"AITER {version} is not in capability_db/aiter.toml; features assumed from the nearest floor"
+                + (f" (newer than the newest known, {newest})" if public > newest else "")
+            )
+    features = features_for_version(version) if version else frozenset()
+    if version:
+        provenance.append(("aiter_features", "db"))
+    unknown = () if version else (("aiter_version", "AITER not installed on the target (--aiter-version none)"),)
+    return Capabilities(
+        gfx=gfx,
+        product=product,
+        compute_units=cus,
+        family=facts.get("family"),
+        cdna=int(facts.get("cdna", 0)),
+        fp8_format=facts.get("fp8") or None,
+        native_mx=bool(facts.get("native_mx", False)),
+        aiter_version=version,
+        aiter_features=features,
+        provenance=tuple(provenance),
+        unknown=unknown,
+        source=source,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,1 @@
+"""Numerics (torch, imported lazily; never imported by explain or selection)."""
