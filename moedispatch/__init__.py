@@ -1,1 +1,63 @@
-"""moedispatch: which MoE kernel is correct on an AMD ROCm GPU, what padding it needs, and why."""
+"""moedispatch: which MoE kernel is correct on an AMD ROCm GPU, per layer, what padding it needs, and why.
+
+Public API (contract, DESIGN.md)::
+
+    from moedispatch import hookimpl, Backend, Verdict, Padding, select_moe_backend
+
+Importing moedispatch does no work: no probing, no plugin loading, no logging configuration.
+"""
+
+from moedispatch.backend import Backend, Padding, Verdict
+from moedispatch.capabilities import Capabilities, GpuInfo
+from moedispatch.errors import (
+    CapabilityDBError,
+    ModelError,
+    MoedispatchError,
+    NoBackendError,
+    PluginError,
+    TargetError,
+    UsageError,
+)
+from moedispatch.hookspecs import hookimpl
+from moedispatch.layers import MoELayer, QuantSpec
+
+__all__ = [
+    "hookimpl",
+    "Backend",
+    "Verdict",
+    "Padding",
+    "select_moe_backend",
+    "plan_model",
+    "Decision",
+    "MoELayer",
+    "QuantSpec",
+    "Capabilities",
+    "GpuInfo",
+    "MoedispatchError",
+    "UsageError",
+    "ModelError",
+    "TargetError",
+    "CapabilityDBError",
+    "NoBackendError",
+    "PluginError",
+]
+
+
+def __getattr__(name: str):  # lazy: keep `import moedispatch` cheap
+    if name == "select_moe_backend":
+        from moedispatch.engine import select_moe_backend
+
+        return select_moe_backend
+    if name == "plan_model":
+        from moedispatch.engine import plan_model
+
+        return plan_model
+    if name == "Decision":
+        from moedispatch.selector import Decision
+
+        return Decision
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("moedispatch")
+    raise AttributeError(f"module 'moedispatch' has no attribute {name!r}")

@@ -76,6 +76,8 @@ class Padding:
     zero_fill: bool = False
     hidden_multiple: int = 1
     intermediate_multiple: int = 1
+    #: Why the plan looks like this (alignment rule, kernel pad rule, override), each with its source.
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("hidden", "intermediate_per_rank"):
@@ -102,6 +104,7 @@ class Padding:
         intermediate_multiple: int = 1,
         kernel_hidden_pad: int | None = None,
         kernel_intermediate_pad: int | None = None,
+        notes: tuple[str, ...] = (),
     ) -> "Padding":
         """Round hidden and intermediate-per-rank up to the given multiples; pads must be zero-filled.
 
@@ -122,6 +125,7 @@ class Padding:
             zero_fill=bool(hidden_pad or inter_pad),
             hidden_multiple=hidden_multiple,
             intermediate_multiple=intermediate_multiple,
+            notes=tuple(notes),
         )
 
     @property

@@ -1,0 +1,293 @@
+"""The ``moedispatch`` command line. Exit 0 ok; 2 bad input or usage (one line on stderr); 3 a layer has no backend.
+
+Only this module configures logging: structlog events go to stderr (console on a TTY, JSON otherwise or with
+``--log-format json``); stdout carries only the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Sequence
+
+from moedispatch.errors import MoedispatchError, NoBackendError, PluginError, UsageError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_USAGE, EXIT_NO_BACKEND = 0, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="moedispatch", description="Which MoE kernel is correct on an AMD GPU, per layer, and why.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log decisions (-v info, -vv debug)")
+    parser.add_argument("--log-format", choices=["console", "json"], default=None,
+                        help="log rendering on stderr (default: console on a TTY, else JSON)")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    def common(p: argparse.ArgumentParser, *, target: bool = True) -> None:
+        p.add_argument("--format", choices=["table", "json"], default="table")
+        if target:
+            p.add_argument("--target", help="GPU arch or product: gfx942, gfx950, MI300X, MI355X, …")
+            p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3, or 'none')")
+
+    explain = sub.add_parser("explain", help="plan every layer of a model and say why")
+    explain.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
+    common(explain)
+    explain.add_argument("--tp", type=_positive, default=1)
+    explain.add_argument("--ep", type=_positive, default=1)
+    explain.add_argument("--backend", help="force one backend (raises with its reasons if it cannot run)")
+    explain.add_argument("--recipe", choices=["vllm", "sglang"], help="print an engine launch recipe")
+    explain.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
+
+    probe = sub.add_parser("probe", help="what this machine has: GPUs, AITER, packages (with provenance)")
+    common(probe, target=False)
+
+    backends = sub.add_parser("backends", help="registered backends and plugins")
+    common(backends, target=False)
+
+    models = sub.add_parser("models", help="built-in models")
+    common(models, target=False)
+
+    verify = sub.add_parser("verify", help="check a layer's plan numerically through emulation (needs torch)")
+    verify.add_argument("--model", required=True)
+    common(verify)
+    verify.add_argument("--tp", type=_positive, default=1)
+    verify.add_argument("--ep", type=_positive, default=1)
+    verify.add_argument("--layer", type=int, default=None, help="layer index (default: first MoE layer)")
+    verify.add_argument("--experts", type=_positive, default=None, help="fewer experts to keep it fast")
+    verify.add_argument("--tokens", type=_positive, default=8)
+    verify.add_argument("--seed", type=int, default=None)
+    return parser
+
+
+def _configure_logging(verbose: int, fmt: str | None) -> None:
+    import structlog
+
+    if fmt is None:
+        fmt = "console" if sys.stderr.isatty() else "json"
+    level = logging.WARNING
+    if verbose == 1 or (verbose == 0 and fmt == "json" and os.environ.get("MOEDISPATCH_LOG_DECISIONS") == "1"):
+        level = logging.INFO
+    if verbose >= 2:
+        level = logging.DEBUG
+    renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if fmt == "console" \
+        else structlog.processors.JSONRenderer(sort_keys=True)
+
+    class _Formatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            event = dict(getattr(record, "structlog_event", None) or {"event": record.getMessage()})
+            event.setdefault("level", record.levelname.lower())
+            event["logger"] = record.name
+            return str(renderer(None, record.levelname.lower(), event))
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    logger = logging.getLogger("moedispatch")
+    for old in [h for h in logger.handlers if getattr(h, "_moedispatch_cli", False)]:
+        logger.removeHandler(old)
+    handler._moedispatch_cli = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def _print(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+# -- commands --------------------------------------------------------------------------------------------------
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from moedispatch.engine import resolve_capabilities
+    from moedispatch.explain import plan_model, render_json, render_table
+    from moedispatch.models import load_model
+    from moedispatch.plugins import get_registry
+
+    model = load_model(args.model)
+    caps, first_line = resolve_capabilities(args.target, args.aiter_version)
+    registry = get_registry(strict=args.strict_plugins)
+    if args.backend is not None and registry.get(args.backend) is None:
+        raise UsageError(f"unknown backend {args.backend!r}; registered: {', '.join(sorted(registry.names()))}")
+    warnings = ([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
+    plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
+                      strict=args.strict_plugins, warnings=warnings)
+    if args.recipe:
+        from moedispatch.recipes import render_recipe
+
+        _print(render_recipe(plan, args.recipe, fmt=args.format))
+    elif args.format == "json":
+        _print(render_json(plan))
+    else:
+        _print(render_table(plan, first_line=first_line))
+    if not plan.ok:
+        missing = [d for d in plan.decisions if not d.ok]
+        first = missing[0]
+        sys.stderr.write(f"moedispatch: {len(missing)} MoE layer(s) have no correct backend; layer "
+                         f"{first.layer.index}: {first.reasons[0]}\n")
+        return EXIT_NO_BACKEND
+    return EXIT_OK
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from moedispatch.probe import probe, render_probe
+
+    report = probe(allow_torch=True, try_import=True)
+    _print(render_probe(report, args.format))
+    return EXIT_OK
+
+
+def _cmd_backends(args: argparse.Namespace) -> int:
+    from moedispatch.plugins import get_registry
+
+    registry = get_registry()
+    rows = []
+    for b in sorted(registry.backends, key=lambda b: (-b.preference, b.name)):
+        rows.append({"name": b.name, "preference": b.preference, "family": b.family,
+                     "plugin": registry.owner(b.name), "description": b.description})
+    if args.format == "json":
+        _print(json.dumps({"schema": "moedispatch.backends/1", "backends": rows,
+                           "plugins": [p.to_dict() for p in registry.plugins]}, indent=2))
+        return EXIT_OK
+    lines = [f"{'backend':<14} {'pref':>4}  {'plugin':<14} description"]
+    for r in rows:
+        lines.append(f"{r['name']:<14} {r['preference']:>4}  {str(r['plugin']):<14} {r['description']}")
+    lines.append("")
+    lines.append("plugins:")
+    for p in registry.plugins:
+        origin = "built-in" if p.builtin else f"{p.package or '?'} {p.version or ''}".strip()
+        status = "ok" if not p.errors else "ERROR: " + "; ".join(p.errors)
+        lines.append(f"  {p.name:<14} {origin:<28} {', '.join(p.backends) or '-':<16} {status}")
+    _print("\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from moedispatch.models import builtin_models, parse_config
+
+    rows = []
+    for entry in builtin_models():
+        spec = parse_config(entry["config"], name=entry["name"], source="builtin")
+        moe = next(t for t in spec.layers if t.kind == "moe")
+        rows.append({
+            "name": entry["name"], "hf_id": entry.get("hf_id"), "architecture": spec.architecture,
+            "layers": len(spec.layers), "moe_layers": spec.moe_layers, "hidden": spec.hidden,
+            "intermediate": moe.intermediate, "experts": moe.experts, "top_k": moe.top_k,
+            "activation": spec.activation, "quant": {"weight": moe.weight.dtype, "activation": moe.act.dtype},
+        })
+    if args.format == "json":
+        _print(json.dumps({"schema": "moedispatch.models/1", "models": rows}, indent=2))
+        return EXIT_OK
+    lines = [f"{'model':<40} {'layers':>6} {'MoE':>4} {'hidden':>6} {'inter':>6} {'E':>4} {'k':>3}  quant (W/A)"]
+    for r in rows:
+        lines.append(f"{r['name']:<40} {r['layers']:>6} {r['moe_layers']:>4} {r['hidden']:>6} {r['intermediate']:>6} "
+                     f"{r['experts']:>4} {r['top_k']:>3}  {r['quant']['weight']}/{r['quant']['activation']}")
+    _print("\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from moedispatch.engine import resolve_capabilities
+    from moedispatch.models import expand_layers, load_model
+    from moedispatch.plugins import get_registry
+    from moedispatch.selector import select
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UsageError("verify needs torch: pip install 'moedispatch[emulation]'") from None
+    from moedispatch.verify import run_verify
+
+    model = load_model(args.model)
+    caps, first_line = resolve_capabilities(args.target, args.aiter_version)
+    layers = expand_layers(model, args.tp, args.ep)
+    if args.layer is None:
+        layer = next(la for la in layers if la.kind == "moe")
+    else:
+        if not 0 <= args.layer < len(layers):
+            raise UsageError(f"--layer {args.layer} is out of range (model has layers 0–{len(layers) - 1})")
+        layer = layers[args.layer]
+        if layer.kind != "moe":
+            raise UsageError(f"--layer {args.layer} is a dense layer; pick a MoE layer")
+    registry = get_registry()
+    try:
+        decision = select(layer, caps, registry.backends)
+        backend, padding = decision.backend, decision.padding
+    except NoBackendError as exc:
+        backend, padding = None, exc.decision.padding
+    if first_line:
+        sys.stderr.write(first_line + "\n")
+
+    def progress(msg: str) -> None:
+        sys.stderr.write(f"verify: {msg}\n")
+        sys.stderr.flush()
+
+    checks = run_verify(layer, padding, backend=backend or "none", experts=args.experts, tokens=args.tokens,
+                        seed=args.seed, progress=progress)
+    if args.format == "json":
+        _print(json.dumps({"schema": "moedispatch.verify/1", "model": model.name, "layer": layer.index,
+                           "target": caps.target_dict(), "backend": backend, "padding": padding.to_dict(),
+                           "checks": checks}, indent=2))
+    else:
+        lines = [f"verify {model.name} layer {layer.index} on {caps.arch_label}: backend {backend}"]
+        for c in checks:
+            mark = {True: "PASS", False: "FAIL", None: "SKIP"}[c.get("passed")]
+            lines.append(f"  {mark:<4} {c['name']}: {c['detail']}")
+        _print("\n".join(lines))
+    return EXIT_OK if all(c.get("passed") is not False for c in checks) else 1
+
+
+_COMMANDS = {"explain": _cmd_explain, "probe": _cmd_probe, "backends": _cmd_backends, "models": _cmd_models,
+             "verify": _cmd_verify}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = _build_parser()
+        args = parser.parse_args(argv)
+        if args.version:
+            from importlib.metadata import version
+
+            _print(f"moedispatch {version('moedispatch')}")
+            return EXIT_OK
+        if not args.command:
+            raise UsageError("moedispatch: a command is required (explain, probe, backends, models, verify); "
+                             "see moedispatch --help")
+        _configure_logging(args.verbose, args.log_format)
+        return _COMMANDS[args.command](args)
+    except NoBackendError as exc:
+        sys.stderr.write(f"moedispatch: {exc}\n")
+        return EXIT_NO_BACKEND
+    except (UsageError, PluginError) as exc:
+        sys.stderr.write(f"{str(exc) if str(exc).startswith('moedispatch') else 'moedispatch: ' + str(exc)}\n")
+        return EXIT_USAGE
+    except MoedispatchError as exc:
+        sys.stderr.write(f"moedispatch: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("moedispatch: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

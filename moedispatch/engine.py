@@ -1,0 +1,149 @@
+"""The engine API: ``select_moe_backend()`` for an inference engine building a FusedMoE layer.
+
+Probes once per process when no capabilities are given (falling back to the capability_db default target with a
+warning when no GPU is found), caches decisions, and is thread-safe: the registry and probe are loaded under a
+lock; ``select`` is a pure cached function of frozen inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from moedispatch import capdb
+from moedispatch._log import get_logger
+from moedispatch.capabilities import Capabilities
+from moedispatch.errors import UsageError
+from moedispatch.layers import MoELayer, QuantSpec
+from moedispatch.selector import Decision, select
+
+__all__ = ["select_moe_backend", "default_capabilities", "resolve_capabilities"]
+
+log = get_logger(__name__)
+
+# Names engines use for the same values (vLLM FusedMoE / FusedMoEConfig, SGLang FusedMoE).
+_ALIASES = {
+    "hidden_dim": "hidden_size",
+    "num_local_experts": "num_experts",
+    "global_num_experts": "num_experts",
+    "n_routed_experts": "num_experts",
+    "experts": "num_experts",
+    "topk": "top_k",
+    "num_experts_per_tok": "top_k",
+    "experts_per_token": "top_k",
+    "tp": "tp_size",
+    "ep": "ep_size",
+    "moe_intermediate_size": "intermediate_size",
+    "bias": "has_bias",
+    "activation_fn": "activation",
+    "hidden_act": "activation",
+    "model_name": "model",
+}
+_FIELDS = {"hidden_size", "intermediate_size", "num_experts", "top_k", "tp_size", "ep_size", "weight_quant",
+           "activation_quant", "activation", "has_bias", "model", "weight_granularity", "activation_granularity",
+           "activation_params", "model_type", "swiglu_alpha", "swiglu_limit", "index"}
+
+_lock = threading.Lock()
+_caps: Capabilities | None = None
+
+
+def resolve_capabilities(target: str | None = None, aiter_version: str | None = None) -> tuple[Capabilities, str | None]:
+    """Capabilities for explain/engines: flags, else ``MOEDISPATCH_TARGET``, else the probe, else the DB default.
+
+    Returns ``(caps, first_line)`` where ``first_line`` announces a default target (None otherwise).
+    """
+    env_target = os.environ.get("MOEDISPATCH_TARGET") or None
+    if target is not None:
+        return capdb.target_capabilities(target, aiter_version), None
+    if env_target is not None:
+        return capdb.target_capabilities(env_target, aiter_version, target_source="flag"), None
+    from moedispatch.probe import capabilities_from_probe, probe
+
+    caps = capabilities_from_probe(probe(), aiter_version=aiter_version)
+    if caps is not None:
+        return caps, None
+    caps = capdb.target_capabilities(None, aiter_version)
+    line = (f"No AMD GPU found; using the default target {caps.gfx} ({caps.product}) with AITER "
+            f"{caps.aiter_version or 'none'} from capability_db (pass --target/--aiter-version or set "
+            f"MOEDISPATCH_TARGET to choose)")
+    return caps, line
+
+
+def default_capabilities() -> Capabilities:
+    """Probe once per process (thread-safe); with no GPU, the DB default target and a logged warning."""
+    global _caps
+    with _lock:
+        if _caps is None:
+            caps, line = resolve_capabilities()
+            if line:
+                log.warning("no_gpu_found", message=line)
+            _caps = caps
+        return _caps
+
+
+def _normalize(fields: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        name = _ALIASES.get(key, key)
+        if name not in _FIELDS:
+            raise UsageError(f"select_moe_backend() got an unknown layer field {key!r}")
+        if name in out and out[name] != value:
+            raise UsageError(f"select_moe_backend(): {key!r} conflicts with another alias of {name!r}")
+        out[name] = value
+    return out
+
+
+def _layer_from_fields(fields: dict[str, Any]) -> MoELayer:
+    f = _normalize(fields)
+    missing = [k for k in ("hidden_size", "intermediate_size", "num_experts", "top_k") if k not in f]
+    if missing:
+        raise UsageError(f"select_moe_backend() needs {', '.join(missing)} (or pass layer=MoELayer)")
+    weight = f.get("weight_quant", "bf16")
+    act = f.get("activation_quant", weight if isinstance(weight, str) and weight in ("bf16", "fp16") else "bf16")
+    weight_q = QuantSpec.parse(weight, granularity=f.get("weight_granularity"))
+    act_q = QuantSpec.parse(act, granularity=f.get("activation_granularity"), dynamic=True)
+    params = dict(f.get("activation_params") or {})
+    if "swiglu_alpha" in f:
+        params["alpha"] = float(f["swiglu_alpha"])
+    if "swiglu_limit" in f:
+        params["limit"] = float(f["swiglu_limit"])
+    activation = str(f.get("activation", "silu")).lower()
+    if activation.startswith("swigluoai"):
+        params.setdefault("alpha", 1.702)
+        params.setdefault("limit", 7.0)
+    return MoELayer.build(
+        index=int(f.get("index", 0)), hidden=f["hidden_size"], intermediate=f["intermediate_size"],
+        experts=f["num_experts"], top_k=f["top_k"], tp=int(f.get("tp_size", 1)), ep=int(f.get("ep_size", 1)),
+        activation=activation, activation_params=params, has_bias=bool(f.get("has_bias", False)),
+        weight=weight_q, act=act_q, model=str(f.get("model", "")), model_type=str(f.get("model_type", "")),
+    )
+
+
+def select_moe_backend(
+    layer: MoELayer | None = None,
+    caps: Capabilities | None = None,
+    *,
+    force: str | None = None,
+    strict: bool = False,
+    **layer_fields: Any,
+) -> Decision:
+    """Select the backend for one FusedMoE layer.
+
+    Pass ``layer`` or the values an engine holds (``hidden_size``, ``intermediate_size`` — the full per-expert
+    size —, ``num_experts``, ``top_k``, ``tp_size``, ``ep_size``, ``weight_quant``, ``activation_quant``,
+    ``activation``, ``has_bias``, ``model``; optional ``weight_granularity``/``activation_granularity``, defaulting
+    to ``group32`` for MX labels and ``tensor`` otherwise; vLLM/SGLang spellings are accepted as aliases).
+    ``caps=None`` probes once per process. Raises :class:`NoBackendError` (with the Decision) when nothing is
+    correct, or when ``force`` names a backend that fails its checks — never a silent fallback.
+    """
+    if layer is None:
+        layer = _layer_from_fields(layer_fields)
+    elif layer_fields:
+        raise UsageError("select_moe_backend(): pass either layer= or layer fields, not both")
+    if caps is None:
+        caps = default_capabilities()
+    from moedispatch.plugins import get_registry
+
+    registry = get_registry(strict=strict)
+    return select(layer, caps, registry.backends, force, strict=strict)

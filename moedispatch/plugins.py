@@ -1,0 +1,236 @@
+"""Plugin manager: load the ``moedispatch.backends`` entry points once, lazily, with every failure isolated.
+
+Built-in backends (package ``moedispatch_plugins``) come through the same entry points as third-party ones.
+``MOEDISPATCH_LOAD_PLUGINS`` (allow-list) and ``MOEDISPATCH_DISABLE_PLUGINS`` (deny-list) take comma-separated
+entry-point or backend names; an empty ``MOEDISPATCH_LOAD_PLUGINS`` loads none. A plugin that fails to import,
+raises in ``register_backends`` or returns garbage is recorded (``PluginRecord.errors``) and skipped, unless
+``strict`` is set, which raises :class:`PluginError` instead.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import threading
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Iterable, Sequence
+
+import pluggy
+
+from moedispatch import hookspecs
+from moedispatch._log import get_logger
+from moedispatch.backend import Backend
+from moedispatch.errors import PluginError
+
+__all__ = ["PluginRecord", "Registry", "get_registry", "build_registry", "reset_registry"]
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """One plugin as ``moedispatch backends`` shows it."""
+
+    name: str
+    package: str | None = None
+    version: str | None = None
+    hooks: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    builtin: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "package": self.package, "version": self.version, "hooks": list(self.hooks),
+            "backends": list(self.backends), "errors": list(self.errors), "builtin": self.builtin,
+        }
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The loaded backends (in registration order) and what each plugin contributed or failed with."""
+
+    backends: tuple[Backend, ...]
+    plugins: tuple[PluginRecord, ...]
+    strict: bool = False
+    owners: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # backend name -> plugin name
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return tuple(f"{p.name}: {e}" for p in self.plugins for e in p.errors)
+
+    def get(self, name: str) -> Backend | None:
+        for backend in self.backends:
+            if backend.name == name:
+                return backend
+        return None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.backends)
+
+    def owner(self, backend_name: str) -> str | None:
+        return dict(self.owners).get(backend_name)
+
+
+def _env_list(name: str) -> list[str] | None:
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _fmt_exc(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _Collector:
+    def __init__(self, strict: bool, deny: list[str]) -> None:
+        self.strict = strict
+        self.deny = set(deny)
+        self.backends: list[Backend] = []
+        self.owner: dict[str, str] = {}
+        self.records: list[PluginRecord] = []
+
+    def fail(self, message: str) -> None:
+        if self.strict:
+            raise PluginError(message)
+        log.warning("plugin_load_failed", error=message)
+
+    def add_plugin(
+        self,
+        pm: pluggy.PluginManager,
+        name: str,
+        module: Any,
+        *,
+        package: str | None,
+        version: str | None,
+        builtin: bool,
+    ) -> None:
+        errors: list[str] = []
+        contributed: list[str] = []
+        try:
+            pm.register(module, name=name)
+        except Exception as exc:  # pluggy validation errors, duplicate registration
+            message = f"cannot register plugin: {_fmt_exc(exc)}"
+            self.fail(f"plugin {name!r}: {message}")
+            self.records.append(PluginRecord(name, package, version, (), (), (message,), builtin))
+            return
+        hooks = tuple(sorted(h.name for h in pm.get_hookcallers(module) or ()))
+        for impl in pm.hook.register_backends.get_hookimpls():
+            if impl.plugin is not module:
+                continue
+            # Called one plugin at a time (not through pm.hook) so a failure is attributed to its plugin; there is
+            # one hook and no wrappers, so nothing of pluggy's call ordering is bypassed that matters here.
+            try:
+                result = impl.function()
+                items = list(result) if result is not None else []
+            except Exception as exc:
+                message = f"register_backends raised {_fmt_exc(exc)}"
+                self.fail(f"plugin {name!r}: {message}")
+                errors.append(message)
+                continue
+            for item in items:
+                problem = _validate_backend(item)
+                if problem:
+                    self.fail(f"plugin {name!r}: {problem}")
+                    errors.append(problem)
+                    continue
+                if item.name in self.deny:
+                    continue
+                if item.name in self.owner:
+                    message = (f"duplicate backend name {item.name!r} (already registered by plugin "
+                               f"{self.owner[item.name]!r}); ignored")
+                    self.fail(f"plugin {name!r}: {message}")
+                    errors.append(message)
+                    continue
+                self.owner[item.name] = name
+                self.backends.append(item)
+                contributed.append(item.name)
+        self.records.append(PluginRecord(name, package, version, hooks, tuple(contributed), tuple(errors), builtin))
+
+
+def _validate_backend(item: Any) -> str | None:
+    if not isinstance(item, Backend):
+        return f"register_backends returned {type(item).__name__!s} ({item!r:.60}), not a moedispatch.Backend"
+    if not isinstance(item.name, str) or not item.name or item.name != item.name.strip():
+        return f"backend {type(item).__name__} has no valid name (got {item.name!r})"
+    if not isinstance(item.preference, int) or isinstance(item.preference, bool):
+        return f"backend {item.name!r} preference must be an int, got {type(item.preference).__name__}"
+    return None
+
+
+def _new_pm() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def build_registry(
+    plugins: Sequence[tuple[str, ModuleType | Any]] = (),
+    *,
+    load_entrypoints: bool = True,
+    strict: bool = False,
+) -> Registry:
+    """Build a fresh registry: entry points (filtered by the env allow/deny lists) plus ``plugins`` given inline.
+
+    ``plugins`` are ``(name, module_or_object)`` pairs with ``@hookimpl`` functions, for tests and embedding.
+    """
+    allow = _env_list("MOEDISPATCH_LOAD_PLUGINS")
+    deny = _env_list("MOEDISPATCH_DISABLE_PLUGINS") or []
+    collector = _Collector(strict, deny)
+    pm = _new_pm()
+    if load_entrypoints:
+        for ep in sorted(_entry_points(), key=lambda e: e.name):
+            if ep.name in deny or (allow is not None and ep.name not in allow):
+                continue
+            dist = getattr(ep, "dist", None)
+            package = dist.metadata["Name"] if dist is not None else None
+            version = dist.version if dist is not None else None
+            builtin = ep.value.split(":")[0].startswith("moedispatch_plugins")
+            try:
+                module = ep.load()
+            except Exception as exc:
+                message = f"import failed: {_fmt_exc(exc)}"
+                collector.fail(f"plugin {ep.name!r}: {message}")
+                collector.records.append(PluginRecord(ep.name, package, version, (), (), (message,), builtin))
+                continue
+            collector.add_plugin(pm, ep.name, module, package=package, version=version, builtin=builtin)
+    for name, module in plugins:
+        if name in deny or (allow is not None and name not in allow and load_entrypoints):
+            continue
+        collector.add_plugin(pm, name, module, package=None, version=None, builtin=False)
+    if allow is not None:
+        # An allow-list may also name backends: keep only those (entry-point names were filtered above).
+        keep = [b for b in collector.backends if b.name in allow or collector.owner[b.name] in allow]
+    else:
+        keep = collector.backends
+    return Registry(
+        backends=tuple(keep),
+        plugins=tuple(collector.records),
+        strict=strict,
+        owners=tuple(sorted(collector.owner.items())),
+    )
+
+
+def _entry_points() -> Iterable[md.EntryPoint]:
+    return md.entry_points(group=hookspecs.ENTRY_POINT_GROUP)
+
+
+_lock = threading.Lock()
+_cache: dict[bool, Registry] = {}
+
+
+def get_registry(*, strict: bool = False, refresh: bool = False) -> Registry:
+    """The process-wide registry, loaded on first use (thread-safe). ``refresh=True`` reloads entry points."""
+    with _lock:
+        if refresh or strict not in _cache:
+            _cache[strict] = build_registry(strict=strict)
+        return _cache[strict]
+
+
+def reset_registry() -> None:
+    """Forget the cached registry (tests; after installing or removing a plugin in-process)."""
+    with _lock:
+        _cache.clear()

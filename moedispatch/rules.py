@@ -1,0 +1,357 @@
+"""Declarative support rules shared by the built-in backends (and usable by third-party ones).
+
+A backend declares its support as data — :class:`Combo` rows (weight × activation quant, archs, AITER feature,
+alignment) — plus a few small predicates that each return a reason string or ``None``. Known issues come from
+capability_db/known_issues.toml and are evaluated against the *planned* padding, so an issue whose workaround the
+plan applies is reported as avoided, and one it does not fix rejects (wrong output) or warns (crash at run time).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from moedispatch import capdb
+from moedispatch.backend import Backend, Padding, Verdict
+from moedispatch.capabilities import Capabilities
+from moedispatch.errors import CapabilityDBError
+from moedispatch.layers import MoELayer
+
+__all__ = [
+    "Combo",
+    "KnownIssue",
+    "known_issues",
+    "IssueOutcome",
+    "evaluate_issues",
+    "find_combo",
+    "need_feature",
+    "RuleBackend",
+]
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One supported weight × activation quant combination of a kernel family.
+
+    ``weight``/``act`` are quant labels; ``weight_granularity``/``act_granularity`` restrict granularities (empty
+    = any); ``archs`` the gfx targets with a kernel; ``feature`` the AITER feature (capability_db/aiter.toml) the
+    path needs; ``hidden_multiple``/``inter_multiple`` the alignment (``inter_multiple`` may be a callable of
+    (inter_per_rank, gfx)); ``kernel`` a short name of the kernel path; ``source`` where the fact comes from.
+    """
+
+    weight: str
+    act: str
+    archs: tuple[str, ...]
+    kernel: str
+    source: str
+    weight_granularity: tuple[str, ...] = ()
+    act_granularity: tuple[str, ...] = ()
+    feature: str | None = None
+    hidden_multiple: int = 1
+    inter_multiple: Any = 1
+    note: str | None = None
+
+    def matches(self, layer: MoELayer) -> bool:
+        if layer.weight.dtype != self.weight or layer.act.dtype != self.act:
+            return False
+        if self.weight_granularity and layer.weight.granularity not in self.weight_granularity:
+            return False
+        if self.act_granularity and layer.act.granularity not in self.act_granularity:
+            return False
+        return True
+
+    def inter_multiple_for(self, layer: MoELayer, gfx: str | None) -> int:
+        if callable(self.inter_multiple):
+            return int(self.inter_multiple(layer.intermediate_per_rank, gfx))
+        return int(self.inter_multiple)
+
+
+def find_combo(combos: Iterable[Combo], layer: MoELayer) -> list[Combo]:
+    return [c for c in combos if c.matches(layer)]
+
+
+def need_feature(caps: Capabilities, feature: str, purpose: str) -> str | None:
+    """``None`` if the target AITER has ``feature``, else a reason naming version and source."""
+    if caps.has_feature(feature):
+        return None
+    info = capdb.feature_info(feature)
+    have = f"target AITER is {caps.aiter_version}" if caps.aiter_version else "AITER is not installed"
+    return (f"{purpose} needs AITER >= {info['since']} for {info.get('short', info['what'])} "
+            f"({info.get('cite', info['source'])}); {have}")
+
+
+# -- known issues ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KnownIssue:
+    id: str
+    title: str
+    families: tuple[str, ...]
+    aiter: str
+    status: str
+    effect: str
+    predicate: tuple[tuple[str, Any], ...]
+    workaround: tuple[tuple[str, Any], ...]
+    source: str
+
+    @property
+    def pred(self) -> dict[str, Any]:
+        return dict(self.predicate)
+
+    @property
+    def fix(self) -> dict[str, Any]:
+        return dict(self.workaround)
+
+
+_EFFECTS = ("wrong_output", "crash", "hang", "slow", "unsupported")
+_PRED_KEYS = {"gfx", "weight", "act", "activation", "has_bias", "inter_mod", "inter_in", "unpadded_inter_in",
+              "kernel_inter_pad_gt", "model_type", "tokens", "weight_granularity"}
+_FIX_KEYS = {"pad_intermediate_to", "kernel_intermediate_pad", "route", "reject", "caveat"}
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+@functools.lru_cache(maxsize=None)
+def known_issues() -> tuple[KnownIssue, ...]:
+    data = capdb.load_toml("known_issues.toml")
+    issues = []
+    for n, raw in enumerate(data.get("issue", [])):
+        where = f"capability_db/known_issues.toml: issue[{n}]" + (f" ({raw.get('id')})" if raw.get("id") else "")
+        for key in ("id", "title", "families", "aiter", "status", "effect", "predicate", "workaround", "source"):
+            if key not in raw:
+                raise CapabilityDBError(f"{where}: missing key {key!r}")
+        if raw["effect"] not in _EFFECTS:
+            raise CapabilityDBError(f"{where}: effect {raw['effect']!r} not one of {', '.join(_EFFECTS)}")
+        bad = set(raw["predicate"]) - _PRED_KEYS
+        if bad:
+            raise CapabilityDBError(f"{where}: unknown predicate key(s) {', '.join(sorted(bad))}")
+        bad = set(raw["workaround"]) - _FIX_KEYS
+        if bad:
+            raise CapabilityDBError(f"{where}: unknown workaround key(s) {', '.join(sorted(bad))}")
+        if raw["aiter"]:
+            try:
+                SpecifierSet(raw["aiter"])
+            except InvalidSpecifier:
+                raise CapabilityDBError(f"{where}: aiter {raw['aiter']!r} is not a PEP 440 specifier") from None
+        issues.append(KnownIssue(
+            id=raw["id"], title=raw["title"], families=tuple(raw["families"]), aiter=raw["aiter"],
+            status=raw["status"], effect=raw["effect"],
+            predicate=tuple(sorted((k, _freeze(v)) for k, v in raw["predicate"].items())),
+            workaround=tuple(sorted((k, _freeze(v)) for k, v in raw["workaround"].items())),
+            source=raw["source"],
+        ))
+    return tuple(issues)
+
+
+def _version_in(spec: str, version: str | None) -> bool:
+    if not spec:
+        return True
+    if version is None:
+        return False
+    try:
+        return Version(Version(version).public) in SpecifierSet(spec)
+    except InvalidVersion:
+        return True  # unknown version string: assume affected (conservative)
+
+
+def _matches(issue: KnownIssue, layer: MoELayer, caps: Capabilities, padding: Padding,
+             kernel_inter_pad: int) -> bool:
+    p = issue.pred
+    inter = padding.intermediate_per_rank
+    checks = [
+        ("gfx", lambda v: caps.gfx in v),
+        ("weight", lambda v: layer.weight.dtype in v),
+        ("weight_granularity", lambda v: layer.weight.granularity in v),
+        ("act", lambda v: layer.act.dtype in v),
+        ("activation", lambda v: layer.activation in v),
+        ("has_bias", lambda v: layer.has_bias == v),
+        ("inter_mod", lambda v: inter % v != 0),
+        ("inter_in", lambda v: inter in v),
+        ("unpadded_inter_in", lambda v: layer.intermediate_per_rank in v),
+        ("kernel_inter_pad_gt", lambda v: kernel_inter_pad > v),
+        ("model_type", lambda v: layer.model_type in v),
+    ]
+    return all(test(p[key]) for key, test in checks if key in p)
+
+
+@dataclass(frozen=True)
+class IssueOutcome:
+    """What a known issue means for one planned layer: ``blocking`` reasons reject; ``notes`` inform."""
+
+    blocking: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def issues_for(family: str, caps: Capabilities) -> list[KnownIssue]:
+    return [i for i in known_issues() if family in i.families and _version_in(i.aiter, caps.aiter_version)]
+
+
+def evaluate_issues(family: str, layer: MoELayer, caps: Capabilities, padding: Padding) -> IssueOutcome:
+    """Evaluate every known issue of ``family`` against the planned padding.
+
+    An issue is *avoided* when its predicate matches the unpadded/raw situation but not the plan (the plan applied
+    its workaround); it *applies* when it matches the plan. Applying wrong-output issues block; crash/hang issues
+    that depend on run-time token counts become caveats; other applying issues block.
+    """
+    blocking: list[str] = []
+    notes: list[str] = []
+    raw = Padding.none(layer)
+    for issue in issues_for(family, caps):
+        pred = issue.pred
+        applies = _matches(issue, layer, caps, padding, padding.kernel_intermediate_pad)
+        raw_pad = padding.intermediate_pad
+        would = _matches(issue, layer, caps, raw, 0) or (
+            "kernel_inter_pad_gt" in pred and _matches(issue, layer, caps, padding, raw_pad))
+        tag = f"[{issue.id}]"
+        if applies:
+            if "tokens" in pred:
+                notes.append(f"caveat {tag} {issue.title} ({issue.effect} at M in {list(pred['tokens'])}); "
+                             f"{issue.fix.get('caveat', 'no workaround known')}")
+            else:
+                blocking.append(f"{tag} {issue.title} ({issue.effect.replace('_', ' ')}, {issue.status}; "
+                                f"{issue.source})")
+        elif would:
+            fix = issue.fix
+            how = (f"pads intermediate to a multiple of {fix['pad_intermediate_to']}" if "pad_intermediate_to" in fix
+                   else "passes intermediate_pad=0 and computes over the zero-filled pad"
+                   if "kernel_intermediate_pad" in fix else "the plan")
+            notes.append(f"avoids {tag} ({issue.title}): the plan {how}")
+    return IssueOutcome(tuple(blocking), tuple(notes))
+
+
+def kernel_pad_workaround(family: str, layer: MoELayer, caps: Capabilities, padding: Padding) -> str | None:
+    """The id of a known issue (for ``family``) whose workaround is passing ``intermediate_pad=0``, if it applies."""
+    for issue in issues_for(family, caps):
+        if issue.fix.get("kernel_intermediate_pad") == 0 and padding.intermediate_pad > 0:
+            if _matches(issue, layer, caps, padding, padding.intermediate_pad):
+                return issue.id
+    return None
+
+
+# -- a base class for table-driven backends --------------------------------------------------------------------
+
+class RuleBackend(Backend):
+    """A backend whose support is a table of :class:`Combo` plus small predicates.
+
+    Subclasses set ``combos``, ``activations`` (name -> source), ``requires_aiter`` and may override
+    :meth:`extra_checks` and :meth:`kernel_pads`. ``check`` collects every failing rule, then plans padding and
+    evaluates known issues against the plan.
+    """
+
+    combos: tuple[Combo, ...] = ()
+    activations: dict[str, str] = {}
+    bias_supported: bool = True
+    bias_source: str = ""
+    requires_aiter: bool = False
+    min_cdna: int = 0
+    arch_source: str = ""
+
+    # -- hooks for subclasses ---------------------------------------------------------------------------------
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+        return []
+
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
+        """(kernel_hidden_pad, kernel_intermediate_pad, notes) for an aligned plan; default: the real pads."""
+        return padding.hidden_pad, padding.intermediate_pad, []
+
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
+        return []
+
+    # -- rules --------------------------------------------------------------------------------------------------
+    def combo_for(self, layer: MoELayer, caps: Capabilities) -> tuple[Combo | None, list[str]]:
+        matches = find_combo(self.combos, layer)
+        scheme = f"weights {layer.weight.dtype} × activations {layer.act.dtype}"
+        if not matches:
+            supported = sorted({f"{c.weight}×{c.act}" for c in self.combos})
+            reasons = [f"no {self.name} kernel for {scheme} (supports weight×activation: {', '.join(supported)})"]
+            archs = sorted({a for c in self.combos if c.weight == layer.weight.dtype for a in c.archs})
+            if archs and caps.gfx not in archs:
+                reasons.append(self._arch_reason(archs, f"{layer.weight.dtype} weights", caps))
+            return None, reasons
+        on_arch = [c for c in matches if caps.gfx in c.archs]
+        if not on_arch:
+            archs = sorted({a for c in matches for a in c.archs})
+            return None, [self._arch_reason(archs, f"{scheme} ({matches[0].kernel})", caps)]
+        return on_arch[0], []
+
+    @staticmethod
+    def _arch_reason(archs: list[str], what: str, caps: Capabilities) -> str:
+        why = ""
+        if any(a == "gfx950" for a in archs) and not caps.native_mx and caps.gfx is not None:
+            why = f" — {caps.gfx}" + (f" ({caps.family})" if caps.family else "") + \
+                " has no MX/FP4 scaled-MFMA matrix instructions"
+        return f"needs {' or '.join(archs)} for {what}; target is {caps.arch_label}{why}"
+
+    def check(self, layer: MoELayer, caps: Capabilities) -> Verdict:
+        failures: list[str] = []
+        if self.requires_aiter and caps.aiter_version is None:
+            failures.append(f"AITER (PyPI/ROCm distribution amd-aiter) is not available on the target"
+                            + (f": {caps.why_unknown('aiter_version')}" if caps.why_unknown("aiter_version") else ""))
+        if self.min_cdna and caps.cdna < self.min_cdna:
+            failures.append(f"needs CDNA{self.min_cdna} or newer ({self.arch_source}); target is {caps.arch_label}"
+                            + (f", {caps.family}" if caps.family else ""))
+        combo, why = self.combo_for(layer, caps)
+        failures += why
+        if layer.activation not in self.activations:
+            failures.append(f"activation {layer.activation} not supported (supports "
+                            f"{', '.join(sorted(self.activations))})")
+        if layer.has_bias and not self.bias_supported:
+            failures.append(f"expert bias not supported ({self.bias_source})")
+        if combo is not None and combo.feature and self.requires_aiter and caps.aiter_version is not None:
+            reason = need_feature(caps, combo.feature, f"{combo.kernel}")
+            if reason:
+                failures.append(reason)
+        failures += self.extra_checks(layer, caps, combo)
+        if failures:
+            return Verdict(False, tuple(failures))
+        assert combo is not None
+        padding = self.plan_padding(layer, caps)
+        outcome = evaluate_issues(self.name, layer, caps, padding)
+        if outcome.blocking:
+            return Verdict(False, outcome.blocking)
+        notes = [f"{combo.kernel} supports weights {layer.weight.describe()} × activations {layer.act.describe()} "
+                 f"on {caps.gfx} ({combo.source})"]
+        if combo.note:
+            notes.append(combo.note)
+        notes += self.notes(layer, caps, combo)
+        notes += outcome.notes
+        return Verdict(True, tuple(notes))
+
+    def plan_padding(self, layer: MoELayer, caps: Capabilities) -> Padding:
+        combo = next(iter(find_combo([c for c in self.combos if caps.gfx in c.archs], layer)), None)
+        if combo is None:
+            return Padding.none(layer)
+        inter_multiple = combo.inter_multiple_for(layer, caps.gfx)
+        hidden_multiple = combo.hidden_multiple
+        # Known-issue workarounds that demand a larger multiple (pad_intermediate_to) raise the alignment.
+        notes = []
+        for issue in issues_for(self.name, caps):
+            to = issue.fix.get("pad_intermediate_to")
+            if to and to > inter_multiple and _matches(
+                    issue, layer, caps, Padding.aligned(layer, hidden_multiple=hidden_multiple,
+                                                        intermediate_multiple=inter_multiple), 0):
+                inter_multiple = to
+                notes.append(f"intermediate padded to a multiple of {to} to avoid [{issue.id}]")
+        plan = Padding.aligned(layer, hidden_multiple=hidden_multiple, intermediate_multiple=inter_multiple)
+        kh, ki, pad_notes = self.kernel_pads(layer, caps, plan)
+        issue_id = kernel_pad_workaround(self.name, layer, caps,
+                                         Padding.aligned(layer, hidden_multiple=hidden_multiple,
+                                                         intermediate_multiple=inter_multiple,
+                                                         kernel_intermediate_pad=ki))
+        if issue_id and ki:
+            ki = 0
+            pad_notes = [n for n in pad_notes if "kernel pads" in n and "0" in n.split(":")[0]]
+            pad_notes.append(f"kernel intermediate_pad=0 (workaround for [{issue_id}]): the kernel computes over "
+                             f"the zero-filled pad instead of skipping it")
+        if plan.padded:
+            notes.insert(0, f"alignment: hidden to a multiple of {hidden_multiple}, intermediate per rank to a "
+                            f"multiple of {inter_multiple} ({combo.kernel} tiles); pad regions must be zero-filled "
+                            f"(allocate with torch.zeros: vLLM #55251)")
+        return Padding.aligned(layer, hidden_multiple=hidden_multiple, intermediate_multiple=inter_multiple,
+                               kernel_hidden_pad=kh, kernel_intermediate_pad=ki, notes=tuple(notes + pad_notes))

@@ -1,0 +1,37 @@
+"""Rules every AITER family shares (the ``aiter.fused_moe`` entry point), used by aiter_ck/cktile/flydsl."""
+
+from __future__ import annotations
+
+from moedispatch.capabilities import Capabilities
+from moedispatch.layers import MoELayer
+from moedispatch.rules import Combo, need_feature
+
+#: CDNA >= 3: vLLM AiterExperts._supports_current_device (is_aiter_found_and_supported: gfx942/gfx950, gfx90a
+#: excluded) — vllm.md §1.1, §9.
+AITER_ARCH_SOURCE = "vLLM experts/rocm_aiter_moe.py AiterExperts: CDNA >= 3, gfx90a excluded"
+
+
+def aiter_common_checks(layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+    """Activation-level API gates of aiter.fused_moe (independent of the family it dispatches to)."""
+    failures: list[str] = []
+    if caps.aiter_version is None:
+        return failures
+    if layer.activation == "swigluoai_uninterleave":
+        # Gate and up kept as separate halves -> GateMode.SEPARATED (vLLM PR #46419; aiter#3123).
+        reason = need_feature(caps, "gate_mode", "swigluoai_uninterleave (separate gate/up halves)")
+        if reason:
+            failures.append(reason)
+    if layer.activation.startswith("swigluoai") and layer.param("limit"):
+        reason = need_feature(caps, "swiglu_limit", f"SwiGLU-OAI clamp (limit {layer.param('limit'):g})")
+        if reason:
+            failures.append(reason)
+    return failures
+
+
+def swiglu_decode_note(layer: MoELayer, combo: Combo) -> list[str]:
+    """aiter v0.1.15.post3 fused_moe_ runs bf16 activations for Swiglu + SEPARATED at M < 256."""
+    if layer.act.dtype == "mxfp4" and layer.activation.startswith("swigluoai"):
+        return ["note: for Swiglu with separate gate/up, AITER runs bf16 activations while M < 256 tokens "
+                "(GPTOSS_SWIGLU_MXFP4_BF16_BOUND) and the checkpoint's MXFP4 activation QDQ only from M >= 256 "
+                "(ROCm/aiter aiter/fused_moe.py fused_moe_ at v0.1.15.post3; aiter_sglang.md §2.2)"]
+    return []

@@ -1,0 +1,96 @@
+"""``aiter-ck``: AITER classic CK 2-stage MoE (``ck_moe_stage1/2``, ``moe_ck2stages_*``) via ``aiter.fused_moe``.
+
+Facts: ROCm/aiter csrc/ck_gemm_moe_2stages_codegen (gen_instances.py, gemm_moe_ck2stages_common.cuh) at
+v0.1.15.post3 — moedispatch reference aiter_sglang.md §2.1, §3.3, §5.
+"""
+
+from __future__ import annotations
+
+from moedispatch import hookimpl
+from moedispatch.backend import Padding
+from moedispatch.capabilities import Capabilities
+from moedispatch.layers import MoELayer
+from moedispatch.rules import Combo, RuleBackend
+
+from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks
+
+_TILES = "aiter gen_instances.py heuristic tiles (aiter_sglang.md §3.3)"
+
+
+def _bf16_inter(inter: int, gfx: str | None) -> int:
+    # Stage-1 N tile 64 when inter_dim <= 192 else 128; inter must divide by it (vLLM PR #55368; ROCm/aiter#5444).
+    return 64 if inter <= 192 else 128
+
+
+def _a8w8_inter(inter: int, gfx: str | None) -> int:
+    # gfx950 fp8 stage-2 K tile is 256 for block_m 32/64 (KPerBlock=64 instances commented out: "gfx950 fp8 mfma
+    # instruction limitation"); gfx942 follows the bf16 rule [D] (aiter_sglang.md §3.3 "minimum safe alignment").
+    if gfx == "gfx950":
+        return 256
+    return 64 if inter <= 192 else 128
+
+
+_BOTH = ("gfx942", "gfx950")
+
+COMBOS = (
+    Combo("bf16", "bf16", _BOTH, "CK 2-stage a16w16", _TILES, hidden_multiple=64, inter_multiple=_bf16_inter),
+    Combo("fp16", "fp16", _BOTH, "CK 2-stage a16w16", _TILES, hidden_multiple=64, inter_multiple=_bf16_inter),
+    Combo("fp8", "fp8", _BOTH, "CK 2-stage a8w8 (per-tensor Quant1 / per-token)", _TILES,
+          weight_granularity=("tensor", "channel"), act_granularity=("tensor", "token"),
+          hidden_multiple=128, inter_multiple=_a8w8_inter),
+    Combo("fp8", "fp8", _BOTH, "CK 2-stage a8w8blkscale (per_1x128)", _TILES,
+          weight_granularity=("block128x128",), act_granularity=("group128", "token"),
+          hidden_multiple=128, inter_multiple=128),
+    Combo("int8", "int8", _BOTH, "CK 2-stage a8w8 int8", _TILES, weight_granularity=("tensor", "channel"),
+          hidden_multiple=128, inter_multiple=_a8w8_inter),
+    Combo("int4", "fp8", ("gfx942",), "CK 2-stage a8w4 (MulABScaleWint4)", _TILES,
+          hidden_multiple=128, inter_multiple=128),
+    Combo("mxfp4", "mxfp4", ("gfx950",), "CK 2-stage a4w4 (per_1x32 fp4x2, preshuffled)",
+          "aiter_sglang.md §2.1, §3.3; 256 = vLLM ROCm MXFP4 round-up (oracle/mxfp4.py) and gfx950 fp4 tile_k 256",
+          feature="mxfp4_moe", hidden_multiple=256, inter_multiple=256),
+)
+
+
+class AiterCK(RuleBackend):
+    name = "aiter-ck"
+    preference = 80
+    family = "ck"
+    description = "AITER classic CK 2-stage fused MoE (aiter.fused_moe -> ck_moe_stage1/2)"
+    combos = COMBOS
+    requires_aiter = True
+    min_cdna = 3
+    arch_source = AITER_ARCH_SOURCE
+    activations = {
+        "silu": "CK kernel names ..._silu",
+        "gelu": "CK kernel names ..._gelu",
+    }
+    bias_supported = False
+    bias_source = "ck_moe_stage1/2 take no bias tensors; bias is a CK-Tile (fp32) / FlyDSL input (aiter_sglang.md §3.3-3.5) [D]"
+
+    def check(self, layer, caps):  # type: ignore[override]
+        verdict = super().check(layer, caps)
+        if not verdict.supported and layer.activation not in self.activations:
+            # Say where the activation does run, so the reason is actionable.
+            reasons = tuple(
+                r + (" — CK 2-stage kernels implement silu and gelu only (kernel names ..._silu/_gelu, "
+                     "aiter_sglang.md §3.3); AITER runs Swiglu on FlyDSL / CK-Tile"
+                     if r.startswith("activation ") else "")
+                for r in verdict.reasons)
+            return type(verdict)(False, reasons)
+        return verdict
+
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+        return aiter_common_checks(layer, caps, combo)
+
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
+        notes = []
+        if padding.padded:
+            notes.append("kernel pads 0: classic CK ignores hidden_pad/intermediate_pad and computes over the "
+                         "zero-filled padded extent (ROCm/aiter#5413); passing 0 also keeps a pad-skipping family "
+                         "correct if AITER's dispatcher picks one instead")
+        return 0, 0, notes
+
+
+@hookimpl
+def register_backends():
+    return [AiterCK()]

@@ -1,0 +1,70 @@
+"""``aiter-cktile``: AITER CK-Tile 2-stage MoE (``moe_cktile2stages_gemm1/2``) via ``aiter.fused_moe``.
+
+Facts: ROCm/aiter csrc/ck_tile_gemm_moe_2stages, aiter/fused_moe.py cktile_moe_stage1/2 at v0.1.15.post3 —
+moedispatch reference aiter_sglang.md §2.1, §3.4, §5. Inputs are only fp8×pk_fp4 and bf16×pk_fp4 with bf16 output.
+"""
+
+from __future__ import annotations
+
+from moedispatch import hookimpl
+from moedispatch.backend import Padding
+from moedispatch.capabilities import Capabilities
+from moedispatch.layers import MoELayer
+from moedispatch.rules import Combo, RuleBackend
+
+from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks
+
+_SRC = "CK-Tile inputs fp8×pk_fp4 / bf16×pk_fp4, bf16 out (aiter_sglang.md §3.4); 256 = vLLM ROCm MXFP4 round-up"
+_GFX950 = ("gfx950",)
+
+COMBOS = (
+    Combo("mxfp4", "bf16", _GFX950, "CK-Tile a16w4", _SRC, feature="cktile_mxfp4", hidden_multiple=256,
+          inter_multiple=256),
+    Combo("mxfp4", "fp8", _GFX950, "CK-Tile a8w4 (cktile_a8w4_*)", _SRC, feature="cktile_mxfp4",
+          hidden_multiple=256, inter_multiple=256),
+    Combo("mxfp4", "mxfp8", _GFX950, "CK-Tile a8w4 (MXFP8 activations)", _SRC, feature="cktile_mxfp4",
+          hidden_multiple=256, inter_multiple=256),
+)
+
+
+class AiterCKTile(RuleBackend):
+    name = "aiter-cktile"
+    preference = 60
+    family = "cktile"
+    description = "AITER CK-Tile 2-stage fused MoE (MXFP4 weights; bf16 or fp8 activations)"
+    combos = COMBOS
+    requires_aiter = True
+    min_cdna = 3
+    arch_source = AITER_ARCH_SOURCE
+    activations = {
+        "silu": "a4w4/a16w4 Silu (ROCm/aiter#3741)",
+        "swigluoai": "a16w4 gpt-oss Swiglu (+bias) (aiter_sglang.md §2.1)",
+        "swigluoai_uninterleave": "Swiglu with GateMode.SEPARATED (aiter#3123)",
+    }
+    bias_supported = True
+
+    def combo_for(self, layer: MoELayer, caps: Capabilities):  # type: ignore[override]
+        combo, why = super().combo_for(layer, caps)
+        if combo is None and layer.weight.dtype == "mxfp4" and layer.act.dtype in ("mxfp4", "mxfp6"):
+            why = [r for r in why if r.startswith("needs ")] + [f"CK-Tile takes bf16 or fp8 activations with fp4 weights (inputs fp8×pk_fp4, bf16×pk_fp4; "
+                   f"aiter_sglang.md §3.4): it would not apply the checkpoint's {layer.act.dtype.upper()} "
+                   f"activation QDQ"]
+        return combo, why
+
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+        return aiter_common_checks(layer, caps, combo)
+
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
+        notes = []
+        if padding.padded:
+            notes.append(
+                "kernel pads = the real pads: AITER turns them into whole skipped granules itself (stage 1 "
+                "n_pad_zeros = intermediate_pad//64*64*2, k_pad_zeros = hidden_pad//128*128; stage 2 "
+                "n_pad_zeros = hidden_pad//64*64, k_pad_zeros = intermediate_pad//128*128 — aiter_sglang.md §3.4). "
+                "Do not pre-round or double them: vLLM #44679 / #46201 (GSM8K 0.896 -> 0.684)")
+        return padding.hidden_pad, padding.intermediate_pad, notes
+
+
+@hookimpl
+def register_backends():
+    return [AiterCKTile()]

@@ -1,0 +1,81 @@
+"""``aiter-flydsl``: AITER FlyDSL 2-stage MoE (``flydsl_moe1/2_*``) via ``aiter.fused_moe``.
+
+Facts: ROCm/aiter aiter/ops/flydsl/moe_kernels.py, kernels/mixed_moe_gemm_2stage.py, fused_moe.py
+_get_padding_for_flydsl at v0.1.15.post3 — moedispatch reference aiter_sglang.md §2.1, §3.5, §5, §8.3.
+"""
+
+from __future__ import annotations
+
+from moedispatch import hookimpl
+from moedispatch.backend import Padding
+from moedispatch.capabilities import Capabilities
+from moedispatch.layers import MoELayer
+from moedispatch.rules import Combo, RuleBackend, need_feature
+
+from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, swiglu_decode_note
+
+_SRC = ("fp4 kernels use gfx950 scaled MFMA; stage-1/2 tile_k 256 for fp4 (mixed_moe_gemm_2stage.py; aiter_sglang.md "
+        "§3.5); hidden/inter rounded to 256 as vLLM/SGLang do for AITER MXFP4")
+_GFX950 = ("gfx950",)
+
+COMBOS = (
+    Combo("mxfp4", "mxfp4", _GFX950, "FlyDSL a4w4 (flydsl_moe*_afp4_wfp4_*)", _SRC, feature="flydsl_moe",
+          hidden_multiple=256, inter_multiple=256),
+    Combo("mxfp4", "bf16", _GFX950, "FlyDSL a16w4", _SRC, feature="flydsl_moe", hidden_multiple=256,
+          inter_multiple=256),
+    Combo("mxfp4", "fp8", _GFX950, "FlyDSL a8w4 (flydsl_moe*_afp8_wfp4_*)", _SRC, feature="flydsl_moe",
+          hidden_multiple=256, inter_multiple=256),
+    Combo("mxfp4", "mxfp8", _GFX950, "FlyDSL a8w4 (MXFP8 activations)", _SRC, feature="mxfp8_act_quant_sort",
+          hidden_multiple=256, inter_multiple=256),
+    Combo("int4", "bf16", _GFX950, "FlyDSL a16wi4 (flydsl_moe*_abf16_wint4_*, the only a16wi4 path)",
+          "aiter_sglang.md §2.1, §3.5 (tuned for gfx950; receives no pads)", weight_granularity=("group32",),
+          feature="flydsl_moe", hidden_multiple=128, inter_multiple=128),
+    Combo("mxfp8", "mxfp8", _GFX950, "FlyDSL MXFP8 MoE (vLLM AiterMxfp8Experts)",
+          "vLLM experts/aiter_mxfp8_moe.py (vllm.md §1.3)", feature="flydsl_mxfp8_moe", hidden_multiple=256,
+          inter_multiple=256),
+)
+
+
+class AiterFlyDSL(RuleBackend):
+    name = "aiter-flydsl"
+    preference = 70
+    family = "flydsl"
+    description = "AITER FlyDSL 2-stage fused MoE (MXFP4/MXFP8 weights, gfx950)"
+    combos = COMBOS
+    requires_aiter = True
+    min_cdna = 3
+    arch_source = AITER_ARCH_SOURCE
+    activations = {
+        "silu": "FlyDSL MoE Silu",
+        "swigluoai": "FlyDSL Swiglu fp4 heuristics (aiter_sglang.md §7.4)",
+        "swigluoai_uninterleave": "Swiglu with GateMode.SEPARATED (aiter#3123)",
+    }
+    bias_supported = True
+
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+        failures = aiter_common_checks(layer, caps, combo)
+        flydsl = caps.package("flydsl")
+        if caps.aiter_version is not None and caps.source_of("packages") and flydsl is None:
+            failures.append("the flydsl package is not installed: AITER uses flydsl_fallback rows or heuristics "
+                            "instead (aiter_sglang.md §3.5, §7.3)")
+        return failures
+
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
+        return swiglu_decode_note(layer, combo)
+
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
+        if not padding.padded:
+            return 0, 0, []
+        if need_feature(caps, "flydsl_pads", "FlyDSL pads") is not None:
+            return 0, 0, [f"kernel pads 0: AITER {caps.aiter_version} never forwards pads to FlyDSL (pads reach it "
+                          "from 0.1.15, ROCm/aiter#3184); it computes over the zero-filled extent"]
+        if layer.has_bias and caps.has_feature("flydsl_pad_bias_guard"):
+            return 0, 0, ["kernel pads 0: with a bias AITER >= 0.1.15.post3 turns FlyDSL pad-skipping off "
+                          "(_get_padding_for_flydsl returns (0, 0); ROCm/aiter PR #3401)"]
+        return padding.hidden_pad, padding.intermediate_pad, [
+            "FlyDSL receives inter_dim_pad/model_dim_pad and skips whole padded sub-tiles (aiter_sglang.md §3.5)"]
+
+
+@hookimpl
+def register_backends():
+    return [AiterFlyDSL()]

@@ -1,0 +1,60 @@
+"""``triton``: Triton fused MoE as engines run it on ROCm without AITER.
+
+vLLM ``TritonExperts`` (bf16/fp16, fp8 w8a8, int8 w8a8, int4/int8 weight-only), OAI ``triton_kernels`` MXFP4
+W4A16 (``OAITritonExperts``, ``on_gfx9() or on_gfx1x()``), and ``TRITON_MXFP8`` native ``dot_scaled`` on gfx950 —
+moedispatch reference vllm.md §1.4, §1.5, §1.7, §4, §12.2. Padding follows ``K = w.shape - pad``.
+"""
+
+from __future__ import annotations
+
+from moedispatch import hookimpl
+from moedispatch.capabilities import Capabilities
+from moedispatch.layers import MoELayer
+from moedispatch.rules import Combo, RuleBackend
+
+_CDNA = ("gfx90a", "gfx942", "gfx950")
+_ALL = _CDNA + ("gfx1100", "gfx1201")
+_FP8 = ("gfx942", "gfx950", "gfx1201")  # supports_fp8(): gfx94/gfx95/gfx12 (vllm/platforms/rocm.py)
+_TE = "vLLM fused_moe TritonExperts (vllm.md §1.7)"
+_MX4 = ("OAI triton_kernels MXFP4 (W4A16; vllm.md §1.5); ROCm MXFP4 round-up 256/256 "
+        "(oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size, vllm.md §12.2)")
+
+COMBOS = (
+    Combo("bf16", "bf16", _ALL, "Triton bf16", _TE),
+    Combo("fp16", "fp16", _ALL, "Triton fp16", _TE),
+    Combo("fp8", "fp8", _FP8, "Triton fp8 w8a8", _TE + "; fp8 needs gfx94x/gfx95x/gfx12 (supports_fp8)"),
+    Combo("int8", "int8", _ALL, "Triton int8 w8a8", _TE),
+    Combo("int8", "bf16", _ALL, "Triton int8 weight-only (int_wna16)", _TE),
+    Combo("int4", "bf16", _ALL, "Triton int4 weight-only (int_wna16)", _TE),
+    Combo("mxfp4", "bf16", _CDNA + ("gfx1100", "gfx1201"), "OAI triton_kernels MXFP4 W4A16", _MX4,
+          hidden_multiple=256, inter_multiple=256),
+    Combo("mxfp8", "mxfp8", ("gfx950",), "Triton MXFP8 native dot_scaled (TRITON_MXFP8)",
+          "vLLM Mxfp8NativeTritonExperts, gfx950 only (vllm.md §1.4, §7)", hidden_multiple=32, inter_multiple=32),
+)
+
+
+class Triton(RuleBackend):
+    name = "triton"
+    preference = 40
+    family = "triton"
+    description = "Triton fused MoE (vLLM TritonExperts / OAI triton_kernels / native MXFP8 dot_scaled)"
+    combos = COMBOS
+    activations = {
+        "silu": "TritonExperts", "gelu": "TritonExperts", "swigluoai": "OAI triton_kernels (gpt-oss)",
+        "swigluoai_uninterleave": "TritonExperts SWIGLUOAI_UNINTERLEAVE",
+    }
+    bias_supported = True
+
+    def combo_for(self, layer: MoELayer, caps: Capabilities):  # type: ignore[override]
+        combo, why = super().combo_for(layer, caps)
+        if combo is None and layer.weight.dtype == "mxfp4" and layer.act.quantized:
+            why = [f"Triton's MXFP4 MoE is W4A16 (bf16 activations): it does not apply the checkpoint's "
+                   f"{layer.act.describe()} activation quantization, so its output is not what the checkpoint "
+                   f"prescribes [vllm#46142] (vLLM PR #46142, PR #46419: 'TRITON_UNFUSED does not apply activation "
+                   f"QDQ'; W4A8 runs on AITER's a8w4, not here)"]
+        return combo, why
+
+
+@hookimpl
+def register_backends():
+    return [Triton()]
