@@ -99,8 +99,14 @@ _SWIGLUOAI_UNINTERLEAVE = ("minimax_m3", "minimax_m3_text", "minimax_m3_vl")
 _SWIGLUOAI = ("gpt_oss",)
 
 
+# grok-1 / grok-2 configs carry no hidden_act: their MoE MLP is GELU-gated, hard-coded in the modeling code
+# (models_hw.md §A.1; hpcai-tech/grok-1 modeling_grok1.py; capability_db/models/grok-1.json notes).
+_GELU_DEFAULT = ("grok-1", "grok1", "git")
+
+
 def _activation(text: dict[str, Any], model_type: str, where: str) -> tuple[str, tuple[tuple[str, float], ...]]:
-    act = text.get("hidden_act", text.get("hidden_activation", "silu"))
+    default = "gelu" if model_type in _GELU_DEFAULT else "silu"
+    act = text.get("hidden_act", text.get("hidden_activation", default))
     if not isinstance(act, str):
         raise ModelError(f"{where}.hidden_act must be a string, got {act!r}")
     act_l = act.lower()

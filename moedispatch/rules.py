@@ -319,6 +319,12 @@ class RuleBackend(Backend):
                  f"on {caps.gfx} ({combo.source})"]
         if combo.note:
             notes.append(combo.note)
+        for spec, what in ((layer.weight, "weights"), (layer.act, "activations")):
+            if spec.dtype == "fp8" and spec.fmt == "e4m3fn" and caps.fp8_format == "e4m3fnuz":
+                notes.append(f"fp8 {what} are OCP e4m3fn in the checkpoint; {caps.gfx} computes in e4m3fnuz (max 240), "
+                             "so they are converted at load (bit pattern reused, scales ×2: vLLM "
+                             "normalize_e4m3fn_to_e4m3fnuz; models_hw.md §B.2)")
+                break
         notes += self.notes(layer, caps, combo)
         notes += outcome.notes
         return Verdict(True, tuple(notes))
