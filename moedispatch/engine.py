@@ -18,7 +18,7 @@ from moedispatch.errors import UsageError
 from moedispatch.layers import MoELayer, QuantSpec
 from moedispatch.selector import Decision, select
 
-__all__ = ["select_moe_backend", "default_capabilities", "resolve_capabilities"]
+__all__ = ["select_moe_backend", "plan_model", "default_capabilities", "resolve_capabilities"]
 
 log = get_logger(__name__)
 
@@ -147,3 +147,22 @@ def select_moe_backend(
 
     registry = get_registry(strict=strict)
     return select(layer, caps, registry.backends, force, strict=strict)
+
+
+def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: int = 1, *,
+               force: str | None = None, strict: bool = False):
+    """The whole model's plan (one Decision per layer) with a stable ``fingerprint``.
+
+    ``model`` is a reference (built-in name, checkpoint folder, config.json) or a ModelSpec. Ranks of a multi-node
+    deployment can all-gather ``plan.fingerprint`` and refuse to start when they disagree.
+    """
+    from moedispatch.explain import plan_model as _plan
+    from moedispatch.models import ModelSpec, load_model
+    from moedispatch.plugins import get_registry
+
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if caps is None:
+        caps = default_capabilities()
+    registry = get_registry(strict=strict)
+    return _plan(spec, caps, tp, ep, backends=registry.backends, force=force, strict=strict,
+                 warnings=tuple(f"plugin error: {e}" for e in registry.errors))

@@ -8,6 +8,9 @@ from moedispatch.rules import Combo, need_feature
 
 #: CDNA >= 3: vLLM AiterExperts._supports_current_device (is_aiter_found_and_supported: gfx942/gfx950, gfx90a
 #: excluded) — vllm.md §1.1, §9.
+#: The clamp AITER's Swiglu kernels implement without a swiglu_limit argument (gpt-oss, models_hw.md §A.2).
+GPTOSS_SWIGLU_LIMIT = 7.0
+
 AITER_ARCH_SOURCE = "vLLM experts/rocm_aiter_moe.py AiterExperts: CDNA >= 3, gfx90a excluded"
 
 
@@ -21,8 +24,11 @@ def aiter_common_checks(layer: MoELayer, caps: Capabilities, combo: Combo | None
         reason = need_feature(caps, "gate_mode", "swigluoai_uninterleave (separate gate/up halves)")
         if reason:
             failures.append(reason)
-    if layer.activation.startswith("swigluoai") and layer.param("limit"):
-        reason = need_feature(caps, "swiglu_limit", f"SwiGLU-OAI clamp (limit {layer.param('limit'):g})")
+    limit = layer.param("limit")
+    if layer.activation.startswith("swigluoai") and limit and limit != GPTOSS_SWIGLU_LIMIT:
+        # AITER's Swiglu kernels were built for gpt-oss (clamp 7.0) before fused_moe(swiglu_limit=) existed; vLLM ran
+        # gpt-oss on AITER v0.1.13.post1 (PR #42098) [D]. Another limit needs the parameter.
+        reason = need_feature(caps, "swiglu_limit", f"SwiGLU-OAI clamp limit {limit:g}")
         if reason:
             failures.append(reason)
     return failures

@@ -1,0 +1,186 @@
+"""Per-family rules as tables: each row is a real deployment with the source of its expected answer.
+
+Targets are simulated from capability_db (no GPU). AITER 0.1.15.post3 unless a row says otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from moedispatch.backend import Padding
+from moedispatch.explain import plan_model
+from moedispatch.layers import MoELayer
+from moedispatch.models import expand_layers, load_model
+from moedispatch.rules import evaluate_issues, known_issues
+from moedispatch.selector import select
+
+AITER = "0.1.15.post3"
+
+
+def first_moe(model, target, tp, caps, builtins, aiter=AITER, ep=1):
+    plan = plan_model(load_model(model), caps(target, aiter), tp, ep, backends=builtins)
+    return next(d for d in plan.decisions if d.layer.kind == "moe")
+
+
+# model, target, tp, backend, inter/rank -> padded, hidden -> padded, kernel inter pad, source
+TABLE = [
+    ("gpt-oss-120b", "gfx950", 1, "aiter-flydsl", 2880, 3072, 2880, 3072, 0,
+     "vllm.md §12.6 (2880 -> 3072, 256 round-up); bias -> FlyDSL pads off from 0.1.15.post3 (aiter PR #3401)"),
+    ("gpt-oss-120b", "gfx950", 2, "aiter-flydsl", 1440, 1536, 2880, 3072, 0, "vllm.md §12.6 TP2 1440 -> 1536"),
+    ("gpt-oss-120b", "gfx950", 4, "aiter-flydsl", 720, 768, 2880, 3072, 0, "vllm.md §12.6 TP4 720 -> 768"),
+    ("gpt-oss-120b", "gfx950", 8, "aiter-flydsl", 360, 512, 2880, 3072, 0, "vllm.md §12.6 TP8 360 -> 512"),
+    ("gpt-oss-120b", "gfx942", 8, "triton", 360, 512, 2880, 3072, 152,
+     "vllm.md §4 (W4A16 on gfx942 -> TRITON); §12.2 256/256; Triton takes K = w.shape - pad"),
+    ("MiniMax-M3-MXFP4", "gfx950", 1, "aiter-flydsl", 3072, 3072, 6144, 6144, 0, "models_hw.md §A.4 (no pad)"),
+    ("MiniMax-M3-MXFP4", "gfx950", 2, "aiter-flydsl", 1536, 1536, 6144, 6144, 0, "models_hw.md §A.4"),
+    ("MiniMax-M3-MXFP4", "gfx950", 4, "aiter-flydsl", 768, 768, 6144, 6144, 0, "vllm.md §12.6 (TP4 768, no pad)"),
+    ("MiniMax-M3-MXFP4", "gfx950", 8, "aiter-flydsl", 384, 512, 6144, 6144, 0,
+     "vllm.md §12.6 (384 -> 512, model passes intermediate_pad=0, PR #46419)"),
+    ("MiniMax-M3-MXFP4", "gfx942", 1, "emulation", 3072, 3072, 6144, 6144, 0, "vllm.md §4 W4A4 on gfx942"),
+    ("MiniMax-M3-MXFP4", "gfx942", 2, "emulation", 1536, 1536, 6144, 6144, 0, "vllm.md §4"),
+    ("MiniMax-M3-MXFP4", "gfx942", 4, "emulation", 768, 768, 6144, 6144, 0, "vllm.md §4"),
+    ("MiniMax-M3-MXFP4", "gfx942", 8, "emulation", 384, 384, 6144, 6144, 0,
+     "vllm.md §4; emulation pads MX only to 32 (vllm.md §12.2) and 384 is 32-aligned"),
+    ("DeepSeek-V3", "gfx942", 8, "aiter-ck", 256, 256, 7168, 7168, 0, "aiter_sglang.md §3.3 a8w8blkscale, 128 tiles"),
+    ("DeepSeek-V3", "gfx950", 8, "aiter-ck", 256, 256, 7168, 7168, 0, "aiter_sglang.md §3.3 a8w8blkscale"),
+    ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx950", 8, "aiter-ck", 192, 256, 4096, 4096, 0,
+     "SGLang PR #18684/#21097 (seeds/003): AITER pads w2 to 128 -> 256; verified GSM8K 0.980 at TP8"),
+    ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx942", 8, "aiter-ck", 192, 256, 4096, 4096, 0, "as above"),
+    ("Qwen3-30B-A3B", "gfx950", 4, "aiter-ck", 192, 192, 2048, 2048, 0,
+     "vLLM PR #55368: CK bf16 N tile 64 when inter <= 192 (192 passes)"),
+    ("Qwen3-30B-A3B", "gfx950", 8, "aiter-ck", 96, 128, 2048, 2048, 0, "vLLM PR #55368: 96 -> multiple of 64"),
+    ("Mixtral-8x7B", "gfx942", 8, "aiter-ck", 1792, 1792, 4096, 4096, 0, "models_hw.md §A.4 (1792 = 14*128)"),
+    ("grok-1", "gfx942", 8, "aiter-ck", 4096, 4096, 6144, 6144, 0, "models_hw.md §A.1 (GELU-gated, CK _gelu)"),
+    ("Qwen3.5-397B-A17B-MXFP4", "gfx950", 8, "aiter-ck", 128, 256, 4096, 4096, 0,
+     "vllm.md §12.2 ROCm MXFP4 256 round-up; SGLang seeds/003 verified amd/Qwen3.5-397B-A17B-MXFP4 TP8 on AITER"),
+]
+
+
+@pytest.mark.parametrize("model,target,tp,backend,inter,inter_p,hidden,hidden_p,kpad,source", TABLE,
+                         ids=[f"{r[0]}-{r[1]}-tp{r[2]}" for r in TABLE])
+def test_deployment_table(model, target, tp, backend, inter, inter_p, hidden, hidden_p, kpad, source, caps, builtins):
+    d = first_moe(model, target, tp, caps, builtins)
+    assert d.backend == backend, (source, d.reasons, [r.to_dict() for r in d.rejected])
+    assert d.layer.intermediate_per_rank == inter
+    assert (d.padding.intermediate_per_rank, d.padding.hidden) == (inter_p, hidden_p), source
+    assert d.layer.hidden == hidden
+    assert d.padding.kernel_intermediate_pad == kpad, source
+    assert d.padding.zero_fill == (inter_p != inter or hidden_p != hidden)
+
+
+def test_minimax_m21_mxfp4_style_384_per_rank_pads_past_the_missing_ck_tile(caps, builtins):
+    """MiniMax-M2.1 MXFP4 at TP4 is 384/rank: CK has no a4w4 tile for 384 (vLLM #35637, ROCm/aiter#2191)."""
+    layer = MoELayer.build(hidden=3072, intermediate=1536, experts=256, top_k=8, tp=4, weight="mxfp4",
+                           act="mxfp4", model="MiniMax-M2.1-MXFP4")
+    d = select(layer, caps("gfx950", AITER), builtins)
+    assert d.backend == "aiter-ck"
+    assert d.padding.intermediate_per_rank == 512 and d.padding.zero_fill
+    assert any("aiter#2191" in r for r in d.reasons)
+
+
+def test_gpt_oss_before_flydsl_pad_forwarding_and_before_bias_guard(caps, builtins):
+    """<= 0.1.14.post1 FlyDSL never receives pads (aiter#3184); 0.1.15 forwards them but not the bias guard, so the
+    intermediate pad is forced to 0 for PR #3538 while the hidden pad is passed."""
+    old = first_moe("gpt-oss-120b", "gfx950", 8, caps, builtins, aiter="0.1.14")
+    assert old.backend == "aiter-flydsl"
+    assert (old.padding.kernel_hidden_pad, old.padding.kernel_intermediate_pad) == (0, 0)
+    mid = first_moe("gpt-oss-120b", "gfx950", 8, caps, builtins, aiter="0.1.15")
+    assert (mid.padding.kernel_hidden_pad, mid.padding.kernel_intermediate_pad) == (192, 0)
+    assert any("aiter-pr#3538" in r for r in mid.reasons)
+
+
+def test_cktile_kernel_pads_are_the_raw_pads(caps, builtins):
+    """CK-Tile converts pads to granules itself; pre-rounding/doubling broke gpt-oss TP8 (vLLM #44679, #46201)."""
+    layer = MoELayer.build(hidden=2880, intermediate=2880, experts=128, top_k=4, tp=8, weight="mxfp4", act="bf16",
+                           activation="swigluoai", activation_params={"alpha": 1.702, "limit": 7.0}, has_bias=True)
+    d = select(layer, caps("gfx950", AITER), builtins, force="aiter-cktile")
+    assert (d.padding.intermediate_per_rank, d.padding.intermediate_pad) == (512, 152)
+    assert (d.padding.kernel_hidden_pad, d.padding.kernel_intermediate_pad) == (192, 152)
+
+
+def test_cktile_mxfp4_wrong_output_issue_rejects_an_unpadded_384_plan(caps):
+    """aiter#5233: CK-Tile MXFP4 stage 2 is silently wrong when inter_dim % 256 != 0 — an unpadded plan is refused."""
+    layer = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=8, weight="mxfp4", act="bf16")
+    outcome = evaluate_issues("aiter-cktile", layer, caps("gfx950", "0.1.19"), Padding.none(layer))
+    assert any(r.startswith("[aiter#5233]") and "wrong output" in r for r in outcome.blocking)
+    padded = Padding.aligned(layer, hidden_multiple=256, intermediate_multiple=256)
+    outcome = evaluate_issues("aiter-cktile", layer, caps("gfx950", "0.1.19"), padded)
+    assert not outcome.blocking and any("avoids [aiter#5233]" in n for n in outcome.notes)
+
+
+def test_ck_bf16_rejects_224_unless_padded(caps):
+    """ROCm/aiter#5444: BF16 CK rejects inter_dim 224 (1792 at TP8); the planner pads to 256."""
+    layer = MoELayer.build(hidden=4096, intermediate=1792, experts=8, top_k=2, tp=8)
+    assert any(r.startswith("[aiter#5444]") for r in
+               evaluate_issues("aiter-ck", layer, caps("gfx942", AITER), Padding.none(layer)).blocking)
+    from moedispatch.plugins import get_registry
+
+    d = select(layer, caps("gfx942", AITER), get_registry().backends)
+    assert d.backend == "aiter-ck" and d.padding.intermediate_per_rank == 256
+
+
+def test_gfx942_fp8_block_reports_fnuz_conversion_and_the_m304_fault_caveat(caps, builtins):
+    d = first_moe("DeepSeek-V3", "gfx942", 8, caps, builtins)
+    assert any("e4m3fnuz" in r for r in d.reasons)
+    assert any("aiter#4783" in r and "caveat" in r for r in d.reasons)
+
+
+def test_no_aiter_falls_to_triton_for_fp8_and_names_the_missing_aiter(caps, builtins):
+    d = first_moe("DeepSeek-V3", "gfx950", 8, caps, builtins, aiter="none")
+    assert d.backend == "triton"
+    ck = d.rejection("aiter-ck")
+    assert any("AITER" in r and "not available" in r for r in ck.reasons)
+
+
+def test_gfx90a_has_no_fp8_so_only_emulation_runs_fp8_checkpoints(caps, builtins):
+    d = first_moe("DeepSeek-V3", "gfx90a", 8, caps, builtins, aiter="none")
+    assert d.backend == "emulation"
+    assert any("gfx90a" in r for r in d.rejection("triton").reasons)
+
+
+def test_mxfp8_on_gfx950_uses_triton_dot_scaled_until_aiter_has_flydsl_mxfp8(caps, builtins):
+    """vllm.md §1.3/§7: AITER_MXFP8 needs the FlyDSL MXFP8 MoE (HEAD); else TRITON_MXFP8 on gfx950."""
+    d = first_moe("MiniMax-M3-MXFP8", "gfx950", 4, caps, builtins)
+    assert d.backend == "triton"
+    assert any("0.1.21" in r for r in d.rejection("aiter-flydsl").reasons)
+    d = first_moe("MiniMax-M3-MXFP8", "gfx950", 4, caps, builtins, aiter="0.1.21")
+    assert d.backend == "aiter-flydsl"
+    assert first_moe("MiniMax-M3-MXFP8", "gfx942", 4, caps, builtins).backend == "emulation"
+
+
+MODELS = ["gpt-oss-120b", "MiniMax-M3-MXFP4", "DeepSeek-V3", "Qwen3-235B-A22B-Instruct-2507-FP8", "Qwen3-30B-A3B",
+          "Mixtral-8x7B", "grok-1", "MiniMax-M2.1", "GLM-4.7", "Kimi-K2", "Qwen3.5-397B-A17B-MXFP4",
+          "MiniMax-M3-MXFP8", "Qwen3-235B-A22B-Instruct-2507-MXFP4", "grok-2", "gpt-oss-20b"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("target,aiter", [("gfx942", AITER), ("gfx950", AITER), ("gfx950", "0.1.19"),
+                                          ("gfx950", "0.1.13.post1")])
+def test_invariants_over_models_targets_and_tp(model, target, aiter, caps, builtins):
+    """No decision lands on an unsupported tile or an unfixed wrong-output issue; pads are aligned and zero-filled."""
+    spec = load_model(model)
+    c = caps(target, aiter)
+    by_name = {b.name: b for b in builtins}
+    for tp in (1, 2, 4, 8):
+        try:
+            layers = expand_layers(spec, tp, 1)
+        except Exception:
+            continue
+        layer = next(la for la in layers if la.kind == "moe")
+        d = select(layer, c, builtins)
+        p = d.padding
+        assert p.hidden % p.hidden_multiple == 0 and p.intermediate_per_rank % p.intermediate_multiple == 0
+        assert p.zero_fill == p.padded
+        if d.backend != "emulation":
+            assert not evaluate_issues(d.backend, layer, c, p).blocking
+            assert by_name[d.backend].check(layer, c).supported
+
+
+def test_every_known_issue_has_id_source_and_effect():
+    issues = known_issues()
+    assert len(issues) >= 7
+    for i in issues:
+        assert i.id and i.source and i.effect
+    ids = {i.id for i in issues}
+    assert {"aiter#5233", "aiter-pr#3538", "aiter#5413", "aiter#5444", "aiter#2191", "aiter#4783",
+            "vllm-pr#46419"} <= ids
