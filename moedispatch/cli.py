@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from typing import Sequence
 
@@ -39,6 +38,7 @@ def _build_parser() -> _Parser:
     parser = _Parser(prog="moedispatch", description="Which MoE kernel is correct on an AMD GPU, per layer, and why.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log decisions (-v info, -vv debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     parser.add_argument("--log-format", choices=["console", "json"], default=None,
                         help="log rendering on stderr (default: console on a TTY, else JSON)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -56,6 +56,7 @@ def _build_parser() -> _Parser:
     explain.add_argument("--ep", type=_positive, default=1)
     explain.add_argument("--backend", help="force one backend (raises with its reasons if it cannot run)")
     explain.add_argument("--recipe", choices=["vllm", "sglang"], help="print an engine launch recipe")
+    explain.add_argument("--engine-version", help="engine release the recipe targets (default: newest known)")
     explain.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
 
     probe = sub.add_parser("probe", help="what this machine has: GPUs, AITER, packages (with provenance)")
@@ -79,16 +80,19 @@ def _build_parser() -> _Parser:
     return parser
 
 
-def _configure_logging(verbose: int, fmt: str | None) -> None:
+def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> None:
     import structlog
 
     if fmt is None:
         fmt = "console" if sys.stderr.isatty() else "json"
-    level = logging.WARNING
-    if verbose == 1 or (verbose == 0 and fmt == "json" and os.environ.get("MOEDISPATCH_LOG_DECISIONS") == "1"):
-        level = logging.INFO
+    # Operators: with JSON logs (explicit, or stderr is not a TTY) every decision is one INFO event
+    # (backend_selected: layer, backend, reasons, padding) so a fleet's logs can be queried; a TTY stays quiet
+    # unless -v. -q keeps only warnings.
+    level = logging.INFO if (fmt == "json" or verbose == 1) else logging.WARNING
     if verbose >= 2:
         level = logging.DEBUG
+    if quiet:
+        level = logging.WARNING
     renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if fmt == "console" \
         else structlog.processors.JSONRenderer(sort_keys=True)
 
@@ -133,7 +137,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if args.recipe:
         from moedispatch.recipes import render_recipe
 
-        _print(render_recipe(plan, args.recipe, fmt=args.format))
+        _print(render_recipe(plan, args.recipe, fmt=args.format, version=args.engine_version))
     elif args.format == "json":
         _print(render_json(plan))
     else:
@@ -271,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.command:
             raise UsageError("moedispatch: a command is required (explain, probe, backends, models, verify); "
                              "see moedispatch --help")
-        _configure_logging(args.verbose, args.log_format)
+        _configure_logging(args.verbose, args.log_format, args.quiet)
         return _COMMANDS[args.command](args)
     except NoBackendError as exc:
         sys.stderr.write(f"moedispatch: {exc}\n")
