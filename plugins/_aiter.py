@@ -41,3 +41,15 @@ def swiglu_decode_note(layer: MoELayer, combo: Combo) -> list[str]:
                 "(GPTOSS_SWIGLU_MXFP4_BF16_BOUND) and the checkpoint's MXFP4 activation QDQ only from M >= 256 "
                 "(ROCm/aiter aiter/fused_moe.py fused_moe_ at v0.1.15.post3; aiter_sglang.md §2.2)"]
     return []
+
+
+def tuned_coverage_note(caps: Capabilities) -> list[str]:
+    """Probed AITER only: whether its tuned fmoe CSVs have rows for this GPU's CU count (aiter_sglang.md §6-§7)."""
+    if caps.tuned_cu_nums is None or caps.compute_units is None:
+        return []
+    if caps.compute_units in caps.tuned_cu_nums:
+        return [f"AITER's tuned fmoe CSVs have rows for cu_num {caps.compute_units}"]
+    tuned = ", ".join(str(c) for c in sorted(caps.tuned_cu_nums)) or "none"
+    return [f"note: AITER's tuned fmoe CSVs have no rows for cu_num {caps.compute_units} (tuned: {tuned}), so "
+            "get_2stage_cfgs falls back to default heuristics for every shape — correct, maybe slower; MI300X/MI325X "
+            "(304 CUs) had none up to v0.1.15.post3 (aiter_sglang.md §6.1, §7.4)"]

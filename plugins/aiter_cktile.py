@@ -12,7 +12,7 @@ from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
 from moedispatch.rules import Combo, RuleBackend
 
-from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks
+from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, tuned_coverage_note
 
 _SRC = "CK-Tile inputs fp8×pk_fp4 / bf16×pk_fp4, bf16 out (aiter_sglang.md §3.4); 256 = vLLM ROCm MXFP4 round-up"
 _GFX950 = ("gfx950",)
@@ -53,6 +53,9 @@ class AiterCKTile(RuleBackend):
 
     def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
         return aiter_common_checks(layer, caps, combo)
+
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
+        return tuned_coverage_note(caps)
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
         notes = []

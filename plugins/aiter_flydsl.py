@@ -12,7 +12,7 @@ from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
 from moedispatch.rules import Combo, RuleBackend, need_feature
 
-from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, swiglu_decode_note
+from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, swiglu_decode_note, tuned_coverage_note
 
 _SRC = ("fp4 kernels use gfx950 scaled MFMA; stage-1/2 tile_k 256 for fp4 (mixed_moe_gemm_2stage.py; aiter_sglang.md "
         "§3.5); hidden/inter rounded to 256 as vLLM/SGLang do for AITER MXFP4")
@@ -61,7 +61,7 @@ class AiterFlyDSL(RuleBackend):
         return failures
 
     def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
-        return swiglu_decode_note(layer, combo)
+        return swiglu_decode_note(layer, combo) + tuned_coverage_note(caps)
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
         if not padding.padded:

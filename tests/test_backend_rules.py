@@ -184,3 +184,15 @@ def test_every_known_issue_has_id_source_and_effect():
     ids = {i.id for i in issues}
     assert {"aiter#5233", "aiter-pr#3538", "aiter#5413", "aiter#5444", "aiter#2191", "aiter#4783",
             "vllm-pr#46419"} <= ids
+
+
+def test_probed_aiter_without_tuned_rows_for_304_cus_is_noted(caps, builtins):
+    """v0.1.15.post3 ships tuned fmoe rows only for cu_num 80 and 256 (aiter_sglang.md §6.1): MI300X runs heuristics."""
+    import dataclasses
+
+    c = dataclasses.replace(caps("MI300X", AITER), tuned_cu_nums=frozenset({80, 256}))
+    d = first_moe("DeepSeek-V3", "gfx942", 8, lambda *a: c, builtins)
+    assert any("no rows for cu_num 304" in r for r in d.reasons)
+    c = dataclasses.replace(caps("MI355X", AITER), tuned_cu_nums=frozenset({80, 256}))
+    d = first_moe("DeepSeek-V3", "gfx950", 8, lambda *a: c, builtins)
+    assert any("have rows for cu_num 256" in r for r in d.reasons)
