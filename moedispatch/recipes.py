@@ -25,7 +25,7 @@ from moedispatch.selector import Decision
 
 __all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding"]
 
-_AITER = ("aiter-ck", "aiter-cktile", "aiter-flydsl")
+_AITER = ("aiter-asm", "aiter-ck", "aiter-cktile", "aiter-flydsl")
 
 
 @dataclass
@@ -195,7 +195,7 @@ def _padding_caveats(engine: str, version: str, d: Decision, caps: Capabilities)
                       if engine == "vllm" and d.backend in _AITER else ""))
     # Pads only matter to families that skip them: classic CK ignores pads (ROCm/aiter#5413), and FlyDSL drops them
     # when a bias is present from AITER 0.1.15.post3 (PR #3401).
-    pads_ignored = d.backend == "aiter-ck" or (
+    pads_ignored = d.backend in ("aiter-ck", "aiter-asm") or (
         d.backend == "aiter-flydsl" and layer.has_bias and caps.has_feature("flydsl_pad_bias_guard"))
     if kh is not None and ki is not None and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad) \
             and (h, i) == (p.hidden, p.intermediate_per_rank) and not pads_ignored:

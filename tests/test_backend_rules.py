@@ -9,7 +9,7 @@ import pytest
 
 from moedispatch.backend import Padding
 from moedispatch.explain import plan_model
-from moedispatch.layers import MoELayer
+from moedispatch.layers import MoELayer, QuantSpec
 from moedispatch.models import expand_layers, load_model
 from moedispatch.rules import evaluate_issues, known_issues
 from moedispatch.selector import select
@@ -196,3 +196,36 @@ def test_probed_aiter_without_tuned_rows_for_304_cus_is_noted(caps, builtins):
     c = dataclasses.replace(caps("MI355X", AITER), tuned_cu_nums=frozenset({80, 256}))
     d = first_moe("DeepSeek-V3", "gfx950", 8, lambda *a: c, builtins)
     assert any("have rows for cu_num 256" in r for r in d.reasons)
+
+
+def test_aiter_asm_pads_to_the_smallest_subgu_multiple(caps):
+    """hsa/gfx942 pertokenFp8 subGU_n {128..512 step 64} (aiter_sglang.md §3.1): 704 -> 768, 192 stays 192."""
+    from moedispatch_plugins.aiter_asm import AiterAsm
+
+    asm = AiterAsm()
+    c = caps("gfx942", AITER)
+    for inter, padded in ((5632, 5632), (1536, 1536), (192 * 8, 1536)):
+        layer = MoELayer.build(hidden=5120, intermediate=inter, experts=8, top_k=2, weight="fp8", act="fp8")
+        assert asm.plan_padding(layer, c).intermediate_per_rank == padded
+    layer = MoELayer.build(hidden=5120, intermediate=704, experts=8, top_k=2, weight="fp8", act="fp8")
+    assert asm.plan_padding(layer, c).intermediate_per_rank == 768
+    layer = MoELayer.build(hidden=5120, intermediate=192, experts=8, top_k=2, weight="fp8", act="fp8")
+    assert asm.plan_padding(layer, c).intermediate_per_rank == 192
+
+
+def test_aiter_asm_requires_the_probed_kernel_table(caps):
+    """With a probed catalog, the asm table for this arch/quant/activation must exist (hsa/<gfx>/fmoe/*.csv)."""
+    import dataclasses
+
+    from moedispatch_plugins.aiter_asm import AiterAsm
+
+    layer = MoELayer.build(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight=QuantSpec(
+        "fp8", "block128x128", scale_dtype="fp32"), act=QuantSpec("fp8", "group128", dynamic=True))
+    base = caps("gfx950", AITER)
+    with_table = dataclasses.replace(base, aiter_catalog=frozenset({"gfx950:fmoe_bf16_blockscaleFp8_g1u1_silu"}))
+    without = dataclasses.replace(base, aiter_catalog=frozenset({"gfx950:fmoe_bf16_pertokenFp8_g1u1_silu"}))
+    assert AiterAsm().check(layer, with_table).supported
+    verdict = AiterAsm().check(layer, without)
+    assert not verdict.supported
+    assert any("fmoe_bf16_blockscaleFp8_g1u1_silu" in r and "gfx950" in r for r in verdict.reasons)
+    assert AiterAsm().check(layer, base).supported  # simulated target: no catalog to contradict the DB

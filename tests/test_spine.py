@@ -155,8 +155,8 @@ def test_backends_and_models_commands(cli):
     proc = cli("backends", "--format", "json")
     assert proc.returncode == 0
     data = json.loads(proc.stdout)
-    assert [b["name"] for b in data["backends"]] == ["aiter-ck", "aiter-flydsl", "aiter-cktile", "triton",
-                                                      "emulation"]
+    assert [b["name"] for b in data["backends"]] == ["aiter-ck", "aiter-flydsl", "aiter-cktile", "aiter-asm",
+                                                      "triton", "emulation"]
     assert all(p["builtin"] and not p["errors"] for p in data["plugins"])
     proc = cli("models", "--format", "json")
     names = {m["name"] for m in json.loads(proc.stdout)["models"]}

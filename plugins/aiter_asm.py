@@ -1,0 +1,100 @@
+"""``aiter-asm``: AITER ASM 1-stage fused MoE (``fmoe_g1u1``, ``fmoe_fp8_blockscale_g1u1``; hsa/<gfx>/fmoe/*.csv).
+
+Facts: ROCm/aiter csrc/py_itfs_cu/asm_fmoe.cu, aiter/fused_moe.py fused_moe_1stage_dict, hsa/<gfx>/fmoe/**/*.csv
+at v0.1.15.post3 — moedispatch reference aiter_sglang.md §2.1, §3.1. The heuristic picks a kernel whose ``subGU_n``
+divides inter_dim ("No suitable kernel found for inter_dim" otherwise); pads are ignored (zero-fill required).
+When the probe read the installed AITER's kernel tables, the table for this arch/quant/activation must exist.
+"""
+
+from __future__ import annotations
+
+from moedispatch import hookimpl
+from moedispatch.backend import Padding
+from moedispatch.capabilities import Capabilities
+from moedispatch.layers import MoELayer
+from moedispatch.rules import Combo, RuleBackend
+
+from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, tuned_coverage_note
+
+_SRC = "hsa/<gfx>/fmoe kernel tables, subGU_n sets (aiter_sglang.md §3.1)"
+
+#: subGU_n per (table tag, gfx) — aiter_sglang.md §3.1 table.
+SUBGU_N = {
+    ("pertokenFp8", "gfx942"): (128, 192, 256, 320, 384, 448, 512),
+    ("blockscaleFp8", "gfx942"): (128, 256),
+    ("blockscaleFp8", "gfx950"): (128, 256, 384),
+    ("pertokenMXfp4", "gfx950"): (256, 512),
+}
+
+
+def _subgu(tag: str):
+    def multiple(inter: int, gfx: str | None) -> int:
+        sizes = SUBGU_N.get((tag, gfx or ""), ())
+        if not sizes:
+            return 1
+        # Smallest padded size >= inter that some kernel's subGU_n divides; return that subGU_n so that
+        # round_up(inter, n) lands exactly on it (minimal padding, "no more, no less").
+        candidates = [(-(-inter // n) * n, n) for n in sizes]
+        return min(candidates)[1]
+    return multiple
+
+
+COMBOS = (
+    Combo("fp8", "fp8", ("gfx942",), "ASM 1-stage fmoe_g1u1 per-token fp8 (pertokenFp8)", _SRC,
+          weight_granularity=("tensor", "channel"), act_granularity=("tensor", "token"),
+          hidden_multiple=128, inter_multiple=_subgu("pertokenFp8")),
+    Combo("fp8", "fp8", ("gfx942", "gfx950"), "ASM 1-stage fmoe_fp8_blockscale_g1u1 (blockscaleFp8)",
+          _SRC + "; blockscale also needs inter % 128 == 0, bf16 output, 128x128 scale blocks",
+          weight_granularity=("block128x128",), act_granularity=("group128", "token"),
+          hidden_multiple=128, inter_multiple=_subgu("blockscaleFp8")),
+    Combo("mxfp4", "mxfp4", ("gfx950",), "ASM 1-stage fmoe_g1u1 MXFP4 (pertokenMXfp4)", _SRC, feature="mxfp4_moe",
+          hidden_multiple=256, inter_multiple=_subgu("pertokenMXfp4")),
+)
+
+def _table_tag(combo: Combo) -> str:
+    """The kernel-table tag in the combo's kernel name (``pertokenFp8`` …), as in hsa/<gfx>/fmoe/*.csv names."""
+    return next(tag for tag in ("pertokenFp8", "blockscaleFp8", "pertokenMXfp4") if tag in combo.kernel)
+
+
+class AiterAsm(RuleBackend):
+    name = "aiter-asm"
+    preference = 50
+    family = "asm"
+    description = "AITER ASM 1-stage fused MoE (hand-written fmoe kernels per arch)"
+    combos = COMBOS
+    requires_aiter = True
+    min_cdna = 3
+    arch_source = AITER_ARCH_SOURCE
+    activations = {"silu": "hsa/<gfx>/fmoe/silu tables", "gelu": "hsa/<gfx>/fmoe/gelu tables"}
+    bias_supported = False
+    bias_source = "the asm fmoe kernels take no bias (aiter/ops/moe_op.py bindings, aiter_sglang.md §3.1) [D]"
+
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+        failures = aiter_common_checks(layer, caps, combo)
+        if combo is not None and caps.aiter_catalog is not None and layer.activation in self.activations:
+            tag = _table_tag(combo)
+            wanted = f"{caps.gfx}:fmoe_bf16_{tag}_g1u1_{layer.activation}"
+            if wanted not in caps.aiter_catalog:
+                failures.append(f"the installed AITER ships no asm kernel table fmoe_bf16_{tag}_g1u1_"
+                                f"{layer.activation} for {caps.gfx} (probed hsa/{caps.gfx}/fmoe catalogs)")
+        return failures
+
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
+        notes = ["AITER's heuristic runs ASM 1-stage only in some token ranges (e.g. per_1x128 when tokens > 32); "
+                 "other batches go to its 2-stage kernels (aiter_sglang.md §3.1, §7.4)"]
+        if caps.aiter_catalog is not None:
+            notes.append(f"kernel table fmoe_bf16_{_table_tag(combo)}_g1u1_{layer.activation} present in the "
+                         f"installed AITER for {caps.gfx}")
+        return notes + tuned_coverage_note(caps)
+
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
+        notes = []
+        if padding.padded:
+            notes.append("kernel pads 0: ASM 1-stage has no pad parameters and computes over the zero-filled "
+                         "padded extent (aiter_sglang.md §3.1, §5)")
+        return 0, 0, notes
+
+
+@hookimpl
+def register_backends():
+    return [AiterAsm()]
