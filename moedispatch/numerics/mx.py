@@ -317,17 +317,67 @@ def _blocked(x: torch.Tensor, block: int) -> tuple[torch.Tensor, int]:
     return x.reshape(*x.shape[:-1], nb, block), k
 
 
-def _scaled_round(x: torch.Tensor, f: MXFormat, block: int, scale_rounding: str):
-    """Shared part of quantize and QDQ: returns (rounded elements [..., nb, block], exponent [..., nb], K, nan_blocks)."""
+#: Elements per step of the quantizer. It is a dozen elementwise passes, so it works on cache-sized row chunks rather
+#: than whole weight tensors, and each chunk stays below torch's intra-op grain size (32768 elements) so every op runs
+#: inline on the calling thread: no OpenMP barrier per op (thousands of them), which on a loaded 2-core machine cost
+#: 5-10x. Large tensors spread their chunks over a small thread pool instead (torch releases the GIL inside ops).
+_CHUNK_ELEMS = (1 << 15) - 1
+_POOL_MIN_CHUNKS = 16
+_POOL = None
+
+
+def _chunk_rows(rows: int, k: int):
+    step = max(1, _CHUNK_ELEMS // max(k, 1))
+    for start in range(0, rows, step):
+        yield start, min(rows, start + step)
+
+
+def _for_chunks(rows: int, k: int, job) -> None:
+    """Run ``job(a, b)`` over the row chunks, on a thread pool when there are many."""
+    global _POOL
+    chunks = list(_chunk_rows(rows, k))
+    workers = min(4, torch.get_num_threads())
+    if len(chunks) < _POOL_MIN_CHUNKS or workers < 2:
+        for a, b in chunks:
+            job(a, b)
+        return
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="moedispatch-mx")
+    step = -(-len(chunks) // (4 * workers))
+    groups = [chunks[i:i + step] for i in range(0, len(chunks), step)]
+
+    def run_group(group):
+        for a, b in group:
+            job(a, b)
+
+    for fut in [_POOL.submit(run_group, g) for g in groups]:
+        fut.result()
+
+
+def _quantize_chunk(x: torch.Tensor, f: MXFormat, block: int, scale_rounding: str, want_codes: bool):
+    """One ``[rows, K]`` chunk: ``(codes [rows, K or ceil(K/2)], scale bytes [rows, nb])`` or the QDQ values."""
     xb, k = _blocked(x.to(torch.float32), block)
     amax = xb.abs().amax(dim=-1)
     bad = ~torch.isfinite(amax)  # amax propagates NaN; an Inf makes it Inf
     exp = shared_exponent(amax, f, scale_rounding)
-    scale_inv = _pow2((-exp).clamp(-127, 127))
-    y = xb * scale_inv.unsqueeze(-1)
-    y = torch.where(bad.unsqueeze(-1), torch.zeros_like(y), y)
+    y = xb * _pow2((-exp).clamp(-127, 127)).unsqueeze(-1)
+    any_bad = bool(bad.any())
+    if any_bad:
+        y = y.masked_fill(bad.unsqueeze(-1), 0.0)
     q = _round_elements(y, f)
-    return q, exp, k, bad
+    scale_bytes = (exp + 127).to(torch.uint8)
+    if any_bad:
+        scale_bytes = scale_bytes.masked_fill(bad, _E8M0_NAN)
+    if not want_codes:
+        return (q * e8m0_to_float(scale_bytes).unsqueeze(-1)).reshape(x.shape[0], -1)[:, :k]
+    codes = _encode(q, f).reshape(x.shape[0], -1)[:, :k]
+    if f.packed:
+        if k % 2:
+            codes = torch.nn.functional.pad(codes, (0, 1))
+        codes = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return codes, scale_bytes
 
 
 def quantize_mx(x: torch.Tensor, fmt: str, block: int = 32, scale_rounding: str = "floor", axis: int = -1) -> MXTensor:
@@ -340,14 +390,18 @@ def quantize_mx(x: torch.Tensor, fmt: str, block: int = 32, scale_rounding: str 
         raise ValueError("quantize_mx needs at least one dimension")
     ax = axis % x.ndim
     xm = x.movedim(ax, -1)
-    q, exp, k, bad = _scaled_round(xm, f, block, scale_rounding)
-    codes = _encode(q, f).reshape(*q.shape[:-2], -1)[..., :k]
-    if f.packed:
-        if k % 2:
-            codes = torch.nn.functional.pad(codes, (0, 1))
-        codes = (codes[..., 0::2] | (codes[..., 1::2] << 4)).contiguous()
-    scales = torch.where(bad, torch.full_like(exp, _E8M0_NAN), exp + 127).to(torch.uint8)
-    return MXTensor(f.name, shape, codes.contiguous(), scales.contiguous(), block, ax, scale_rounding)
+    lead, k = tuple(xm.shape[:-1]), xm.shape[-1]
+    x2 = xm.reshape(-1, k)
+    rows = x2.shape[0]
+    nb = -(-k // block)
+    codes = torch.empty(rows, -(-k // 2) if f.packed else k, dtype=torch.uint8)
+    scales = torch.empty(rows, nb, dtype=torch.uint8)
+
+    def job(a: int, b: int) -> None:
+        codes[a:b], scales[a:b] = _quantize_chunk(x2[a:b], f, block, scale_rounding, True)
+
+    _for_chunks(rows, k, job)
+    return MXTensor(f.name, shape, codes.reshape(*lead, -1), scales.reshape(*lead, nb), block, ax, scale_rounding)
 
 
 def _decode(codes: torch.Tensor, f: MXFormat, k: int) -> torch.Tensor:
@@ -382,8 +436,13 @@ def qdq_mx(x: torch.Tensor, fmt: str, block: int = 32, scale_rounding: str = "fl
         raise ValueError(f"unknown scale_rounding {scale_rounding!r}; expected one of {', '.join(SCALE_ROUNDINGS)}")
     ax = axis % x.ndim
     xm = x.movedim(ax, -1)
-    q, exp, k, bad = _scaled_round(xm, f, block, scale_rounding)
-    out = q * e8m0_to_float(torch.where(bad, torch.full_like(exp, _E8M0_NAN), exp + 127)).unsqueeze(-1)
-    out = out.reshape(*out.shape[:-2], -1)[..., :k]
-    return out.movedim(-1, ax) if ax != x.ndim - 1 else out
+    lead, k = tuple(xm.shape[:-1]), xm.shape[-1]
+    x2 = xm.reshape(-1, k)
+    out = torch.empty(x2.shape, dtype=torch.float32)
 
+    def job(a: int, b: int) -> None:
+        out[a:b] = _quantize_chunk(x2[a:b], f, block, scale_rounding, False)
+
+    _for_chunks(x2.shape[0], k, job)
+    out = out.reshape(*lead, k)
+    return out.movedim(-1, ax) if ax != x.ndim - 1 else out
