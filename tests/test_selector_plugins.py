@@ -185,9 +185,13 @@ def test_entry_point_import_failure_is_reported_not_fatal(monkeypatch):
 
 def test_library_is_silent_unless_the_host_configures_logging(caps, builtins, capsys):
     """No stdout/stderr output from selection, even for warnings, when the host configured nothing."""
-    root = logging.getLogger()
-    saved = root.handlers[:]
+    root, ours = logging.getLogger(), logging.getLogger("moedispatch")
+    saved = root.handlers[:], ours.handlers[:], ours.level, ours.propagate
+    # An in-process CLI run earlier in the session may have configured our logger: start from a bare host.
     root.handlers = []
+    ours.handlers = [h for h in ours.handlers if isinstance(h, logging.NullHandler)]
+    ours.setLevel(logging.NOTSET)
+    ours.propagate = True
     try:
         from moedispatch.engine import select_moe_backend
 
@@ -195,7 +199,8 @@ def test_library_is_silent_unless_the_host_configures_logging(caps, builtins, ca
                            tp_size=8)
         select_uncached(LAYER, caps("gfx942"), builtins)
     finally:
-        root.handlers = saved
+        root.handlers, ours.handlers, level, ours.propagate = saved
+        ours.setLevel(level)
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
 
