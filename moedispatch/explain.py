@@ -91,7 +91,7 @@ def plan_model(
             decisions.append(select(layer, caps, backends, force, strict=strict))
         except NoBackendError as exc:
             decisions.append(exc.decision)
-    out_warnings = list(warnings) + list(caps.notes)
+    out_warnings = list(warnings) + list(caps.notes) + list(model.notes)
     emulated = [d.layer.index for d in decisions if d.backend == "emulation"]
     if emulated:
         out_warnings.append(
