@@ -75,16 +75,82 @@ def list_model_files() -> tuple[str, ...]:
 
 # -- GPUs ------------------------------------------------------------------------------------------------------
 
+def _type_name(value: Any) -> str:
+    return {str: "a string", int: "an integer", bool: "a boolean", float: "a number", list: "an array",
+            dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _need(value: Any, types: type | tuple[type, ...], where: str, key: str, what: str) -> Any:
+    """``value`` if it has one of ``types`` (bool is not an int here), else CapabilityDBError naming file/key."""
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in (
+        types if isinstance(types, tuple) else (types,)))
+    if not ok:
+        raise CapabilityDBError(f"{where}: {key} must be {what}, got {_type_name(value)} {value!r:.60}")
+    return value
+
+
+def _table(data: Any, key: str, where: str) -> dict[str, Any]:
+    if key not in data:
+        raise CapabilityDBError(f"{where}: missing table [{key}]")
+    return _need(data[key], dict, where, f"[{key}]", "a table")
+
+
+def _str_list(value: Any, where: str, key: str) -> list[str]:
+    _need(value, list, where, key, "an array of strings")
+    for item in value:
+        _need(item, str, where, key, "an array of strings")
+    return value
+
+
 @functools.lru_cache(maxsize=None)
 def gpus() -> dict[str, Any]:
+    """gpus.toml, checked at load: a broken entry raises CapabilityDBError naming file, key and problem."""
+    where = "capability_db/gpus.toml"
     data = load_toml("gpus.toml")
-    for key in ("default", "arch"):
-        if key not in data:
-            raise CapabilityDBError(f"capability_db/gpus.toml: missing table [{key}]")
-    for gfx, entry in data["arch"].items():
+    default = _table(data, "default", where)
+    arch = _table(data, "arch", where)
+    if not arch:
+        raise CapabilityDBError(f"{where}: [arch] lists no GPU arch")
+    for gfx, entry in arch.items():
+        at = f"{where}: [arch.{gfx}]"
+        _need(entry, dict, where, f"[arch.{gfx}]", "a table")
         for req in ("family", "cdna", "fp8", "native_mx", "source", "products"):
             if req not in entry:
-                raise CapabilityDBError(f"capability_db/gpus.toml: [arch.{gfx}] lacks key {req!r}")
+                raise CapabilityDBError(f"{at} lacks key {req!r}")
+        _need(entry["family"], str, at, "family", "a string")
+        _need(entry["cdna"], int, at, "cdna", "an integer")
+        _need(entry["fp8"], str, at, "fp8", "a string (\"\" for none)")
+        _need(entry["native_mx"], bool, at, "native_mx", "a boolean")
+        _need(entry["source"], str, at, "source", "a string")
+        products = _need(entry["products"], list, at, "products", "a non-empty array of tables")
+        if not products:
+            raise CapabilityDBError(f"{at}: products must be a non-empty array of tables")
+        for n, product in enumerate(products):
+            pwhere = f"{at} products[{n}]"
+            _need(product, dict, at, f"products[{n}]", "a table")
+            for req in ("name", "compute_units"):
+                if req not in product:
+                    raise CapabilityDBError(f"{pwhere} lacks key {req!r}")
+            _need(product["name"], str, pwhere, "name", "a string")
+            if _need(product["compute_units"], int, pwhere, "compute_units", "a positive integer") <= 0:
+                raise CapabilityDBError(f"{pwhere}: compute_units must be a positive integer, "
+                                        f"got {product['compute_units']}")
+            if "device_ids" in product:
+                _str_list(product["device_ids"], pwhere, "device_ids")
+    aliases = _need(data.get("aliases", {}), dict, where, "[aliases]", "a table")
+    for alias, target in aliases.items():
+        _need(target, str, where, f"aliases.{alias}", "a string")
+        if target not in arch:
+            raise CapabilityDBError(f"{where}: aliases.{alias} = {target!r} is not an [arch.*] entry")
+    if "gfx" not in default:
+        raise CapabilityDBError(f"{where}: [default] lacks key 'gfx'")
+    if _need(default["gfx"], str, where, "default.gfx", "a string") not in arch:
+        raise CapabilityDBError(f"{where}: default.gfx = {default['gfx']!r} is not an [arch.*] entry")
+    if "product" in default:
+        names = [p["name"] for p in arch[default["gfx"]]["products"]]
+        if _need(default["product"], str, where, "default.product", "a string") not in names:
+            raise CapabilityDBError(f"{where}: default.product = {default['product']!r} is not a product of "
+                                    f"[arch.{default['gfx']}] ({', '.join(names)})")
     return data
 
 
@@ -156,21 +222,64 @@ def product_for(gfx: str, compute_units: int | None = None, device_id: str | Non
 
 # -- AITER -----------------------------------------------------------------------------------------------------
 
+def _pep440(text: Any, where: str, key: str) -> Version:
+    _need(text, str, where, key, "a PEP 440 version string")
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise CapabilityDBError(f"{where}: {key} = {text!r} is not a PEP 440 version") from None
+
+
+def _specifier(text: Any, where: str, key: str) -> SpecifierSet:
+    _need(text, str, where, key, "a PEP 440 specifier string")
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise CapabilityDBError(f"{where}: {key} = {text!r} is not a PEP 440 specifier") from None
+
+
 @functools.lru_cache(maxsize=None)
 def aiter_db() -> dict[str, Any]:
+    """aiter.toml, checked at load: a broken entry raises CapabilityDBError naming file, key and problem."""
+    where = "capability_db/aiter.toml"
     data = load_toml("aiter.toml")
     if "known_versions" not in data or "features" not in data:
-        raise CapabilityDBError("capability_db/aiter.toml: needs known_versions and [features.*]")
+        raise CapabilityDBError(f"{where}: needs known_versions and [features.*]")
+    versions = _need(data["known_versions"], list, where, "known_versions", "a non-empty array of versions")
+    if not versions:
+        raise CapabilityDBError(f"{where}: known_versions must be a non-empty array of versions")
+    for n, text in enumerate(versions):
+        _pep440(text, where, f"known_versions[{n}]")
+    _need(data["features"], dict, where, "[features]", "a table")
     for name, feat in data["features"].items():
+        fwhere = f"{where}: [features.{name}]"
+        _need(feat, dict, where, f"[features.{name}]", "a table")
         for req in ("since", "what", "source"):
             if req not in feat:
-                raise CapabilityDBError(f"capability_db/aiter.toml: [features.{name}] lacks key {req!r}")
+                raise CapabilityDBError(f"{fwhere} lacks key {req!r}")
+        _need(feat["what"], str, fwhere, "what", "a string")
+        _need(feat["source"], str, fwhere, "source", "a string")
+        for opt in ("short", "cite"):
+            if opt in feat:
+                _need(feat[opt], str, fwhere, opt, "a string")
+        if not isinstance(feat["since"], str):
+            _need(feat["since"], str, fwhere, "since", "a PEP 440 version string")
         try:
             Version(feat["since"])
         except InvalidVersion:
-            raise CapabilityDBError(
-                f"capability_db/aiter.toml: [features.{name}] since={feat['since']!r} is not a PEP 440 version"
-            ) from None
+            raise CapabilityDBError(f"{fwhere} since={feat['since']!r} is not a PEP 440 version") from None
+        for n, text in enumerate(_str_list(feat.get("absent_in", []), fwhere, "absent_in")):
+            _pep440(text, fwhere, f"absent_in[{n}]")
+    pins = _need(data.get("flydsl_pins", []), list, where, "flydsl_pins", "an array of tables")
+    for n, pin in enumerate(pins):
+        pwhere = f"{where}: flydsl_pins[{n}]"
+        _need(pin, dict, where, f"flydsl_pins[{n}]", "a table")
+        for req in ("aiter", "flydsl", "source"):
+            if req not in pin:
+                raise CapabilityDBError(f"{pwhere} lacks key {req!r}")
+        _specifier(pin["aiter"], pwhere, "aiter")
+        _specifier(pin["flydsl"], pwhere, "flydsl")
+        _need(pin["source"], str, pwhere, "source", "a string")
     return data
 
 
@@ -197,7 +306,10 @@ def default_aiter_version() -> str:
 
 
 def feature_info(name: str) -> dict[str, Any]:
-    return aiter_db()["features"][name]
+    try:
+        return aiter_db()["features"][name]
+    except KeyError:
+        raise CapabilityDBError(f"capability_db/aiter.toml: no [features.{name}] (a backend rule needs it)") from None
 
 
 def flydsl_pin(aiter_version: str) -> tuple[str, str] | None:

@@ -14,7 +14,7 @@ from typing import Any
 from moedispatch import capdb
 from moedispatch._log import get_logger
 from moedispatch.capabilities import Capabilities
-from moedispatch.errors import UsageError
+from moedispatch.errors import NoBackendError, UsageError
 from moedispatch.layers import MoELayer, QuantSpec
 from moedispatch.selector import Decision, select
 
@@ -137,16 +137,60 @@ def select_moe_backend(
     ``caps=None`` probes once per process. Raises :class:`NoBackendError` (with the Decision) when nothing is
     correct, or when ``force`` names a backend that fails its checks — never a silent fallback.
     """
-    if layer is None:
-        layer = _layer_from_fields(layer_fields)
-    elif layer_fields:
-        raise UsageError("select_moe_backend(): pass either layer= or layer fields, not both")
     if caps is None:
-        caps = default_capabilities()
+        caps = _caps if _caps is not None else default_capabilities()
+    registry = _registry(strict)
+    if layer is not None:
+        if layer_fields:
+            raise UsageError("select_moe_backend(): pass either layer= or layer fields, not both")
+        return select(layer, caps, registry.backends, force, strict=strict)
+    # Fast path: an engine asks with the same raw values for every layer of a model; key on them (and on the
+    # identity of caps and registry) before building and hashing a MoELayer.
+    try:
+        key = (tuple(layer_fields.items()), force, strict)
+        hash(key)
+    except TypeError:  # an unhashable value (e.g. activation_params as a dict): the normal path
+        key = None
+    if key is not None:
+        memo = _fast.get(id(caps))
+        if memo is not None and memo[0] is caps and memo[1] is registry:
+            hit = memo[2].get(key)
+            if hit is not None:
+                if type(hit) is NoBackendError:
+                    raise NoBackendError(str(hit), hit.decision)
+                return hit
+        else:
+            memo = (caps, registry, {})
+            if len(_fast) >= 64:
+                _fast.clear()
+            _fast[id(caps)] = memo
+    layer = _layer_from_fields(layer_fields)
+    try:
+        decision = select(layer, caps, registry.backends, force, strict=strict)
+    except NoBackendError as exc:
+        if key is not None:
+            _remember(memo[2], key, exc)
+        raise
+    if key is not None:
+        _remember(memo[2], key, decision)
+    return decision
+
+
+# id(caps) -> (caps, registry, {(raw fields, force, strict): Decision | NoBackendError}); the stored caps/registry
+# objects keep the ids valid and are compared by identity, so a new registry (reset_registry) or caps starts over.
+_fast: dict[int, tuple[Capabilities, Any, dict]] = {}
+
+
+def _remember(memo: dict, key: tuple, value: Any) -> None:
+    if len(memo) >= 4096:
+        memo.clear()
+    memo[key] = value
+
+
+def _registry(strict: bool) -> Any:
     from moedispatch.plugins import get_registry
 
-    registry = get_registry(strict=strict)
-    return select(layer, caps, registry.backends, force, strict=strict)
+    return get_registry(strict=strict)
 
 
 def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: int = 1, *,

@@ -5,12 +5,18 @@ Built-in backends (package ``moedispatch_plugins``) come through the same entry 
 entry-point or backend names; an empty ``MOEDISPATCH_LOAD_PLUGINS`` loads none. A plugin that fails to import,
 raises in ``register_backends`` or returns garbage is recorded (``PluginRecord.errors``) and skipped, unless
 ``strict`` is set, which raises :class:`PluginError` instead.
+
+Third-party code runs under a deadline: importing a plugin, its ``register_backends`` and (in the selector) each
+backend's ``check``/``plan_padding`` run on a daemon worker thread, and a call that does not return within
+:func:`plugin_timeout` seconds (``MOEDISPATCH_PLUGIN_TIMEOUT``, default 10) is reported as
+``… timed out after Ns`` while selection goes on. Built-in backends are called directly (no thread, microseconds).
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import queue
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -23,9 +29,98 @@ from moedispatch._log import get_logger
 from moedispatch.backend import Backend
 from moedispatch.errors import PluginError
 
-__all__ = ["PluginRecord", "Registry", "get_registry", "build_registry", "reset_registry"]
+__all__ = ["PluginRecord", "Registry", "get_registry", "build_registry", "reset_registry", "call_with_deadline",
+           "plugin_timeout", "PluginTimeout", "DEFAULT_PLUGIN_TIMEOUT_S"]
 
 log = get_logger(__name__)
+
+#: Seconds a third-party plugin call (import, register_backends, check, plan_padding) may take.
+DEFAULT_PLUGIN_TIMEOUT_S = 10.0
+
+
+class PluginTimeout(Exception):
+    """A third-party plugin call did not return in time; ``str()`` is ``"<what> timed out after <N>s"``."""
+
+
+def plugin_timeout() -> float:
+    """The deadline for one third-party plugin call: ``MOEDISPATCH_PLUGIN_TIMEOUT`` seconds, else the default."""
+    raw = os.environ.get("MOEDISPATCH_PLUGIN_TIMEOUT")
+    if raw:
+        try:
+            value = float(raw)
+            if value > 0:
+                return value
+        except ValueError:
+            pass
+    return DEFAULT_PLUGIN_TIMEOUT_S
+
+
+class _Task:
+    __slots__ = ("fn", "args", "done", "value", "error")
+
+    def __init__(self, fn: Any, args: tuple) -> None:
+        self.fn, self.args = fn, args
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from a plugin are its failure too
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+class _Workers:
+    """Daemon worker threads for third-party plugin calls. A worker stuck in a hung plugin stays stuck (Python
+    cannot kill a thread) but is daemonic, so it never blocks interpreter exit; new work gets a fresh worker."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._started = 0
+
+    def _loop(self) -> None:
+        while True:
+            task = self._tasks.get()
+            task.run()
+            task = None  # type: ignore[assignment]  # drop references while idle
+            with self._lock:
+                self._idle += 1
+
+    def submit(self, task: _Task) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._started += 1
+                threading.Thread(target=self._loop, name=f"moedispatch-plugin-{self._started}", daemon=True).start()
+        self._tasks.put(task)
+
+
+_workers = _Workers()
+
+
+def call_with_deadline(fn: Any, args: tuple = (), *, what: str, timeout: float | None = None) -> Any:
+    """``fn(*args)`` on a worker thread; its result, its exception re-raised, or :class:`PluginTimeout`.
+
+    ``what`` names the call in the timeout message (``check()`` → ``check() timed out after 5s``). A
+    ``BaseException`` such as ``SystemExit`` raised by the plugin comes back wrapped in a ``RuntimeError`` so it
+    is isolated like any other plugin failure.
+    """
+    limit = plugin_timeout() if timeout is None else timeout
+    task = _Task(fn, args)
+    _workers.submit(task)
+    if not task.done.wait(limit):
+        raise PluginTimeout(f"{what} timed out after {limit:g}s")
+    if task.error is not None:
+        if isinstance(task.error, Exception):
+            raise task.error
+        raise RuntimeError(f"{type(task.error).__name__}: {task.error}") from task.error
+    return task.value
 
 
 @dataclass(frozen=True)
@@ -124,15 +219,25 @@ class _Collector:
             # Called one plugin at a time (not through pm.hook) so a failure is attributed to its plugin; there is
             # one hook and no wrappers, so nothing of pluggy's call ordering is bypassed that matters here.
             try:
-                result = impl.function()
-                items = list(result) if result is not None else []
+                if builtin:
+                    items = _collect(impl.function)
+                else:
+                    items = call_with_deadline(_collect, (impl.function,), what="register_backends")
+            except (PluginTimeout, _BadReturn) as exc:
+                message = str(exc)
+                self.fail(f"plugin {name!r}: {message}")
+                errors.append(message)
+                continue
             except Exception as exc:
                 message = f"register_backends raised {_fmt_exc(exc)}"
                 self.fail(f"plugin {name!r}: {message}")
                 errors.append(message)
                 continue
             for item in items:
-                problem = _validate_backend(item)
+                try:
+                    problem = _validate_backend(item)
+                except Exception as exc:  # a name/preference property that raises
+                    problem = f"register_backends returned a backend whose attributes raise {_fmt_exc(exc)}"
                 if problem:
                     self.fail(f"plugin {name!r}: {problem}")
                     errors.append(problem)
@@ -149,6 +254,20 @@ class _Collector:
                 self.backends.append(item)
                 contributed.append(item.name)
         self.records.append(PluginRecord(name, package, version, hooks, tuple(contributed), tuple(errors), builtin))
+
+
+class _BadReturn(Exception):
+    pass
+
+
+def _collect(register: Any) -> list[Any]:
+    """Call a ``register_backends`` implementation and materialize its iterable (inside the deadline)."""
+    result = register()
+    if result is None:
+        return []
+    if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__iter__"):
+        raise _BadReturn(f"register_backends returned {type(result).__name__}, not an iterable of moedispatch.Backend")
+    return list(result)
 
 
 def _validate_backend(item: Any) -> str | None:
@@ -190,7 +309,12 @@ def build_registry(
             version = dist.version if dist is not None else None
             builtin = ep.value.split(":")[0].startswith("moedispatch_plugins")
             try:
-                module = ep.load()
+                module = ep.load() if builtin else call_with_deadline(ep.load, what="import")
+            except PluginTimeout as exc:
+                message = str(exc)
+                collector.fail(f"plugin {ep.name!r}: {message}")
+                collector.records.append(PluginRecord(ep.name, package, version, (), (), (message,), builtin))
+                continue
             except Exception as exc:
                 message = f"import failed: {_fmt_exc(exc)}"
                 collector.fail(f"plugin {ep.name!r}: {message}")

@@ -113,6 +113,58 @@ _PRED_KEYS = {"gfx", "weight", "act", "activation", "has_bias", "inter_mod", "in
 _FIX_KEYS = {"pad_intermediate_to", "kernel_intermediate_pad", "route", "reject", "caveat"}
 
 
+# Value types of predicate / workaround keys (a wrong type would otherwise fail later, mid-selection).
+_STR_LIST, _INT_LIST = "an array of strings", "an array of integers"
+_PRED_TYPES: dict[str, str] = {
+    "gfx": _STR_LIST, "weight": _STR_LIST, "act": _STR_LIST, "activation": _STR_LIST, "model_type": _STR_LIST,
+    "weight_granularity": _STR_LIST, "has_bias": "a boolean", "inter_mod": "a positive integer",
+    "inter_in": _INT_LIST, "unpadded_inter_in": _INT_LIST, "kernel_inter_pad_gt": "a non-negative integer",
+    "tokens": _INT_LIST,
+}
+_FIX_TYPES: dict[str, str] = {
+    "pad_intermediate_to": "a positive integer", "kernel_intermediate_pad": "a non-negative integer",
+    "route": "a string", "reject": "a boolean", "caveat": "a string",
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _type_ok(value: Any, kind: str) -> bool:
+    if kind == _STR_LIST:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == _INT_LIST:
+        return isinstance(value, list) and all(_is_int(v) for v in value)
+    if kind == "a boolean":
+        return isinstance(value, bool)
+    if kind == "a string":
+        return isinstance(value, str)
+    if kind == "a positive integer":
+        return _is_int(value) and value > 0
+    if kind == "a non-negative integer":
+        return _is_int(value) and value >= 0
+    return True  # pragma: no cover
+
+
+def _check_issue_types(raw: dict[str, Any], where: str) -> None:
+    for key in ("id", "title", "aiter", "status", "effect", "source"):
+        if not isinstance(raw[key], str):
+            raise CapabilityDBError(f"{where}: {key} must be a string, got {type(raw[key]).__name__} {raw[key]!r:.60}")
+    if not raw["id"].strip():
+        raise CapabilityDBError(f"{where}: id must not be empty")
+    if not _type_ok(raw["families"], _STR_LIST) or not raw["families"]:
+        raise CapabilityDBError(f"{where}: families must be a non-empty array of backend names, got "
+                                f"{raw['families']!r:.60}")
+    for table, types in (("predicate", _PRED_TYPES), ("workaround", _FIX_TYPES)):
+        if not isinstance(raw[table], dict):
+            raise CapabilityDBError(f"{where}: {table} must be a table, got {type(raw[table]).__name__}")
+        for key, value in raw[table].items():
+            kind = types.get(key)
+            if kind is not None and not _type_ok(value, kind):
+                raise CapabilityDBError(f"{where}: {table}.{key} must be {kind}, got {value!r:.60}")
+
+
 def _freeze(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
@@ -121,11 +173,21 @@ def _freeze(value: Any) -> Any:
 def known_issues() -> tuple[KnownIssue, ...]:
     data = capdb.load_toml("known_issues.toml")
     issues = []
-    for n, raw in enumerate(data.get("issue", [])):
+    seen: dict[str, int] = {}
+    entries = data.get("issue", [])
+    if not isinstance(entries, list):
+        raise CapabilityDBError("capability_db/known_issues.toml: issue must be an array of tables ([[issue]])")
+    for n, raw in enumerate(entries):
+        if not isinstance(raw, dict):
+            raise CapabilityDBError(f"capability_db/known_issues.toml: issue[{n}] must be a table")
         where = f"capability_db/known_issues.toml: issue[{n}]" + (f" ({raw.get('id')})" if raw.get("id") else "")
         for key in ("id", "title", "families", "aiter", "status", "effect", "predicate", "workaround", "source"):
             if key not in raw:
                 raise CapabilityDBError(f"{where}: missing key {key!r}")
+        _check_issue_types(raw, where)
+        if raw["id"] in seen:
+            raise CapabilityDBError(f"{where}: duplicate id {raw['id']!r} (also issue[{seen[raw['id']]}])")
+        seen[raw["id"]] = n
         if raw["effect"] not in _EFFECTS:
             raise CapabilityDBError(f"{where}: effect {raw['effect']!r} not one of {', '.join(_EFFECTS)}")
         bad = set(raw["predicate"]) - _PRED_KEYS
@@ -149,6 +211,7 @@ def known_issues() -> tuple[KnownIssue, ...]:
     return tuple(issues)
 
 
+@functools.lru_cache(maxsize=1024)  # pure; parsing PEP 440 specifiers dominated uncached selection
 def _version_in(spec: str, version: str | None) -> bool:
     if not spec:
         return True

@@ -5,17 +5,17 @@ Every output (table, JSON, logs, errors, engine API, recipes) renders the same `
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from moedispatch._log import get_logger
 from moedispatch.backend import Backend, Padding, Verdict
 from moedispatch.capabilities import Capabilities
-from moedispatch.errors import NoBackendError, PluginError, UsageError
+from moedispatch.errors import CapabilityDBError, NoBackendError, PluginError, UsageError
 from moedispatch.layers import MoELayer
 
-__all__ = ["Rejection", "Decision", "select", "select_uncached"]
+__all__ = ["Rejection", "Decision", "select", "select_uncached", "clear_cache", "is_builtin"]
 
 log = get_logger(__name__)
 
@@ -83,29 +83,74 @@ def _fmt_exc(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+_TRUSTED_PREFIXES = ("moedispatch_plugins.", "moedispatch.")
+_trusted_types: dict[type, bool] = {}
+
+
+def is_builtin(backend: Backend) -> bool:
+    """True for the built-in backends (package ``moedispatch_plugins``): called directly, no deadline thread."""
+    cls = type(backend)
+    trusted = _trusted_types.get(cls)
+    if trusted is None:
+        trusted = _trusted_types[cls] = (cls.__module__ + ".").startswith(_TRUSTED_PREFIXES)
+    return trusted
+
+
+def _call(backend: Backend, method: str, layer: MoELayer, caps: Capabilities) -> Any:
+    """``backend.<method>(layer, caps)``: directly for built-ins; for third-party plugins on a worker thread with a
+    deadline (:func:`moedispatch.plugins.call_with_deadline`), so a plugin that hangs cannot hang selection."""
+    fn = getattr(backend, method)
+    if is_builtin(backend):
+        return fn(layer, caps)
+    from moedispatch.plugins import call_with_deadline
+
+    return call_with_deadline(fn, (layer, caps), what=f"{method}()")
+
+
+def _plugin_failure(backend: Backend, message: str, strict: bool, exc: BaseException | None = None) -> str:
+    """``plugin error: <message>``, or :class:`PluginError` under ``strict``."""
+    if strict:
+        raise PluginError(f"backend {backend.name!r}: {message}") from exc
+    return f"plugin error: {message}"
+
+
+def _failure_text(method: str, exc: BaseException) -> str:
+    from moedispatch.plugins import PluginTimeout
+
+    if isinstance(exc, PluginTimeout):
+        return str(exc)
+    return f"{method}() raised {_fmt_exc(exc)}"
+
+
 def _check(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -> Verdict:
     try:
-        verdict = backend.check(layer, caps)
+        verdict = _call(backend, "check", layer, caps)
+    except CapabilityDBError:
+        raise  # the installation's data is broken, not the plugin: one clear line for every caller
     except Exception as exc:
-        if strict:
-            raise PluginError(f"backend {backend.name!r}: check() raised {_fmt_exc(exc)}") from exc
-        return Verdict(False, (f"plugin error: check() raised {_fmt_exc(exc)}",))
-    if not isinstance(verdict, Verdict) or not all(isinstance(r, str) for r in verdict.reasons):
-        message = f"plugin error: check() returned {type(verdict).__name__}, not a Verdict"
-        if strict:
-            raise PluginError(f"backend {backend.name!r}: {message[len('plugin error: '):]}")
-        return Verdict(False, (message,))
+        return Verdict(False, (_plugin_failure(backend, _failure_text("check", exc), strict, exc),))
+    problem = None
+    if not isinstance(verdict, Verdict):
+        problem = f"check() returned {type(verdict).__name__}, not a Verdict"
+    elif not isinstance(verdict.supported, bool):
+        problem = f"check() returned a Verdict whose supported is {type(verdict.supported).__name__}, not a bool"
+    elif not isinstance(verdict.reasons, tuple) or not all(isinstance(r, str) for r in verdict.reasons):
+        problem = "check() returned a Verdict whose reasons are not a tuple of str"
+    elif not verdict.supported and not verdict.reasons:
+        problem = "check() returned an unsupported Verdict with no reason"
+    if problem:
+        return Verdict(False, (_plugin_failure(backend, problem, strict),))
     return verdict
 
 
 def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -> Padding | str:
     """The backend's padding plan, or a reason string when the plugin failed or broke the Padding contract."""
     try:
-        padding = backend.plan_padding(layer, caps)
+        padding = _call(backend, "plan_padding", layer, caps)
+    except CapabilityDBError:
+        raise
     except Exception as exc:
-        if strict:
-            raise PluginError(f"backend {backend.name!r}: plan_padding() raised {_fmt_exc(exc)}") from exc
-        return f"plugin error: plan_padding() raised {_fmt_exc(exc)}"
+        return _plugin_failure(backend, _failure_text("plan_padding", exc), strict, exc)
     problem = None
     if not isinstance(padding, Padding):
         problem = f"plan_padding() returned {type(padding).__name__}, not a Padding"
@@ -114,10 +159,10 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
         problem = (f"plan_padding() returned sizes inconsistent with the layer (hidden {padding.hidden} - pad "
                    f"{padding.hidden_pad} != {layer.hidden} or intermediate {padding.intermediate_per_rank} - pad "
                    f"{padding.intermediate_pad} != {layer.intermediate_per_rank})")
+    elif not isinstance(padding.notes, tuple) or not all(isinstance(n, str) for n in padding.notes):
+        problem = "plan_padding() returned a Padding whose notes are not strings"
     if problem:
-        if strict:
-            raise PluginError(f"backend {backend.name!r}: {problem}")
-        return "plugin error: " + problem
+        return _plugin_failure(backend, problem, strict)
     return padding
 
 
@@ -183,10 +228,6 @@ def select_uncached(
                 supported=True,
             ))
 
-    for rej in rejected:
-        if not rej.supported:
-            log.debug("backend_rejected", layer=layer.index, backend=rej.backend, reasons=list(rej.reasons))
-
     if winner is None or padding is None:
         if force is not None:
             head = f"forced backend {force!r} cannot run layer {layer.index}"
@@ -196,7 +237,7 @@ def select_uncached(
             message = f"no backend can run layer {layer.index} correctly on {caps.arch_label}: " + "; ".join(
                 f"{r.backend}: {r.reasons[0]}" for r in rejected)
         decision = Decision(layer, None, Padding.none(layer), (message,), tuple(rejected), forced=force is not None)
-        log.info("backend_selected", layer=layer.index, backend=None, reasons=[message])
+        _log_decision(decision)
         raise NoBackendError(message, decision)
 
     supported_names = [b.name for b in candidates if b.name not in failed_plans]
@@ -213,18 +254,78 @@ def select_uncached(
         layer, winner.name, padding, reasons, tuple(rejected), family=winner.family,
         preference=winner.preference, forced=force is not None, warnings=warnings,
     )
-    log.info("backend_selected", layer=layer.index, backend=winner.name, reasons=list(reasons),
-             padding=padding.to_dict())
+    _log_decision(decision)
     return decision
 
 
-@functools.lru_cache(maxsize=4096)
+def _log_decision(decision: Decision) -> None:
+    """``backend_rejected`` (debug, one per failed backend) and ``backend_selected`` (info) events; free when the
+    ``moedispatch`` logger's level filters them (checked before any event dict is built)."""
+    if not log.is_enabled(logging.INFO):
+        return
+    layer = decision.layer
+    if log.is_enabled(logging.DEBUG):
+        for rej in decision.rejected:
+            if not rej.supported:
+                log.debug("backend_rejected", layer=layer.index, backend=rej.backend, reasons=list(rej.reasons))
+    if decision.backend is None:
+        log.info("backend_selected", layer=layer.index, backend=None, reasons=list(decision.reasons))
+    else:
+        log.info("backend_selected", layer=layer.index, backend=decision.backend, reasons=list(decision.reasons),
+                 padding=decision.padding.to_dict())
+
+
+# -- caching ---------------------------------------------------------------------------------------------------
+#
+# Two levels, both plain dicts (thread-safe under the GIL; two threads racing on one key compute equal Decisions):
+#   * exact: (layer, caps, backends, force, strict) -> Decision | NoBackendError
+#   * shape: the same with the layer's index-free signature, used only when every backend is built-in (built-ins
+#     never look at the layer index), so the 57 identical MoE layers of a model are selected once and re-indexed.
+# Bounded: a full cache is cleared (decisions are cheap to recompute; engines ask a handful of shapes).
+
+_CACHE_MAX = 4096
+_exact: dict[tuple, Decision | NoBackendError] = {}
+_shape: dict[tuple, Decision] = {}
+
+
+def clear_cache() -> None:
+    """Forget every cached decision (tests, benchmarks of the uncached path)."""
+    _exact.clear()
+    _shape.clear()
+
+
 def _select_cached(layer: MoELayer, caps: Capabilities, backends: tuple[Backend, ...], force: str | None,
                    strict: bool) -> Decision | NoBackendError:
+    key = (layer, caps, backends, force, strict)
     try:
-        return select_uncached(layer, caps, backends, force, strict)
+        return _exact[key]
+    except KeyError:
+        pass
+    result: Decision | NoBackendError
+    shape_key = None
+    if layer.kind == "moe" and all(is_builtin(b) for b in backends):
+        shape_key = (layer.signature(), caps, backends, force, strict)
+        hit = _shape.get(shape_key)
+        if hit is not None:
+            result = replace(hit, layer=layer)
+            _log_decision(result)
+            _store(_exact, key, result)
+            return result
+    try:
+        result = select_uncached(layer, caps, backends, force, strict)
     except NoBackendError as exc:
-        return exc
+        result = exc  # its message names the layer index: not shared through the shape cache
+    else:
+        if shape_key is not None:
+            _store(_shape, shape_key, result)
+    _store(_exact, key, result)
+    return result
+
+
+def _store(cache: dict, key: tuple, value: Any) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
 
 
 def select(
@@ -236,7 +337,7 @@ def select(
     strict: bool = False,
 ) -> Decision:
     """Cached :func:`select_uncached` (inputs are hashable frozen values; backends by identity)."""
-    result = _select_cached(layer, caps, tuple(backends), force, strict)
-    if isinstance(result, NoBackendError):
+    result = _select_cached(layer, caps, backends if type(backends) is tuple else tuple(backends), force, strict)
+    if type(result) is NoBackendError:
         raise NoBackendError(str(result), result.decision)
     return result
