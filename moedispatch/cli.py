@@ -81,8 +81,6 @@ def _build_parser() -> _Parser:
 
 
 def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> None:
-    import structlog
-
     if fmt is None:
         fmt = "console" if sys.stderr.isatty() else "json"
     # Operators: with JSON logs (explicit, or stderr is not a TTY) every decision is one INFO event
@@ -93,8 +91,15 @@ def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> No
         level = logging.DEBUG
     if quiet:
         level = logging.WARNING
-    renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if fmt == "console" \
-        else structlog.processors.JSONRenderer(sort_keys=True)
+    renderers: list = []  # built on the first record: a run that logs nothing never imports structlog's renderers
+
+    def renderer(*args: object) -> object:
+        if not renderers:
+            import structlog
+
+            renderers.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if fmt == "console"
+                             else structlog.processors.JSONRenderer(sort_keys=True))
+        return renderers[0](*args)
 
     class _Formatter(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
