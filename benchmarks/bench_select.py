@@ -48,7 +48,11 @@ def main() -> int:
     select_moe_backend(caps=caps, **mixtral)
     cached_fields = best(lambda: select_moe_backend(caps=caps, **fields), 20000)
     cached_layer = best(lambda: select_moe_backend(layers[1], caps), 20000)
-    uncached = {la.weight.dtype: best(lambda la=la: select_uncached(la, caps, backends), 300) for la in layers}
+    from moedispatch.rules import _planned
+
+    # Truly uncached: the per-backend padding memo is cleared before every call too.
+    uncached = {la.weight.dtype: best(lambda la=la: (_planned.cache_clear(), select_uncached(la, caps, backends)),
+                                      300) for la in layers}
     plan_model(model, caps)
     plan_warm = best(lambda: plan_model(model, caps), 50)
     plan_tp8 = best(lambda: plan_model(model, caps, 8), 50)

@@ -393,6 +393,10 @@ class RuleBackend(Backend):
         return Verdict(True, tuple(notes))
 
     def plan_padding(self, layer: MoELayer, caps: Capabilities) -> Padding:
+        # check() plans padding to evaluate known issues and the selector asks again for the winner: plan once.
+        return _planned(self, layer, caps)
+
+    def _plan_padding(self, layer: MoELayer, caps: Capabilities) -> Padding:
         combo = next(iter(find_combo([c for c in self.combos if caps.gfx in c.archs], layer)), None)
         if combo is None:
             return Padding.none(layer)
@@ -424,3 +428,8 @@ class RuleBackend(Backend):
                             f"(allocate with torch.zeros: vLLM #55251)")
         return Padding.aligned(layer, hidden_multiple=hidden_multiple, intermediate_multiple=inter_multiple,
                                kernel_hidden_pad=kh, kernel_intermediate_pad=ki, notes=tuple(notes + pad_notes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned(backend: RuleBackend, layer: MoELayer, caps: Capabilities) -> Padding:
+    return backend._plan_padding(layer, caps)
