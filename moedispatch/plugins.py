@@ -304,9 +304,7 @@ def build_registry(
         for ep in sorted(_entry_points(), key=lambda e: e.name):
             if ep.name in deny or (allow is not None and ep.name not in allow):
                 continue
-            dist = getattr(ep, "dist", None)
-            package = dist.metadata["Name"] if dist is not None else None
-            version = dist.version if dist is not None else None
+            package, version = _dist_info(getattr(ep, "dist", None))
             builtin = ep.value.split(":")[0].startswith("moedispatch_plugins")
             try:
                 module = ep.load() if builtin else call_with_deadline(ep.load, what="import")
@@ -336,6 +334,23 @@ def build_registry(
         strict=strict,
         owners=tuple(sorted(collector.owner.items())),
     )
+
+
+_DIST_CACHE: dict[str, tuple[str | None, str | None]] = {}
+
+
+def _dist_info(dist: Any) -> tuple[str | None, str | None]:
+    """(name, version) of an entry point's distribution, parsing each METADATA file once per process."""
+    if dist is None:
+        return None, None
+    key = str(getattr(dist, "_path", id(dist)))
+    if key not in _DIST_CACHE:
+        try:
+            meta = dist.metadata
+            _DIST_CACHE[key] = (meta["Name"], meta["Version"])
+        except Exception:  # a broken dist-info must not break loading
+            _DIST_CACHE[key] = (None, None)
+    return _DIST_CACHE[key]
 
 
 def _entry_points() -> Iterable[md.EntryPoint]:

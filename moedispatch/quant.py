@@ -66,7 +66,9 @@ class QuantScheme:
         Precedence follows the engines: exclude/ignore lists, then per-name configs, then per-type configs, then
         the global config (vLLM ``QuarkConfig._find_matched_config``).
         """
-        subs = {name: _dotted_subs(name) for name in names}
+        # Dotted sub-names are only needed by plain (non-glob) patterns; most schemes have none.
+        needs_subs = any(m[0] for m in self._matchers)
+        subs = {name: _dotted_subs(name) for name in names} if needs_subs else {}
         hit = _first_match(self._matchers[0], names, subs)
         if hit is not None:
             return BF16, BF16, f"excluded by {self.method} pattern {hit!r}"
