@@ -246,7 +246,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         sys.stderr.write(first_line + "\n")
 
     def progress(msg: str) -> None:
-        sys.stderr.write(f"verify: {msg}\n")
+        sys.stderr.write(msg if msg.startswith("verify") else f"verify: {msg}")
+        sys.stderr.write("\n")
         sys.stderr.flush()
 
     checks = run_verify(layer, padding, backend=backend or "none", experts=args.experts, tokens=args.tokens,
