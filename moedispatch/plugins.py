@@ -212,7 +212,15 @@ class _Collector:
             self.fail(f"plugin {name!r}: {message}")
             self.records.append(PluginRecord(name, package, version, (), (), (message,), builtin))
             return
-        hooks = tuple(sorted(h.name for h in pm.get_hookcallers(module) or ()))
+        callers = pm.get_hookcallers(module) or ()
+        hooks = tuple(sorted(h.name for h in callers))
+        # pluggy accepts an implementation of a hook nobody specified (a typo such as register_backend): say so.
+        for caller in callers:
+            if caller.spec is None:
+                message = (f"unknown hook {caller.name!r} (moedispatch hooks: "
+                           f"{', '.join(sorted(n for n in dir(hookspecs) if n.startswith('register_')))})")
+                self.fail(f"plugin {name!r}: {message}")
+                errors.append(message)
         for impl in pm.hook.register_backends.get_hookimpls():
             if impl.plugin is not module:
                 continue

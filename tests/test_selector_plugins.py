@@ -231,3 +231,18 @@ def test_explain_json_is_byte_identical_across_hash_seeds():
         outs.add(proc.stdout)
     assert len(outs) == 1
     json.loads(outs.pop())
+
+
+def test_misspelt_hook_is_reported_not_silently_ignored():
+    """pluggy accepts impls of unknown hooks; a plugin defining register_backend (no 's') contributes nothing."""
+    class Typo:
+        @hookimpl
+        def register_backend(self):
+            return [Fixed("typo", 1)]
+
+    reg = build_registry([("typo", Typo())], load_entrypoints=False)
+    rec = next(p for p in reg.plugins if p.name == "typo")
+    assert rec.errors == ("unknown hook 'register_backend' (moedispatch hooks: register_backends)",)
+    assert reg.names() == ()
+    with pytest.raises(PluginError, match="unknown hook 'register_backend'"):
+        build_registry([("typo", Typo())], load_entrypoints=False, strict=True)
