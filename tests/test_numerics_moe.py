@@ -128,8 +128,17 @@ def test_padded_equals_unpadded_bitwise(scheme, act):
     assert got.shape == (T, hp) and torch.equal(got[:, :h], ref) and (got[:, h:] == 0).all()
     # quantized at the padded size (as a loader into zero-filled padded buffers would)
     q13p, q2p = quantize_w13(w13p, wspec, layout=layout), quantize_weight(w2p, wspec)
-    got_q = fused_moe(xp, q13p, q2p, d["wts"], d["ids"], bias13=b13p, bias2=b2p, padding=pad, **kw)
+    tracker = DequantTracker()
+    got_q = fused_moe(xp, q13p, q2p, d["wts"], d["ids"], bias13=b13p, bias2=b2p, padding=pad, tracker=tracker,
+                      **kw)
     assert torch.equal(got_q, got)
+    # logical copies of padded weights are counted too, and everything is released
+    assert tracker.live_bytes == 0
+    assert tracker.peak_bytes <= 2 * (2 * ip * hp + hp * ip) * 4
+    fused13 = quantize_weight(w13p, wspec) if wspec.quantized else w13p  # one container for the whole w13
+    got_f = fused_moe(xp, fused13, q2p, d["wts"], d["ids"], bias13=b13p, bias2=b2p, padding=pad, **kw)
+    if wspec.is_mx or wspec.granularity in (None, "channel"):  # per-row scales: fused == per-half quantization
+        assert torch.equal(got_f, got)
     # unpadded hidden_states are accepted with padded weights: output keeps the input width
     got_narrow = fused_moe(d["x"], w13p, w2p, d["wts"], d["ids"], bias13=b13p, bias2=b2p, padding=pad, **kw)
     assert torch.equal(got_narrow, ref)

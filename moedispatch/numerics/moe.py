@@ -339,8 +339,10 @@ class _W13:
         self.layout, self.i, self.ip, self.h, self.hp, self.name = layout, inter, inter_p, hidden, hidden_p, name
         self.gateup = isinstance(w13, GateUp)
         self.float_input = isinstance(w13, torch.Tensor) and w13.dtype.is_floating_point and spec.quantized
+        self.copies: set[int] = set()
 
     def get(self, e: Any) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """Contiguous logical ``gate``, ``up`` ``[I, H]`` of expert ``e`` and the tracked tensors to release."""
         i, h = self.i, self.h
         if self.gateup or self.float_input:
             if self.gateup:
@@ -353,19 +355,43 @@ class _W13:
             for t, half in ((gate, "gate"), (up, "up")):
                 _check_zero(t[i:], f"{self.name}[{e}] {half} rows {i}..{self.ip - 1}")
                 _check_zero(t[:i, h:], f"{self.name}[{e}] {half} hidden columns {h}..{self.hp - 1}")
-            return gate[:i, :h], up[:i, :h], parts
+            return self._logical(e, gate[:i, :h], up[:i, :h], parts)
         full = self.src.get(e)
         _check_zero(full[:, h:], f"{self.name}[{e}] hidden columns {h}..{self.hp - 1}")
         if self.layout == "interleaved":
             _check_zero(full[2 * i:], f"{self.name}[{e}] rows {2 * i}..{2 * self.ip - 1}")
-            return full[0:2 * i:2, :h], full[1:2 * i:2, :h], [full]
+            return self._logical(e, full[0:2 * i:2, :h], full[1:2 * i:2, :h], [full])
         _check_zero(full[i:self.ip], f"{self.name}[{e}] gate rows {i}..{self.ip - 1}")
         _check_zero(full[self.ip + i:], f"{self.name}[{e}] up rows {self.ip + i}..{2 * self.ip - 1}")
-        return full[:i, :h], full[self.ip:self.ip + i, :h], [full]
+        return self._logical(e, full[:i, :h], full[self.ip:self.ip + i, :h], [full])
+
+    def _logical(self, e: Any, gate: torch.Tensor, up: torch.Tensor, parts: list[torch.Tensor]):
+        """Make the logical views contiguous (tracked copies); release sources nothing views any more."""
+        out = []
+        for v in (gate, up):
+            if not v.is_contiguous():
+                v = v.contiguous()
+                if self.src.tracker is not None:
+                    self.src.tracker.acquire(self.name + ":logical-copy", e, v.numel() * v.element_size())
+                    self.copies.add(id(v))
+                parts.append(v)
+            out.append(v)
+        ptrs = {o.untyped_storage().data_ptr() for o in out}
+        live = []
+        for t in parts:
+            if t.untyped_storage().data_ptr() in ptrs:
+                live.append(t)
+            else:
+                self.src.drop(e, t)
+        return out[0], out[1], live
 
     def drop(self, e: Any, parts: list[torch.Tensor]) -> None:
         for t in parts:
-            self.src.drop(e, t)
+            if id(t) in self.copies:
+                self.copies.discard(id(t))
+                self.src.tracker.release(self.name + ":logical-copy", e, t.numel() * t.element_size())
+            else:
+                self.src.drop(e, t)
 
 
 def _bias_halves(b: torch.Tensor, layout: str, inter: int, inter_p: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -378,6 +404,13 @@ def _bias_halves(b: torch.Tensor, layout: str, inter: int, inter_p: int) -> tupl
 
 
 # -- the forward -------------------------------------------------------------------------------------------------
+def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w.T`` in float32. ``F.linear`` is the fast CPU path for a ``[N, K]`` weight (``x @ w.T`` on a
+    transposed view was ~25x slower for decode-sized ``x`` here); the weight is made contiguous so the padded and
+    unpadded layers hand the BLAS identical operands."""
+    return torch.nn.functional.linear(x, w if w.is_contiguous() else w.contiguous())
+
+
 def _sizes(w13: Any, w2: Any, padding: Any) -> tuple[int, int, int, int, int]:
     s13, s2 = _shape(w13), _shape(w2)
     if len(s13) != 3 or len(s2) != 3:
@@ -448,8 +481,8 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
         slots = slots_of[e]
         rows = a1.index_select(0, slots // k)
         gate, up, parts = src13.get(e)
-        g = rows @ gate.T
-        u = rows @ up.T
+        g = _linear(rows, gate)
+        u = _linear(rows, up)
         del gate, up
         src13.drop(e, parts)
         del parts
@@ -467,9 +500,19 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
         full = src2.get(e)
         _check_zero(full[h:], f"w2[{e}] hidden rows {h}..{hp - 1}")
         _check_zero(full[:, i:], f"w2[{e}] intermediate columns {i}..{ip - 1}")
-        y = a2.index_select(0, slots) @ full[:h, :i].T
-        src2.drop(e, full)
-        del full
+        w2e = full[:h, :i]
+        if not w2e.is_contiguous():  # padded: copy the logical block, release the padded tensor
+            w2e = w2e.contiguous()
+            if tracker is not None:
+                tracker.acquire("w2:logical-copy", e, w2e.numel() * 4)
+            src2.drop(e, full)
+            full = None
+        y = _linear(a2.index_select(0, slots), w2e)
+        if full is not None:
+            src2.drop(e, full)
+        elif tracker is not None:
+            tracker.release("w2:logical-copy", e, w2e.numel() * 4)
+        del full, w2e
         if bias2 is not None:
             b2 = bias2[e].to(torch.float32)
             _check_zero(b2[h:], f"bias2[{e}] pad entries")
@@ -501,7 +544,7 @@ def _shared_expert(x, w13, w2, b13, b2, wspec, aspec, activation, activation_par
     a1 = qdq_activation(x, aspec, scale_rounding=rounding)
     src13 = _W13(w13, wspec, layout, i_s, i_s, h, hp, rounding, tracker, name="shared_w13")
     gate, up, parts = src13.get(0)
-    g, u = a1 @ gate.T, a1 @ up.T
+    g, u = _linear(a1, gate), _linear(a1, up)
     src13.drop(0, parts)
     if b13 is not None:
         bg, bu = _bias_halves(b13.reshape(-1).to(torch.float32), layout, i_s, i_s)
@@ -509,7 +552,7 @@ def _shared_expert(x, w13, w2, b13, b2, wspec, aspec, activation, activation_par
     a2 = qdq_activation(apply_activation(g, u, activation, activation_params), aspec, scale_rounding=rounding)
     src2 = _Source(w2, wspec, rounding, tracker, "shared_w2")
     full = src2.get(0)
-    y = a2 @ full[:h].T
+    y = _linear(a2, full[:h])
     src2.drop(0, full)
     if b2 is not None:
         y = y + b2.reshape(-1)[:h].to(torch.float32)

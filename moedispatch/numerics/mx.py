@@ -413,20 +413,47 @@ def _decode(codes: torch.Tensor, f: MXFormat, k: int) -> torch.Tensor:
     return torch.nn.functional.embedding(codes.to(torch.int32), element_values(f).unsqueeze(1)).squeeze(-1)
 
 
+def _dequant_rows(codes: torch.Tensor, scales: torch.Tensor, f: MXFormat, k: int, block: int) -> torch.Tensor:
+    """``[rows, K]`` float32 from ``[rows, Kc]`` codes and ``[rows, nb]`` scale bytes."""
+    vals = _decode(codes, f, k)
+    nb = scales.shape[-1]
+    scale = e8m0_to_float(scales).unsqueeze(-1)
+    rows = vals.shape[0]
+    if nb * block == k:
+        return vals.reshape(rows, nb, block).mul_(scale).reshape(rows, k)
+    vals = torch.nn.functional.pad(vals, (0, nb * block - k))
+    return (vals.reshape(rows, nb, block) * scale).reshape(rows, -1)[:, :k]
+
+
 def dequantize_mx(t: MXTensor) -> torch.Tensor:
-    """float32 values ``element * 2^(scale - 127)`` in the logical shape (NaN where the scale byte is 0xFF)."""
+    """float32 values ``element * 2^(scale - 127)`` in the logical shape (NaN where the scale byte is 0xFF).
+
+    Works in row chunks into one preallocated output, so the only full-size allocation is the result.
+    """
     f = t.format
     k = t.shape[t.axis]
-    vals = _decode(t.codes, f, k)
-    nb = t.scales.shape[-1]
-    scale = e8m0_to_float(t.scales).unsqueeze(-1)
-    lead = tuple(vals.shape[:-1])
-    if nb * t.block == k:
-        vals = vals.reshape(*lead, nb, t.block).mul_(scale).reshape(*lead, k)
-    else:
-        vals = torch.nn.functional.pad(vals, (0, nb * t.block - k))
-        vals = (vals.reshape(*vals.shape[:-1], nb, t.block) * scale).reshape(*vals.shape[:-1], -1)[..., :k]
-    return vals.movedim(-1, t.axis) if t.axis != len(t.shape) - 1 else vals
+    lead = tuple(t.codes.shape[:-1])
+    codes = t.codes.reshape(-1, t.codes.shape[-1])
+    scales = t.scales.reshape(-1, t.scales.shape[-1])
+    out = torch.empty(codes.shape[0], k, dtype=torch.float32)
+
+    nb = scales.shape[-1]
+    fast = nb * t.block == k and (not f.packed or k % 2 == 0)
+    table = (_pair_table(f) if f.packed else element_values(f)) if fast else None
+
+    def job(a: int, b: int) -> None:
+        if not fast:
+            out[a:b] = _dequant_rows(codes[a:b], scales[a:b], f, k, t.block)
+            return
+        o = out[a:b]
+        # gather straight into the output rows, then scale them in place: no full-size temporaries
+        torch.index_select(table, 0, codes[a:b].reshape(-1).to(torch.int32),
+                           out=o.view(-1, 2) if f.packed else o.view(-1))
+        o.view(b - a, nb, t.block).mul_(e8m0_to_float(scales[a:b]).unsqueeze(-1))
+
+    _for_chunks(codes.shape[0], k, job)
+    out = out.reshape(*lead, k)
+    return out.movedim(-1, t.axis) if t.axis != len(t.shape) - 1 else out
 
 
 def qdq_mx(x: torch.Tensor, fmt: str, block: int = 32, scale_rounding: str = "floor", axis: int = -1) -> torch.Tensor:
