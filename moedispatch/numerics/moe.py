@@ -8,8 +8,9 @@ each token ``t`` and each of its routed slots ``j`` (expert ``e = topk_ids[t, j]
    ``group<N>``/``block<N>x<M>``: per token per run of N (M) along hidden; bf16/fp16: rounding to that dtype).
 2. ``g = a1[t] @ Wg[e]^T (+ bg[e])``, ``u = a1[t] @ Wu[e]^T (+ bu[e])`` with ``Wg, Wu = QDQ_w(gate), QDQ_w(up)``.
 3. ``h = act(g, u)`` (below); ``a2 = QDQ_act(h)`` over all routed slots (``tensor``: one scale over all of them).
-4. ``y = a2 @ W2[e]^T (+ b2[e])``; ``out[t] = sum_j w * y`` (slot order ``j = 0..k-1``); plus the optional shared
-   expert (same definition, weight 1). Everything is float32 (``torch.matmul`` on CPU/GPU); the result is float32.
+4. ``y = a2 @ W2[e]^T (+ b2[e])``; ``out[t] = sum_j w * y``, accumulated in float32 from zero in ascending expert
+   id order (deterministic, and no ``[T*k, H]`` buffer); plus the optional shared expert (same definition, weight
+   1). Everything is float32 (``F.linear`` GEMMs); the result is float32.
 
 Layouts: ``w13`` is ``[E, 2*I, H]``. ``gate_up_layout="halves"`` (default; vLLM/SGLang/AITER "separated"): rows
 ``[0, I)`` are the gate, ``[I, 2I)`` the up projection; padded to ``I_p`` each half is padded at its end (gate rows
@@ -441,7 +442,7 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
     ``topk_ids`` entries ``< 0`` are slots not on this rank (expert parallelism) and contribute nothing.
     ``scale_rounding`` is the MX scale rounding for activation QDQ and for float weights QDQ'd here.
     ``intermediates``, when a dict, receives ``a1`` (QDQ'd input), ``h`` (activation output per slot, before its
-    QDQ), ``a2`` (after), ``y`` (down-projection output per slot) and ``experts`` (the routed experts, in order).
+    QDQ), ``a2`` (after) and ``experts`` (the routed experts, in the order they are processed).
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
@@ -494,7 +495,8 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
 
     a2 = qdq_activation(hbuf, aspec, scale=a2_scale, scale_rounding=scale_rounding)
     src2 = _Source(w2, wspec, scale_rounding, tracker, "w2")
-    ybuf = torch.zeros(t_count * k, h, dtype=torch.float32)
+    out = torch.zeros(t_count, h, dtype=torch.float32)
+    flat_w = weights.reshape(-1)
     for e in experts:
         slots = slots_of[e]
         full = src2.get(e)
@@ -517,16 +519,14 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
             b2 = bias2[e].to(torch.float32)
             _check_zero(b2[h:], f"bias2[{e}] pad entries")
             y = y + b2[:h]
-        ybuf.index_copy_(0, slots, y)
-
-    valid = (ids >= 0).to(torch.float32)
-    out = (ybuf.view(t_count, k, h) * (weights * valid).unsqueeze(-1)).sum(dim=1)
+        # a token meets each expert at most once, so one index_add_ per expert never adds twice to a row
+        out.index_add_(0, slots // k, y * flat_w.index_select(0, slots).unsqueeze(-1))
 
     if shared_w13 is not None:
         out = out + _shared_expert(x, shared_w13, shared_w2, shared_bias13, shared_bias2, wspec, aspec, activation,
                                    activation_params, layout, scale_rounding, tracker)
     if intermediates is not None:
-        intermediates.update(a1=a1, h=hbuf, a2=a2, y=ybuf, experts=experts)
+        intermediates.update(a1=a1, h=hbuf, a2=a2, experts=experts)
     if width > h:
         out = torch.nn.functional.pad(out, (0, width - h))
     return out
