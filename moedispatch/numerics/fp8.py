@@ -175,7 +175,7 @@ def quantize_scaled(x: torch.Tensor, fmt: str = "e4m3fn", granularity: str = "te
         amax = _group_amax(x, granularity)
         scale = torch.where(amax == 0, torch.ones_like(amax), amax / qmax)  # NaN amax → NaN scale
     else:
-        scale = torch.as_tensor(scale, dtype=torch.float32)
+        scale = torch.as_tensor(scale, dtype=torch.float32, device=x.device)
     y = x / _expand(scale, tuple(x.shape), granularity)
     if key in FP8_FORMATS:
         data = cast_fp8(y, key)

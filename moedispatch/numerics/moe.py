@@ -186,7 +186,7 @@ def qdq_activation(x: torch.Tensor, scheme: Any, *, scale: torch.Tensor | float 
         return qdq_mx(x, mx_format_of(spec), block=32, scale_rounding=scale_rounding)
     gran = _act_granularity(spec)
     if scale is not None:
-        scale = torch.as_tensor(scale, dtype=torch.float32)
+        scale = torch.as_tensor(scale, dtype=torch.float32, device=x.device)
         if gran != "tensor":
             raise ValueError("a static activation scale goes with per-tensor granularity")
         scale = scale.reshape(1, 1) if scale.numel() == 1 else scale.amax().reshape(1, 1)
@@ -477,7 +477,7 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
     slots_of = {e: torch.nonzero(flat == e).reshape(-1) for e in experts}
 
     src13 = _W13(w13, wspec, layout, i, ip, h, hp, scale_rounding, tracker)
-    hbuf = torch.zeros(t_count * k, i, dtype=torch.float32)
+    hbuf = torch.zeros(t_count * k, i, dtype=torch.float32, device=x.device)
     for e in experts:
         slots = slots_of[e]
         rows = a1.index_select(0, slots // k)
@@ -495,7 +495,7 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
 
     a2 = qdq_activation(hbuf, aspec, scale=a2_scale, scale_rounding=scale_rounding)
     src2 = _Source(w2, wspec, scale_rounding, tracker, "w2")
-    out = torch.zeros(t_count, h, dtype=torch.float32)
+    out = torch.zeros(t_count, h, dtype=torch.float32, device=x.device)
     flat_w = weights.reshape(-1)
     for e in experts:
         slots = slots_of[e]

@@ -174,9 +174,19 @@ def _e8m0_table() -> torch.Tensor:
     return _LUT_CACHE[key]
 
 
+def _on(table: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A cached table on ``device`` (tables are built on the CPU; GPUs get one copy each)."""
+    if table.device == device:
+        return table
+    key = ("dev", id(table), str(device))
+    if key not in _LUT_CACHE:
+        _LUT_CACHE[key] = table.to(device)
+    return _LUT_CACHE[key]
+
+
 def e8m0_to_float(scales: torch.Tensor) -> torch.Tensor:
     """E8M0 bytes → float32 ``2^(b - 127)``; byte 0 is ``2^-127`` (a float32 subnormal), 0xFF is NaN."""
-    return _e8m0_table()[scales.to(torch.int64)]
+    return _on(_e8m0_table(), scales.device)[scales.to(torch.int64)]
 
 
 def _pow2(exp: torch.Tensor) -> torch.Tensor:
@@ -332,10 +342,10 @@ def _chunk_rows(rows: int, k: int):
         yield start, min(rows, start + step)
 
 
-def _for_chunks(rows: int, k: int, job) -> None:
-    """Run ``job(a, b)`` over the row chunks, on a thread pool when there are many."""
+def _for_chunks(rows: int, k: int, job, device: torch.device = torch.device("cpu")) -> None:
+    """Run ``job(a, b)`` over the row chunks, on a thread pool when there are many (CPU; one chunk elsewhere)."""
     global _POOL
-    chunks = list(_chunk_rows(rows, k))
+    chunks = list(_chunk_rows(rows, k)) if device.type == "cpu" else [(0, rows)]
     workers = min(4, torch.get_num_threads())
     if len(chunks) < _POOL_MIN_CHUNKS or workers < 2:
         for a, b in chunks:
@@ -394,23 +404,24 @@ def quantize_mx(x: torch.Tensor, fmt: str, block: int = 32, scale_rounding: str 
     x2 = xm.reshape(-1, k)
     rows = x2.shape[0]
     nb = -(-k // block)
-    codes = torch.empty(rows, -(-k // 2) if f.packed else k, dtype=torch.uint8)
-    scales = torch.empty(rows, nb, dtype=torch.uint8)
+    codes = torch.empty(rows, -(-k // 2) if f.packed else k, dtype=torch.uint8, device=x.device)
+    scales = torch.empty(rows, nb, dtype=torch.uint8, device=x.device)
 
     def job(a: int, b: int) -> None:
         codes[a:b], scales[a:b] = _quantize_chunk(x2[a:b], f, block, scale_rounding, True)
 
-    _for_chunks(rows, k, job)
+    _for_chunks(rows, k, job, x.device)
     return MXTensor(f.name, shape, codes.reshape(*lead, -1), scales.reshape(*lead, nb), block, ax, scale_rounding)
 
 
 def _decode(codes: torch.Tensor, f: MXFormat, k: int) -> torch.Tensor:
     """Element values (float32) of a code tensor with ``k`` logical elements in its last dim."""
     if f.packed:
-        pairs = torch.nn.functional.embedding(codes.to(torch.int32), _pair_table(f))
+        pairs = torch.nn.functional.embedding(codes.to(torch.int32), _on(_pair_table(f), codes.device))
         vals = pairs.reshape(*codes.shape[:-1], -1)
         return vals[..., :k] if vals.shape[-1] != k else vals
-    return torch.nn.functional.embedding(codes.to(torch.int32), element_values(f).unsqueeze(1)).squeeze(-1)
+    table = _on(element_values(f), codes.device).unsqueeze(1)
+    return torch.nn.functional.embedding(codes.to(torch.int32), table).squeeze(-1)
 
 
 def _dequant_rows(codes: torch.Tensor, scales: torch.Tensor, f: MXFormat, k: int, block: int) -> torch.Tensor:
@@ -435,11 +446,11 @@ def dequantize_mx(t: MXTensor) -> torch.Tensor:
     lead = tuple(t.codes.shape[:-1])
     codes = t.codes.reshape(-1, t.codes.shape[-1])
     scales = t.scales.reshape(-1, t.scales.shape[-1])
-    out = torch.empty(codes.shape[0], k, dtype=torch.float32)
+    out = torch.empty(codes.shape[0], k, dtype=torch.float32, device=codes.device)
 
     nb = scales.shape[-1]
     fast = nb * t.block == k and (not f.packed or k % 2 == 0)
-    table = (_pair_table(f) if f.packed else element_values(f)) if fast else None
+    table = _on(_pair_table(f) if f.packed else element_values(f), codes.device) if fast else None
 
     def job(a: int, b: int) -> None:
         if not fast:
@@ -451,7 +462,7 @@ def dequantize_mx(t: MXTensor) -> torch.Tensor:
                            out=o.view(-1, 2) if f.packed else o.view(-1))
         o.view(b - a, nb, t.block).mul_(e8m0_to_float(scales[a:b]).unsqueeze(-1))
 
-    _for_chunks(codes.shape[0], k, job)
+    _for_chunks(codes.shape[0], k, job, codes.device)
     out = out.reshape(*lead, k)
     return out.movedim(-1, t.axis) if t.axis != len(t.shape) - 1 else out
 
@@ -465,11 +476,11 @@ def qdq_mx(x: torch.Tensor, fmt: str, block: int = 32, scale_rounding: str = "fl
     xm = x.movedim(ax, -1)
     lead, k = tuple(xm.shape[:-1]), xm.shape[-1]
     x2 = xm.reshape(-1, k)
-    out = torch.empty(x2.shape, dtype=torch.float32)
+    out = torch.empty(x2.shape, dtype=torch.float32, device=x.device)
 
     def job(a: int, b: int) -> None:
         out[a:b] = _quantize_chunk(x2[a:b], f, block, scale_rounding, False)
 
-    _for_chunks(x2.shape[0], k, job)
+    _for_chunks(x2.shape[0], k, job, x.device)
     out = out.reshape(*lead, k)
     return out.movedim(-1, ax) if ax != x.ndim - 1 else out

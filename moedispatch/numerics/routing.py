@@ -55,7 +55,7 @@ def _mask_groups(choice: torch.Tensor, num_expert_group: int, topk_group: int, g
         scores = g.topk(min(2, g.shape[-1]), dim=-1).values.sum(dim=-1)
     else:
         scores = g.amax(dim=-1)
-    keep = torch.zeros(t, num_expert_group, dtype=torch.bool)
+    keep = torch.zeros(t, num_expert_group, dtype=torch.bool, device=choice.device)
     keep.scatter_(1, scores.topk(topk_group, dim=-1).indices, True)
     mask = keep.unsqueeze(-1).expand_as(g).reshape(t, e)
     return choice.masked_fill(~mask, float("-inf"))
