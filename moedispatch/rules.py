@@ -360,7 +360,7 @@ class RuleBackend(Backend):
     def check(self, layer: MoELayer, caps: Capabilities) -> Verdict:
         failures: list[str] = []
         if self.requires_aiter and caps.aiter_version is None:
-            failures.append(f"AITER (PyPI/ROCm distribution amd-aiter) is not available on the target"
+            failures.append("AITER (PyPI/ROCm distribution amd-aiter) is not available on the target"
                             + (f": {caps.why_unknown('aiter_version')}" if caps.why_unknown("aiter_version") else ""))
         if self.min_cdna and caps.cdna < self.min_cdna:
             failures.append(f"needs CDNA{self.min_cdna} or newer ({self.arch_source}); target is {caps.arch_label}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
-from moedispatch.rules import Combo, need_feature
+from moedispatch.rules import Combo, RuleBackend, need_feature
 
 #: CDNA >= 3: vLLM AiterExperts._supports_current_device (is_aiter_found_and_supported: gfx942/gfx950, gfx90a
 #: excluded) — vllm.md §1.1, §9.
@@ -53,3 +53,17 @@ def tuned_coverage_note(caps: Capabilities) -> list[str]:
     return [f"note: AITER's tuned fmoe CSVs have no rows for cu_num {caps.compute_units} (tuned: {tuned}), so "
             "get_2stage_cfgs falls back to default heuristics for every shape — correct, maybe slower; MI300X/MI325X "
             "(304 CUs) had none up to v0.1.15.post3 (aiter_sglang.md §6.1, §7.4)"]
+
+
+class AiterFamily(RuleBackend):
+    """What every AITER family shares: AITER installed, CDNA >= 3, the fused_moe API gates, tuned-CSV coverage."""
+
+    requires_aiter = True
+    min_cdna = 3
+    arch_source = AITER_ARCH_SOURCE
+
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+        return aiter_common_checks(layer, caps, combo)
+
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
+        return tuned_coverage_note(caps)

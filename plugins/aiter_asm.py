@@ -12,9 +12,9 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
-from moedispatch.rules import Combo, RuleBackend
+from moedispatch.rules import Combo
 
-from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, tuned_coverage_note
+from moedispatch_plugins._aiter import AiterFamily, tuned_coverage_note
 
 _SRC = "hsa/<gfx>/fmoe kernel tables, subGU_n sets (aiter_sglang.md §3.1)"
 
@@ -56,21 +56,18 @@ def _table_tag(combo: Combo) -> str:
     return next(tag for tag in ("pertokenFp8", "blockscaleFp8", "pertokenMXfp4") if tag in combo.kernel)
 
 
-class AiterAsm(RuleBackend):
+class AiterAsm(AiterFamily):
     name = "aiter-asm"
     preference = 50
     family = "asm"
     description = "AITER ASM 1-stage fused MoE (hand-written fmoe kernels per arch)"
     combos = COMBOS
-    requires_aiter = True
-    min_cdna = 3
-    arch_source = AITER_ARCH_SOURCE
     activations = {"silu": "hsa/<gfx>/fmoe/silu tables", "gelu": "hsa/<gfx>/fmoe/gelu tables"}
     bias_supported = False
     bias_source = "the asm fmoe kernels take no bias (aiter/ops/moe_op.py bindings, aiter_sglang.md §3.1) [D]"
 
     def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
-        failures = aiter_common_checks(layer, caps, combo)
+        failures = super().extra_checks(layer, caps, combo)
         if combo is not None and caps.aiter_catalog is not None and layer.activation in self.activations:
             tag = _table_tag(combo)
             wanted = f"{caps.gfx}:fmoe_bf16_{tag}_g1u1_{layer.activation}"

@@ -10,9 +10,9 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
-from moedispatch.rules import Combo, RuleBackend
+from moedispatch.rules import Combo
 
-from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, tuned_coverage_note
+from moedispatch_plugins._aiter import AiterFamily
 
 _TILES = "aiter gen_instances.py heuristic tiles (aiter_sglang.md §3.3)"
 
@@ -51,15 +51,12 @@ COMBOS = (
 )
 
 
-class AiterCK(RuleBackend):
+class AiterCK(AiterFamily):
     name = "aiter-ck"
     preference = 80
     family = "ck"
     description = "AITER classic CK 2-stage fused MoE (aiter.fused_moe -> ck_moe_stage1/2)"
     combos = COMBOS
-    requires_aiter = True
-    min_cdna = 3
-    arch_source = AITER_ARCH_SOURCE
     activations = {
         "silu": "CK kernel names ..._silu",
         "gelu": "CK kernel names ..._gelu",
@@ -79,11 +76,7 @@ class AiterCK(RuleBackend):
             return type(verdict)(False, reasons)
         return verdict
 
-    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
-        return aiter_common_checks(layer, caps, combo)
 
-    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
-        return tuned_coverage_note(caps)
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
         notes = []

@@ -10,9 +10,9 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
-from moedispatch.rules import Combo, RuleBackend
+from moedispatch.rules import Combo
 
-from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, tuned_coverage_note
+from moedispatch_plugins._aiter import AiterFamily
 
 _SRC = "CK-Tile inputs fp8×pk_fp4 / bf16×pk_fp4, bf16 out (aiter_sglang.md §3.4); 256 = vLLM ROCm MXFP4 round-up"
 _GFX950 = ("gfx950",)
@@ -27,15 +27,12 @@ COMBOS = (
 )
 
 
-class AiterCKTile(RuleBackend):
+class AiterCKTile(AiterFamily):
     name = "aiter-cktile"
     preference = 60
     family = "cktile"
     description = "AITER CK-Tile 2-stage fused MoE (MXFP4 weights; bf16 or fp8 activations)"
     combos = COMBOS
-    requires_aiter = True
-    min_cdna = 3
-    arch_source = AITER_ARCH_SOURCE
     activations = {
         "silu": "a4w4/a16w4 Silu (ROCm/aiter#3741)",
         "swigluoai": "a16w4 gpt-oss Swiglu (+bias) (aiter_sglang.md §2.1)",
@@ -51,11 +48,7 @@ class AiterCKTile(RuleBackend):
                    f"activation QDQ"]
         return combo, why
 
-    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
-        return aiter_common_checks(layer, caps, combo)
 
-    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
-        return tuned_coverage_note(caps)
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
         notes = []

@@ -10,9 +10,9 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
-from moedispatch.rules import Combo, RuleBackend, need_feature
+from moedispatch.rules import Combo, need_feature
 
-from moedispatch_plugins._aiter import AITER_ARCH_SOURCE, aiter_common_checks, swiglu_decode_note, tuned_coverage_note
+from moedispatch_plugins._aiter import AiterFamily, swiglu_decode_note, tuned_coverage_note
 
 _SRC = ("fp4 kernels use gfx950 scaled MFMA; stage-1/2 tile_k 256 for fp4 (mixed_moe_gemm_2stage.py; aiter_sglang.md "
         "§3.5); hidden/inter rounded to 256 as vLLM/SGLang do for AITER MXFP4")
@@ -36,15 +36,12 @@ COMBOS = (
 )
 
 
-class AiterFlyDSL(RuleBackend):
+class AiterFlyDSL(AiterFamily):
     name = "aiter-flydsl"
     preference = 70
     family = "flydsl"
     description = "AITER FlyDSL 2-stage fused MoE (MXFP4/MXFP8 weights, gfx950)"
     combos = COMBOS
-    requires_aiter = True
-    min_cdna = 3
-    arch_source = AITER_ARCH_SOURCE
     activations = {
         "silu": "FlyDSL MoE Silu",
         "swigluoai": "FlyDSL Swiglu fp4 heuristics (aiter_sglang.md §7.4)",
@@ -53,7 +50,7 @@ class AiterFlyDSL(RuleBackend):
     bias_supported = True
 
     def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
-        failures = aiter_common_checks(layer, caps, combo)
+        failures = super().extra_checks(layer, caps, combo)
         flydsl = caps.package("flydsl")
         if caps.aiter_version is not None and caps.source_of("packages") and flydsl is None:
             failures.append("the flydsl package is not installed: AITER uses flydsl_fallback rows or heuristics "
