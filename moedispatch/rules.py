@@ -429,6 +429,8 @@ class RuleBackend(Backend):
             pad_notes.append(f"kernel intermediate_pad=0 (workaround for [{issue_id}]): the kernel computes over "
                              f"the zero-filled pad instead of skipping it")
         if plan.padded:
+            notes += _scale_notes(layer, plan)
+        if plan.padded:
             notes.insert(0, f"alignment: hidden to a multiple of {hidden_multiple}, intermediate per rank to a "
                             f"multiple of {inter_multiple} ({combo.kernel} tiles); pad regions must be zero-filled "
                             f"(allocate with torch.zeros: vLLM #55251)")
@@ -439,3 +441,18 @@ class RuleBackend(Backend):
 @functools.lru_cache(maxsize=4096)
 def _planned(backend: RuleBackend, layer: MoELayer, caps: Capabilities) -> Padding:
     return backend._plan_padding(layer, caps)
+
+
+def _scale_notes(layer: MoELayer, plan: Padding) -> list[str]:
+    """How the scale tensors follow the padded weights (pad at the end of each gate/up half, aiter_sglang.md §5)."""
+    h, i = plan.hidden, plan.intermediate_per_rank
+    e = layer.experts_per_rank
+    if layer.weight.is_mx:
+        return [f"scales: one E8M0 byte per 32 elements along K — w13 scales [{e}, 2×{i}, {h // 32}], w2 scales "
+                f"[{e}, {h}, {i // 32}]; pad scale entries must be finite (0x00 = 2^-127 or 0x7F = 1.0), never 0xFF: "
+                f"that is NaN in E8M0 and NaN × 0 = NaN (OCP MX v1.0)"]
+    if layer.weight.block:
+        bn, bk = layer.weight.block
+        return [f"block scales: fp32 per {bn}×{bk} tile of the padded weights — w13 [{e}, 2×{-(-i // bn)}, "
+                f"{-(-h // bk)}], w2 [{e}, {-(-h // bn)}, {-(-i // bk)}]; tiles that cover only padding hold zeros"]
+    return []

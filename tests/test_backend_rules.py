@@ -174,6 +174,12 @@ def test_invariants_over_models_targets_and_tp(model, target, aiter, caps, built
         if d.backend != "emulation":
             assert not evaluate_issues(d.backend, layer, c, p).blocking
             assert by_name[d.backend].check(layer, c).supported
+        if d.backend and d.backend.startswith("aiter-"):
+            # AITER pre-shuffles weights: shuffle_weight asserts rows % 16 == 0 and last dim % 32 == 0 in storage
+            # elements (two fp4 per byte) — aiter/ops/shuffle.py (aiter_sglang.md §4.4).
+            per_byte = 2 if layer.weight.dtype in ("mxfp4", "int4") else 1
+            assert (2 * p.intermediate_per_rank) % 16 == 0 and (p.hidden // per_byte) % 32 == 0, (model, tp)
+            assert p.hidden % 16 == 0 and (p.intermediate_per_rank // per_byte) % 32 == 0, (model, tp)
 
 
 def test_every_known_issue_has_id_source_and_effect():
@@ -229,3 +235,12 @@ def test_aiter_asm_requires_the_probed_kernel_table(caps):
     assert not verdict.supported
     assert any("fmoe_bf16_blockscaleFp8_g1u1_silu" in r and "gfx950" in r for r in verdict.reasons)
     assert AiterAsm().check(layer, base).supported  # simulated target: no catalog to contradict the DB
+
+
+def test_padded_mx_plan_explains_its_scale_tensors(caps, builtins):
+    """E8M0 pad scales must not be 0xFF (NaN): the plan says so, with the padded scale shapes."""
+    d = first_moe("MiniMax-M3-MXFP4", "gfx950", 8, caps, builtins)
+    note = next(r for r in d.reasons if r.startswith("scales:"))
+    assert "[128, 2×512, 192]" in note and "[128, 6144, 16]" in note and "0xFF" in note
+    d = first_moe("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx950", 8, caps, builtins)
+    assert any(r.startswith("block scales:") and "[128, 2×2, 32]" in r for r in d.reasons)
