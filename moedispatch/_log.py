@@ -22,7 +22,10 @@ _DEBUG, _INFO, _WARNING, _ERROR = logging.DEBUG, logging.INFO, logging.WARNING, 
 
 def _to_stdlib(logger: Any, method_name: str, event_dict: dict[str, Any]) -> Any:
     # Hand the structured event to stdlib logging unrendered; the CLI's handler renders it (JSON or console).
-    return (event_dict.get("event", ""),), {"extra": {"structlog_event": dict(event_dict)}}
+    # The plain message carries the key=value pairs too, so a host with a plain logging.Formatter sees the details.
+    details = " ".join(f"{k}={v!r}" for k, v in event_dict.items() if k not in ("event", "level"))
+    message = f"{event_dict.get('event', '')} {details}".strip()
+    return (message,), {"extra": {"structlog_event": dict(event_dict)}}
 
 
 class _Logger:

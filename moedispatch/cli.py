@@ -44,6 +44,11 @@ def _build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     def common(p: argparse.ArgumentParser, *, target: bool = True) -> None:
+        # The logging options work before or after the subcommand (SUPPRESS keeps the top-level value otherwise).
+        p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("--log-format", choices=["console", "json"], default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
         p.add_argument("--format", choices=["table", "json"], default="table")
         if target:
             p.add_argument("--target", help="GPU arch or product: gfx942, gfx950, MI300X, MI355X, …")

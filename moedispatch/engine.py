@@ -64,9 +64,12 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     if caps is not None:
         return caps, None
     caps = capdb.target_capabilities(None, aiter_version)
-    line = (f"No AMD GPU found; using the default target {caps.gfx} ({caps.product}) with AITER "
-            f"{caps.aiter_version or 'none'} from capability_db (pass --target/--aiter-version or set "
-            f"MOEDISPATCH_TARGET to choose)")
+    if aiter_version is None:
+        aiter = f"AITER {caps.aiter_version} (the newest in capability_db)"
+    else:
+        aiter = f"AITER {caps.aiter_version} (--aiter-version)" if caps.aiter_version else "no AITER (--aiter-version)"
+    line = (f"No AMD GPU found; using the default target {caps.gfx} ({caps.product}) with {aiter} "
+            f"(pass --target or set MOEDISPATCH_TARGET to choose)")
     return caps, line
 
 
@@ -82,15 +85,36 @@ def default_capabilities() -> Capabilities:
         return _caps
 
 
+# What vLLM's FusedMoE / SGLang's FusedMoE also receive that does not change which kernel is correct: accepted so an
+# engine can pass its constructor arguments through unchanged (vllm fused_moe/layer.py FusedMoE.__init__).
+_IGNORED = {"params_dtype", "dp_size", "pcp_size", "renormalize", "prefix", "use_grouped_topk", "num_expert_group",
+            "topk_group", "scoring_func", "routed_scaling_factor", "e_score_correction_bias",
+            "custom_routing_function", "reduce_results", "quant_config", "apply_router_weight_on_input",
+            "enable_eplb", "num_redundant_experts", "is_act_and_mul", "layer_id", "is_sequence_parallel",
+            "router_logits_dtype", "zero_expert_num", "zero_expert_type", "n_shared_experts", "routing_method_type"}
+
+
 def _normalize(fields: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    fields = dict(fields)
+    per_partition = fields.pop("intermediate_size_per_partition", None)
     for key, value in fields.items():
+        if key in _IGNORED:
+            continue
         name = _ALIASES.get(key, key)
         if name not in _FIELDS:
             raise UsageError(f"select_moe_backend() got an unknown layer field {key!r}")
         if name in out and out[name] != value:
             raise UsageError(f"select_moe_backend(): {key!r} conflicts with another alias of {name!r}")
         out[name] = value
+    if per_partition is not None:
+        # vLLM's FusedMoE holds the per-rank size; the full size is per-rank × MoE TP degree.
+        from moedispatch.layers import moe_tp_size
+
+        full = per_partition * moe_tp_size(int(out.get("tp_size", 1)), int(out.get("ep_size", 1)))
+        if out.setdefault("intermediate_size", full) != full:
+            raise UsageError(f"select_moe_backend(): intermediate_size {out['intermediate_size']} disagrees with "
+                             f"intermediate_size_per_partition {per_partition} at this tp/ep")
     return out
 
 

@@ -99,6 +99,8 @@ def plan_model(
             f"slower decode in vLLM #50817): no native kernel is correct for them on {caps.arch_label}"
             + (f" with AITER {caps.aiter_version}" if caps.aiter_version else " without AITER")
             + " — do not serve traffic with this plan")
+    caveats = dict.fromkeys(r for d in decisions for r in d.reasons if r.startswith("caveat [scale"))
+    out_warnings += list(caveats)
     missing = [d.layer.index for d in decisions if not d.ok]
     if missing:
         out_warnings.append(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}")
@@ -106,7 +108,8 @@ def plan_model(
     counts: dict[str, int] = {}
     for d in decisions:
         if d.layer.kind == "moe":
-            counts[str(d.backend)] = counts.get(str(d.backend), 0) + 1
+            key = d.backend or "none"
+            counts[key] = counts.get(key, 0) + 1
     log.info("dispatch_planned", model=model.name, target=caps.gfx, aiter=caps.aiter_version, tp=tp, ep=ep,
              backends=counts, fingerprint=plan.fingerprint)
     return plan

@@ -111,14 +111,14 @@ def moe_tp_size(tp: int, ep: int) -> int:
     of ``tp`` (data-parallel attention, EP over DP ranks) the intermediate is not split.
     """
     if tp < 1 or ep < 1:
-        raise UsageError(f"--tp and --ep must be positive integers (got tp={tp}, ep={ep})")
+        raise UsageError(f"tp and ep must be positive integers (got tp={tp}, ep={ep})")
     if ep == 1:
         return tp
     if tp % ep == 0:
         return tp // ep
     if ep % tp == 0:
         return 1
-    raise UsageError(f"--ep {ep} must divide --tp {tp} or be a multiple of it")
+    raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
 
 
 @dataclass(frozen=True)
@@ -191,18 +191,22 @@ class MoELayer:
         shared_intermediate: int = 0,
     ) -> "MoELayer":
         """Shard a layer for ``tp``/``ep`` and validate divisibility (one clear error if it does not divide)."""
+        for name, value in (("hidden", hidden), ("intermediate", intermediate), ("tp", tp), ("ep", ep),
+                            ("experts", experts), ("top_k", top_k), ("index", index)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"{name} must be an integer, got {value!r}")
         mtp = moe_tp_size(tp, ep)
         if kind == "moe":
             if intermediate % mtp:
                 raise UsageError(f"intermediate size {intermediate} is not divisible by the MoE TP degree {mtp}")
             if experts % ep:
-                raise UsageError(f"{experts} experts cannot be split evenly over --ep {ep}")
+                raise UsageError(f"{experts} experts cannot be split evenly over ep {ep}")
             per_rank = intermediate // mtp
             experts_per_rank = experts // ep
         else:
             # Dense MLPs are sharded by the full TP degree.
             if intermediate % tp:
-                raise UsageError(f"dense intermediate size {intermediate} is not divisible by --tp {tp}")
+                raise UsageError(f"dense intermediate size {intermediate} is not divisible by tp {tp}")
             per_rank = intermediate // tp
             experts_per_rank = 0
         params = tuple(sorted(activation_params.items())) if isinstance(activation_params, Mapping) \

@@ -129,11 +129,18 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None) -> Recipe:
                 recipe.warnings.append(row["unsupported"])
             for e in row["env"]:
                 env[e["name"]] = dict(e)
-            args += [dict(a) for a in row["args"]]
+            by_weight = row.get("args_when_weight", {})
+            weights = {d.layer.weight.dtype for d in moe if d.backend == backend}
+            special = [w for w in sorted(weights) if w in by_weight]
+            args += [dict(a) for a in (by_weight[special[0]] if special else row["args"])]
     if backend == "emulation":
         recipe.warnings.append(
-            "LOUD: this plan runs the MoE on emulation, the slow reference path (~20× slower decode, vLLM #50817): "
+            "this plan runs the MoE on EMULATION, the SLOW REFERENCE PATH (~20× slower decode, vLLM #50817): "
             "use it to check correctness, never to serve traffic")
+    if engine == "vllm" and plan.ep > 1 and plan.ep != plan.tp:
+        recipe.warnings.append(
+            f"vLLM's --enable-expert-parallel shards experts over all TP×DP ranks (EP = TP here), not ep={plan.ep} "
+            f"with tp={plan.tp}: the engine would run a different layout than this plan — re-plan with --ep {plan.tp}")
     # Model-level caveats the field has learned (they hold together with the backend lines).
     name = plan.model.name
     for cav in data.get("caveat", []):
@@ -149,7 +156,7 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None) -> Recipe:
             continue
         if "quant" in cav and not any(d.layer.weight.dtype in cav["quant"] for d in moe):
             continue
-        if cav.get("min_ep", 1) > plan.ep:
+        if cav.get("min_ep", 1) > plan.ep or plan.ep > cav.get("max_ep", plan.ep):
             continue
         for e in cav.get("env", []):
             env[e["name"]] = dict(e)
@@ -207,8 +214,11 @@ def _padding_caveats(engine: str, version: str, d: Decision, caps: Capabilities)
 def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str | None = None) -> str:
     recipe = build_recipe(plan, engine, version)
     if fmt == "json":
+        from moedispatch.explain import plan_to_json
+
         out = recipe.to_dict()
         out["plan_fingerprint"] = plan.fingerprint
+        out["plan"] = plan_to_json(plan)
         return json.dumps(out, indent=2) + "\n"
     caps = plan.caps
     lines = [f"# {engine} {recipe.version} recipe for {plan.model.name} on {caps.arch_label}"

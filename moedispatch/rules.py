@@ -456,3 +456,27 @@ def _scale_notes(layer: MoELayer, plan: Padding) -> list[str]:
         return [f"block scales: fp32 per {bn}×{bk} tile of the padded weights — w13 [{e}, 2×{-(-i // bn)}, "
                 f"{-(-h // bk)}], w2 [{e}, {-(-h // bn)}, {-(-i // bk)}]; tiles that cover only padding hold zeros"]
     return []
+
+
+def shard_caveats(layer: MoELayer) -> tuple[str, ...]:
+    """Layer-level caveats of the TP sharding itself (independent of the backend): a shard that splits the
+    checkpoint's scale blocks. The planner pads the *allocation*; it cannot re-block scales a loader slices."""
+    out = []
+    block = layer.weight.block
+    if block and layer.moe_tp > 1 and (layer.intermediate_per_rank % block[0] or layer.intermediate_per_rank % block[1]):
+        text = (f"caveat [scale tiles]: the TP shard {layer.intermediate_per_rank} of intermediate {layer.intermediate} "
+                f"splits the checkpoint's {block[0]}×{block[1]} scale tiles. vLLM refuses this shape ('output_size of "
+                f"gate's and up's weight = {layer.intermediate_per_rank} is not divisible by weight quantization "
+                f"block_n = {block[0]}', quantization/fp8.py create_weights); SGLang accepts it only on AITER with "
+                f"128-padding (PRs #18684/#21097, GSM8K 0.980 for Qwen3-235B-FP8 at TP8, reference seeds/003)")
+        if layer.intermediate % block[0] == 0:
+            text += (f". Safer: expert parallelism (--ep {layer.tp}) keeps every expert whole ({layer.intermediate} = "
+                     f"{layer.intermediate // block[0]}×{block[0]})")
+        out.append(text)
+    if layer.weight.is_mx and layer.moe_tp > 1 and layer.intermediate_per_rank % 32:
+        out.append(
+            f"caveat [scale groups]: the TP shard {layer.intermediate_per_rank} of intermediate {layer.intermediate} "
+            f"is not a multiple of the 32-element MX scale group, so an even split cuts E8M0 groups of w2; the loader "
+            f"must shard in whole groups (vLLM gpt_oss.py slices cdiv(I/32, tp)*32 per rank, vllm.md §12.6) or use "
+            f"expert parallelism")
+    return tuple(out)

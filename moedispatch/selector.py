@@ -14,6 +14,7 @@ from moedispatch.backend import Backend, Padding, Verdict
 from moedispatch.capabilities import Capabilities
 from moedispatch.errors import CapabilityDBError, NoBackendError, PluginError, UsageError
 from moedispatch.layers import MoELayer
+from moedispatch.rules import shard_caveats
 
 __all__ = ["Rejection", "Decision", "select", "select_uncached", "clear_cache", "is_builtin"]
 
@@ -229,16 +230,16 @@ def select_uncached(
             ))
 
     if winner is None or padding is None:
+        # The reason names no layer index, so consecutive identical layers still group; the exception text does.
         if force is not None:
-            head = f"forced backend {force!r} cannot run layer {layer.index}"
             why = "; ".join(failed_plans.get(force, "") and [failed_plans[force]] or verdicts[force].reasons)
-            message = f"{head}: {why}"
+            message = f"forced backend {force!r} cannot run this layer: {why}"
         else:
-            message = f"no backend can run layer {layer.index} correctly on {caps.arch_label}: " + "; ".join(
+            message = f"no backend can run this layer correctly on {caps.arch_label}: " + "; ".join(
                 f"{r.backend}: {r.reasons[0]}" for r in rejected)
         decision = Decision(layer, None, Padding.none(layer), (message,), tuple(rejected), forced=force is not None)
         _log_decision(decision)
-        raise NoBackendError(message, decision)
+        raise NoBackendError(f"layer {layer.index}: {message}", decision)
 
     supported_names = [b.name for b in candidates if b.name not in failed_plans]
     if force is not None:
@@ -248,7 +249,7 @@ def select_uncached(
                 f"[{', '.join(supported_names)}]")
     else:
         head = f"{winner.name}: the only backend that is correct for this layer"
-    reasons = (head,) + verdicts[winner.name].reasons + padding.notes
+    reasons = (head,) + verdicts[winner.name].reasons + padding.notes + shard_caveats(layer)
     warnings = tuple(r for r in verdicts[winner.name].reasons if r.upper().startswith("WARNING"))
     decision = Decision(
         layer, winner.name, padding, reasons, tuple(rejected), family=winner.family,

@@ -36,6 +36,8 @@ __all__ = ["run_verify", "DEFAULT_EXPERTS", "CHECK_NAMES", "BACKEND_TOLERANCE", 
 #: Experts built by default (the per-rank count when smaller): enough for top-k routing to spread, small enough for
 #: the MiniMax-M3 TP8 shape to verify on a CPU in seconds.
 DEFAULT_EXPERTS = 8
+#: Weight elements the default (no ``--experts``) run builds at most.
+DEFAULT_ELEMENT_BUDGET = 60_000_000
 CHECK_NAMES = ("padding_exact", "backend_vs_reference", "quantization_error")
 #: float32 vs float64 on the same quantized operands: relative (Frobenius) error bound.
 EMULATION_TOLERANCE = 1e-5
@@ -61,7 +63,12 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
                          f"per rank {i}")
     if tokens < 1:
         raise UsageError(f"tokens must be at least 1, got {tokens}")
-    n_exp = min(experts or DEFAULT_EXPERTS, layer.experts_per_rank)
+    if experts is None:
+        # Keep the default run well under a minute on a 2-core CPU: at most ~60 M weight elements (4 experts of
+        # MiniMax-M3 at TP1, 8 at TP8), never fewer experts than top-k routes to.
+        per_expert = 3 * layer.hidden * max(padding.intermediate_per_rank, layer.intermediate_per_rank)
+        experts = max(layer.top_k, min(DEFAULT_EXPERTS, DEFAULT_ELEMENT_BUDGET // max(per_expert, 1)))
+    n_exp = min(experts, layer.experts_per_rank)
     if n_exp < 1:
         raise UsageError(f"experts must be at least 1, got {experts}")
     top_k = min(layer.top_k, n_exp)

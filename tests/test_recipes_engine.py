@@ -59,7 +59,8 @@ def test_vllm_recipe_for_minimax_m3_mxfp8_on_mi300x_has_aiter_on_and_mha_off_wit
     assert "q/prob scales" in env["VLLM_ROCM_USE_AITER_MHA"]["why"]
     # both hold at once: the MoE itself has no native MX path on gfx942 and is loudly emulation
     assert data["backend"] == "emulation"
-    assert any("slow reference path" in w for w in data["warnings"])
+    assert any("SLOW REFERENCE PATH" in w for w in data["warnings"])
+    assert "--moe-backend auto" in data["command"]  # MXFP8 has no explicit emulation value (vllm.md §3)
 
 
 def test_recipe_reports_where_the_engine_allocation_misses_the_kernel_alignment(cli):
@@ -84,3 +85,23 @@ def test_json_logs_carry_one_event_per_decision(cli):
     assert all(e["backend"] == "aiter-flydsl" and e["reasons"] and e["padding"]["intermediate_per_rank"] == 512
                for e in selected)
     assert any(e["event"] == "dispatch_planned" for e in events)
+
+
+def test_engine_accepts_fusedmoe_constructor_arguments_and_per_partition_size(caps):
+    """vLLM's FusedMoE(...) arguments pass through; intermediate_size_per_partition is per rank (× MoE TP)."""
+    c = caps("gfx950", "0.1.15.post3")
+    base = dict(caps=c, hidden_size=4096, num_experts=8, top_k=2, tp_size=8)
+    a = select_moe_backend(intermediate_size=14336, **base)
+    b = select_moe_backend(intermediate_size_per_partition=1792, params_dtype="bfloat16", dp_size=1,
+                           renormalize=True, prefix="model.layers.0.block_sparse_moe.experts", **base)
+    assert a == b and a.layer.intermediate == 14336
+    import pytest
+
+    from moedispatch.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown layer field 'hiden_size'"):
+        select_moe_backend(hiden_size=1, **{k: v for k, v in base.items() if k != "hidden_size"})
+    with pytest.raises(UsageError, match="intermediate must be an integer"):
+        select_moe_backend(intermediate_size=3072.5, **base)
+    with pytest.raises(UsageError, match="^ep 3 must divide tp 8"):
+        select_moe_backend(intermediate_size=14336, ep_size=3, **base)
