@@ -244,3 +244,15 @@ def test_padded_mx_plan_explains_its_scale_tensors(caps, builtins):
     assert "[128, 2×512, 192]" in note and "[128, 6144, 16]" in note and "0xFF" in note
     d = first_moe("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx950", 8, caps, builtins)
     assert any(r.startswith("block scales:") and "[128, 2×2, 32]" in r for r in d.reasons)
+
+
+def test_block_fp8_shard_that_splits_scale_tiles_is_flagged(caps, builtins):
+    """Qwen3-235B-FP8 at TP8 is 192/rank: it splits 128×128 scale tiles (models_hw.md §A.4; vLLM refuses it,
+    'not divisible by weight quantization block_n'; SGLang runs it on AITER with padding, seeds/003)."""
+    plan = plan_model(load_model("Qwen3-235B-A22B-Instruct-2507-FP8"), caps("gfx950", AITER), 8, 1,
+                      backends=builtins)
+    assert any(w.startswith("caveat [scale tiles]") and "--ep 8" in w for w in plan.warnings)
+    ok = plan_model(load_model("Qwen3-235B-A22B-Instruct-2507-FP8"), caps("gfx950", AITER), 8, 8, backends=builtins)
+    assert not any("scale tiles" in w for w in ok.warnings)
+    assert not any("scale tiles" in w for w in plan_model(load_model("DeepSeek-V3"), caps("gfx950", AITER), 8, 1,
+                                                           backends=builtins).warnings)

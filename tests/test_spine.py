@@ -161,3 +161,17 @@ def test_backends_and_models_commands(cli):
     proc = cli("models", "--format", "json")
     names = {m["name"] for m in json.loads(proc.stdout)["models"]}
     assert {"MiniMax-M3-MXFP4", "gpt-oss-120b", "DeepSeek-V3", "Mixtral-8x7B"} <= names
+
+
+def test_forced_failure_still_groups_consecutive_layers(cli):
+    """The no-backend reason names no layer index, so layers 3–59 render as one group."""
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--tp", "8", "--backend", "triton")
+    assert proc.returncode == 3
+    assert "layers 3–59 (57 MoE) → NO BACKEND" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith("moedispatch: 57 MoE layer(s) have no correct backend; "
+                                                           "layer 3: forced backend 'triton' cannot run this layer")
+
+
+def test_logging_options_work_after_the_subcommand(cli):
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "gfx942", "--log-format", "json", "-q")
+    assert proc.returncode == 0 and proc.stderr == ""
