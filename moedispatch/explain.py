@@ -38,6 +38,14 @@ class Plan:
         return all(d.ok for d in self.decisions)
 
     @property
+    def layers(self) -> tuple[Decision, ...]:
+        return self.decisions
+
+    def to_dict(self) -> dict[str, Any]:
+        """The explain JSON document (schema ``moedispatch.explain/1``)."""
+        return plan_to_json(self)
+
+    @property
     def fingerprint(self) -> str:
         """Stable hash of everything that must agree across ranks (target, parallelism, every decision)."""
         payload = json.dumps({"target": self.caps.target_dict(), "parallel": [self.tp, self.ep],
@@ -134,6 +142,7 @@ def _layer_entry(d: Decision) -> dict[str, Any]:
             "weight": layer.weight.dtype,
             "activation": layer.act.dtype,
             "granularity": layer.weight.granularity,
+            "activation_granularity": layer.act.granularity,
         },
     }
     entry.update(d.to_dict())
@@ -236,11 +245,11 @@ def render_table(plan: Plan, *, first_line: str | None = None) -> str:
         if d.backend:
             if p.padded:
                 _, extra = padded_bytes(layer, d)
-                lines.append(
-                    f"    padding hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
+                lines += _wrap(
+                    f"hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
                     f"{p.intermediate_per_rank}; kernel pads hidden={p.kernel_hidden_pad} "
                     f"intermediate={p.kernel_intermediate_pad}; zero-fill {'yes' if p.zero_fill else 'no'}; "
-                    f"+{_human_bytes(extra)}/rank per layer")
+                    f"+{_human_bytes(extra)}/rank per layer", "    padding ")
             else:
                 lines.append("    padding none needed")
         for reason in d.reasons:

@@ -270,6 +270,7 @@ def evaluate_issues(family: str, layer: MoELayer, caps: Capabilities, padding: P
     """
     blocking: list[str] = []
     notes: list[str] = []
+    avoided: dict[str, list[str]] = {}
     raw = Padding.none(layer)
     for issue in issues_for(family, caps):
         pred = issue.pred
@@ -290,7 +291,9 @@ def evaluate_issues(family: str, layer: MoELayer, caps: Capabilities, padding: P
             how = (f"pads intermediate to a multiple of {fix['pad_intermediate_to']}" if "pad_intermediate_to" in fix
                    else "passes intermediate_pad=0 and computes over the zero-filled pad"
                    if "kernel_intermediate_pad" in fix else "the plan")
-            notes.append(f"avoids {tag} ({issue.title}): the plan {how}")
+            avoided.setdefault(how, []).append(f"{tag} ({issue.title})")
+    # One line per workaround, naming every issue it avoids.
+    notes += [f"avoids {', '.join(tags)}: the plan {how}" for how, tags in avoided.items()]
     return IssueOutcome(tuple(blocking), tuple(notes))
 
 
@@ -426,8 +429,7 @@ class RuleBackend(Backend):
         if issue_id and ki:
             ki = 0
             pad_notes = [n for n in pad_notes if "kernel pads" in n and "0" in n.split(":")[0]]
-            pad_notes.append(f"kernel intermediate_pad=0 (workaround for [{issue_id}]): the kernel computes over "
-                             f"the zero-filled pad instead of skipping it")
+
         if plan.padded:
             notes += _scale_notes(layer, plan)
         if plan.padded:
