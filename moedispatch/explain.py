@@ -107,6 +107,18 @@ def plan_model(
             f"slower decode in vLLM #50817): no native kernel is correct for them on {caps.arch_label}"
             + (f" with AITER {caps.aiter_version}" if caps.aiter_version else " without AITER")
             + " — do not serve traffic with this plan")
+    if model.prepadded and model.stored_intermediate:
+        moe = [d for d in decisions if d.layer.kind == "moe"]
+        if moe:
+            d0 = moe[0]
+            stored = model.stored_intermediate // d0.layer.moe_tp
+            alloc = d0.padding.intermediate_per_rank
+            out_warnings.append(
+                f"pre-padded checkpoint: experts are stored {model.stored_intermediate} wide but the model is "
+                f"{d0.layer.intermediate} ({d0.layer.intermediate_per_rank}/rank); the plan allocates {alloc}/rank — "
+                + ("load only the first " f"{d0.layer.intermediate_per_rank} columns of each rank's slice (vLLM "
+                   "_load_w13/_load_w2 narrow with the unpadded size, vllm.md §12.1) and keep the rest zero"
+                   if stored != alloc else "the stored zeros fill the planned pad exactly"))
     caveats = dict.fromkeys(r for d in decisions for r in d.reasons if r.startswith("caveat [scale"))
     out_warnings += list(caveats)
     missing = [d.layer.index for d in decisions if not d.ok]

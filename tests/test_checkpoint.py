@@ -592,3 +592,13 @@ def test_any_header_bytes_give_model_error_or_tensors(tmp_path, header, claimed,
         assert str(p) in str(exc) and "\n" not in str(exc)
         return
     assert all(isinstance(t.shape, tuple) for t in out.values())
+
+
+def test_prepadded_checkpoint_tells_explain_how_to_load_it(tmp_path, caps):
+    """explain turns the pre-padding into a loading instruction next to the plan's own allocation."""
+    from moedispatch.explain import plan_model
+
+    spec = load_model(str(make_ckpt(tmp_path / "padded", _gpt_oss_cfg(inter=96), _gpt_oss_blocks(4, 64, 128))))
+    plan = plan_model(spec, caps("gfx950", "0.1.15.post3"), 1, 1)
+    warning = next(w for w in plan.warnings if w.startswith("pre-padded checkpoint"))
+    assert "stored 128 wide" in warning and "96/rank" in warning and "first 96 columns" in warning
