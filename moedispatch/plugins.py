@@ -14,7 +14,7 @@ backend's ``check``/``plan_padding`` run on a daemon worker thread, and a call t
 
 from __future__ import annotations
 
-import importlib.metadata as md
+import importlib
 import os
 import queue
 import threading
@@ -361,7 +361,96 @@ def _dist_info(dist: Any) -> tuple[str | None, str | None]:
     return _DIST_CACHE[key]
 
 
-def _entry_points() -> Iterable[md.EntryPoint]:
+class _Dist:
+    """Name and version of a distribution, read from its METADATA/PKG-INFO header lines only."""
+
+    __slots__ = ("_path", "metadata")
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self.metadata: dict[str, str] = {}
+        for leaf in ("METADATA", "PKG-INFO"):
+            try:
+                with open(os.path.join(path, leaf), encoding="utf-8", errors="replace") as fh:
+                    for line in fh:
+                        if not line.strip():
+                            break  # the headers end at the first blank line
+                        key, sep, value = line.partition(":")
+                        if sep and key in ("Name", "Version") and key not in self.metadata:
+                            self.metadata[key] = value.strip()
+                break
+            except OSError:
+                continue
+
+
+@dataclass(frozen=True)
+class _EntryPoint:
+    name: str
+    value: str
+    dist: Any
+
+    def load(self) -> Any:
+        module, _, attr = self.value.partition(":")
+        obj = importlib.import_module(module.strip())
+        for part in attr.strip().split(".") if attr.strip() else ():
+            obj = getattr(obj, part)
+        return obj
+
+
+def _scan_entry_points(group: str) -> list[_EntryPoint] | None:
+    """Entry points of ``group`` from ``*.dist-info`` / ``*.egg-info`` folders on sys.path, first distribution of a
+    name wins (as importlib.metadata does). ``None`` when sys.path holds something only importlib.metadata can read
+    (a zip). Reading entry_points.txt directly keeps ``import importlib.metadata`` (≈12 ms with its email parser)
+    off explain's start-up path."""
+    import sys
+
+    seen: set[str] = set()
+    found: list[_EntryPoint] = []
+    for entry in sys.path:
+        path = entry or "."
+        if not os.path.isdir(path):
+            if os.path.isfile(path):
+                return None
+            continue
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            continue
+        for leaf in names:
+            if not leaf.endswith((".dist-info", ".egg-info")):
+                continue
+            key = leaf.rsplit(".", 1)[0].split("-")[0].lower().replace(".", "_")
+            if key in seen:
+                continue
+            seen.add(key)
+            info = os.path.join(path, leaf)
+            try:
+                with open(os.path.join(info, "entry_points.txt"), encoding="utf-8", errors="replace") as fh:
+                    text = fh.read()
+            except OSError:
+                continue
+            section = None
+            dist = None
+            for raw in text.splitlines():
+                line = raw.strip()
+                if not line or line.startswith(("#", ";")):
+                    continue
+                if line.startswith("[") and line.endswith("]"):
+                    section = line[1:-1].strip()
+                    continue
+                if section == group and "=" in line:
+                    name, _, value = line.partition("=")
+                    dist = dist or _Dist(info)
+                    found.append(_EntryPoint(name.strip(), value.strip(), dist))
+    return found
+
+
+def _entry_points() -> Iterable[Any]:
+    found = _scan_entry_points(hookspecs.ENTRY_POINT_GROUP)
+    if found is not None:
+        return found
+    import importlib.metadata as md
+
     return md.entry_points(group=hookspecs.ENTRY_POINT_GROUP)
 
 
