@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from moedispatch import capdb
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
 from moedispatch.rules import Combo, RuleBackend, need_feature
@@ -19,6 +23,13 @@ def aiter_common_checks(layer: MoELayer, caps: Capabilities, combo: Combo | None
     failures: list[str] = []
     if caps.aiter_version is None:
         return failures
+    flydsl = caps.package("flydsl")
+    pin = capdb.flydsl_pin(caps.aiter_version)
+    if flydsl and pin and not _satisfies(flydsl, pin[0]):
+        # aiter/ops/flydsl/__init__.py raises ImportError on an older flydsl, which takes `import aiter.fused_moe`
+        # (every AITER family) down with it (aiter_sglang.md §3.5, §8.3).
+        failures.append(f"installed flydsl {flydsl} does not satisfy AITER {caps.aiter_version}'s pin flydsl{pin[0]} "
+                        f"({pin[1]}): `import aiter.fused_moe` fails")
     if layer.activation == "swigluoai_uninterleave":
         # Gate and up kept as separate halves -> GateMode.SEPARATED (vLLM PR #46419; aiter#3123).
         reason = need_feature(caps, "gate_mode", "swigluoai_uninterleave (separate gate/up halves)")
@@ -69,3 +80,10 @@ class AiterFamily(RuleBackend):
 
     def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
         return tuned_coverage_note(caps)
+
+
+def _satisfies(version: str, spec: str) -> bool:
+    try:
+        return Version(version) in SpecifierSet(spec, prereleases=True)
+    except (InvalidVersion, InvalidSpecifier):
+        return True  # cannot tell: do not reject on a parse problem
