@@ -267,9 +267,11 @@ def parse_visible(value: str) -> tuple[list[int] | None, str | None]:
         part = part.strip()
         if part.upper().startswith("GPU-"):
             return None, f"contains a UUID ({part}); UUIDs are not matched by the probe, filter not applied"
-        if not part.isdigit():
+        # ASCII digits only: str.isdigit() accepts '²' and other Unicode digits that int() rejects.
+        if not (part.isascii() and part.isdigit()):
             break
-        indices.append(int(part))
+        if int(part) not in indices:  # a repeated index names the same GPU once
+            indices.append(int(part))
     return indices, None
 
 

@@ -322,6 +322,7 @@ def feature_info(name: str) -> dict[str, Any]:
         raise CapabilityDBError(f"capability_db/aiter.toml: no [features.{name}] (a backend rule needs it)") from None
 
 
+@functools.lru_cache(maxsize=256)
 def flydsl_pin(aiter_version: str) -> tuple[str, str] | None:
     v = Version(parse_aiter_version(aiter_version).public)
     for pin in aiter_db().get("flydsl_pins", []):

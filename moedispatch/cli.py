@@ -251,6 +251,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         sys.stderr.write(first_line + "\n")
 
     def progress(msg: str) -> None:
+        if getattr(args, "quiet", False):
+            return
         sys.stderr.write(msg if msg.startswith("verify") else f"verify: {msg}")
         sys.stderr.write("\n")
         sys.stderr.flush()

@@ -334,6 +334,15 @@ def build_registry(
     if allow is not None:
         # An allow-list may also name backends: keep only those (entry-point names were filtered above).
         keep = [b for b in collector.backends if b.name in allow or collector.owner[b.name] in allow]
+        known = {ep.name for ep in _entry_points()} if load_entrypoints else set()
+        known |= {b.name for b in collector.backends} | {name for name, _ in plugins}
+        unmatched = [a for a in allow if a not in known]
+        if unmatched or not allow:
+            message = (f"MOEDISPATCH_LOAD_PLUGINS={os.environ.get('MOEDISPATCH_LOAD_PLUGINS', '')!r} "
+                       + (f"matches no plugin or backend: {', '.join(unmatched)}" if unmatched
+                          else "is empty: no plugins loaded")
+                       + f" (known: {', '.join(sorted(known)) or 'none'})")
+            collector.records.append(PluginRecord("MOEDISPATCH_LOAD_PLUGINS", None, None, (), (), (message,), False))
     else:
         keep = collector.backends
     return Registry(

@@ -166,7 +166,8 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None) -> Recipe:
     # Where the engine's own padding differs from the plan, say so: that is the class of bug behind #44679/#55368.
     if backend is not None:
         d = next(x for x in moe if x.backend == backend)
-        recipe.caveats += _padding_caveats(engine, version, d, plan.caps)
+        # A padding disagreement is a wrong-output or crash risk (vLLM #44679, #55368): put it at the top.
+        recipe.warnings += _padding_caveats(engine, version, d, plan.caps)
     recipe.env = list(env.values())
     recipe.args = args
     model_ref = plan.model.path or _hf_id(plan.model.name) or name

@@ -234,6 +234,9 @@ def select_uncached(
         if force is not None:
             why = "; ".join(failed_plans.get(force, "") and [failed_plans[force]] or verdicts[force].reasons)
             message = f"forced backend {force!r} cannot run this layer: {why}"
+        elif not backends:
+            message = ("no backends are registered (check MOEDISPATCH_LOAD_PLUGINS / MOEDISPATCH_DISABLE_PLUGINS, "
+                       "or that moedispatch is installed so its entry points exist)")
         else:
             message = f"no backend can run this layer correctly on {caps.arch_label}: " + "; ".join(
                 f"{r.backend}: {r.reasons[0]}" for r in rejected)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -24,8 +26,8 @@ def aiter_common_checks(layer: MoELayer, caps: Capabilities, combo: Combo | None
     if caps.aiter_version is None:
         return failures
     flydsl = caps.package("flydsl")
-    pin = capdb.flydsl_pin(caps.aiter_version)
-    if flydsl and pin and not _satisfies(flydsl, pin[0]):
+    pin = capdb.flydsl_pin(caps.aiter_version) if flydsl else None
+    if pin and not _satisfies(flydsl, pin[0]):
         # aiter/ops/flydsl/__init__.py raises ImportError on an older flydsl, which takes `import aiter.fused_moe`
         # (every AITER family) down with it (aiter_sglang.md §3.5, §8.3).
         failures.append(f"installed flydsl {flydsl} does not satisfy AITER {caps.aiter_version}'s pin flydsl{pin[0]} "
@@ -82,6 +84,7 @@ class AiterFamily(RuleBackend):
         return tuned_coverage_note(caps)
 
 
+@functools.lru_cache(maxsize=256)
 def _satisfies(version: str, spec: str) -> bool:
     try:
         return Version(version) in SpecifierSet(spec, prereleases=True)

@@ -621,3 +621,12 @@ def test_real_pypi_amdsmi_and_aiter(monkeypatch: pytest.MonkeyPatch, capfd: pyte
     doc = json.loads(render_probe(report, "json"))
     assert doc["packages"]["amdsmi"]["version"] == dist_version("amdsmi")
     assert capfd.readouterr().out == ""
+
+
+def test_visible_devices_odd_values_do_not_discard_the_probe() -> None:
+    """Unicode digits stop parsing like any invalid entry; repeated indices count once (HIP semantics, [U])."""
+    from moedispatch._probe_gpu import parse_visible
+
+    assert parse_visible("²") == ([], None)
+    assert parse_visible("0,0,1") == ([0, 1], None)
+    assert parse_visible("1,x,2") == ([1], None)

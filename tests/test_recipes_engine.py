@@ -67,13 +67,13 @@ def test_recipe_reports_where_the_engine_allocation_misses_the_kernel_alignment(
     """Qwen3-30B-A3B bf16 at TP8: 96/rank; vLLM does not pad bf16 but CK needs 128 (vLLM PR #55368, aiter#5444)."""
     proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "gfx950", "--tp", "8", "--recipe", "vllm",
                "--format", "json")
-    caveats = json.loads(proc.stdout)["caveats"]
-    assert any("intermediate/rank 96" in c and "128" in c and "#55368" in c for c in caveats)
+    warnings = json.loads(proc.stdout)["warnings"]
+    assert any("intermediate/rank 96" in c and "128" in c and "#55368" in c for c in warnings)
     proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "gfx950", "--tp", "8", "--recipe", "sglang",
                "--format", "json")
     data = json.loads(proc.stdout)
     assert {e["name"]: e["value"] for e in data["env"]} == {"SGLANG_USE_AITER": "1"}
-    assert not data["caveats"]  # SGLang pads AITER MoE to 128 itself (PRs #18684/#21097)
+    assert not data["warnings"]  # SGLang pads AITER MoE to 128 itself (PRs #18684/#21097)
 
 
 def test_json_logs_carry_one_event_per_decision(cli):

@@ -246,3 +246,16 @@ def test_misspelt_hook_is_reported_not_silently_ignored():
     assert reg.names() == ()
     with pytest.raises(PluginError, match="unknown hook 'register_backend'"):
         build_registry([("typo", Typo())], load_entrypoints=False, strict=True)
+
+
+def test_allow_list_that_matches_nothing_is_reported(monkeypatch, cli):
+    monkeypatch.setenv("MOEDISPATCH_LOAD_PLUGINS", "bogus")
+    reg = build_registry()
+    assert reg.names() == ()
+    assert any("matches no plugin or backend: bogus" in e for e in reg.errors)
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "gfx942", "--format", "json",
+               env={"MOEDISPATCH_LOAD_PLUGINS": "bogus"})
+    assert proc.returncode == 3
+    data = json.loads(proc.stdout)
+    assert any("matches no plugin or backend: bogus" in w for w in data["warnings"])
+    assert data["layers"][0]["reasons"][0].startswith("no backends are registered")
