@@ -70,7 +70,9 @@ class AiterCK(AiterFamily):
             # Say where the activation does run, so the reason is actionable.
             reasons = tuple(
                 r + (" — CK 2-stage kernels implement silu and gelu only (kernel names ..._silu/_gelu, "
-                     "aiter_sglang.md §3.3); AITER runs Swiglu on FlyDSL / CK-Tile"
+                     "aiter_sglang.md §3.3); AITER routes Swiglu MXFP4 to FlyDSL / CK-Tile ('SwiGLU MXFP4 ... not "
+                     "supported by CK2stages codegen; routing to CK-Tile (ROCM-25478)', aiter/fused_moe.py at "
+                     "e4048607)"
                      if r.startswith("activation ") else "")
                 for r in verdict.reasons)
             return type(verdict)(False, reasons)
