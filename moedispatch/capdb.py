@@ -36,6 +36,7 @@ __all__ = [
     "default_aiter_version",
     "target_capabilities",
     "arch_facts",
+    "product_peaks",
 ]
 
 _PACKAGE = "moedispatch.capability_db"
@@ -161,7 +162,43 @@ def gpus() -> dict[str, Any]:
         if _need(default["product"], str, where, "default.product", "a string") not in names:
             raise CapabilityDBError(f"{where}: default.product = {default['product']!r} is not a product of "
                                     f"[arch.{default['gfx']}] ({', '.join(names)})")
+    _check_peaks(data, arch, where)
     return data
+
+
+_PEAK_NUMBERS = ("hbm_tbps", "bf16_tflops", "fp8_tflops", "fp4_tflops", "measured_hbm_tbps", "measured_fp8_tflops")
+_CONFIDENCE = ("confirmed", "derived", "unconfirmed")
+
+
+def _check_peaks(data: dict[str, Any], arch: dict[str, Any], where: str) -> None:
+    """``[peak.<product>]`` (cost model): positive numbers, a source and a confidence, a product that exists."""
+    peaks = _need(data.get("peak", {}), dict, where, "[peak]", "a table")
+    products = {p["name"] for entry in arch.values() for p in entry["products"]}
+    for name, peak in peaks.items():
+        at = f"{where}: [peak.{name}]"
+        _need(peak, dict, where, f"[peak.{name}]", "a table")
+        if name not in products:
+            raise CapabilityDBError(f"{at}: {name!r} is not a product of any [arch.*]")
+        for req in ("hbm_tbps", "bf16_tflops", "source", "confidence"):
+            if req not in peak:
+                raise CapabilityDBError(f"{at} lacks key {req!r}")
+        for key in _PEAK_NUMBERS:
+            if key in peak and _need(peak[key], (int, float), at, key, "a positive number") <= 0:
+                raise CapabilityDBError(f"{at}: {key} must be a positive number, got {peak[key]!r}")
+        for key in ("confidence", "measured_confidence"):
+            if key in peak and peak[key] not in _CONFIDENCE:
+                raise CapabilityDBError(f"{at}: {key} must be one of {', '.join(_CONFIDENCE)}, got {peak[key]!r}")
+        _need(peak["source"], str, at, "source", "a string")
+        if any(k.startswith("measured_") and k not in ("measured_source", "measured_confidence") for k in peak) \
+                and "measured_source" not in peak:
+            raise CapabilityDBError(f"{at}: measured_* figures need a measured_source")
+
+
+def product_peaks(product: str | None) -> dict[str, Any] | None:
+    """gpus.toml ``[peak.<product>]`` (dense peaks and measured ceilings, with sources), or None if not listed."""
+    if not product:
+        return None
+    return gpus().get("peak", {}).get(product)
 
 
 _TARGET_SUFFIX = re.compile(r":(sramecc|xnack)[+-]", re.IGNORECASE)
