@@ -37,6 +37,8 @@ __all__ = [
     "target_capabilities",
     "arch_facts",
     "product_peaks",
+    "feature_info",
+    "CONFIDENCES",
 ]
 
 _PACKAGE = "moedispatch.capability_db"
@@ -106,6 +108,19 @@ def _table(data: Any, key: str, where: str) -> dict[str, Any]:
     return _need(data[key], dict, where, f"[{key}]", "a table")
 
 
+#: How sure a capability_db fact is (key ``confidence``, default "confirmed"): read in the cited primary source,
+#: inferred by us from it, or found in no primary source.
+CONFIDENCES = ("confirmed", "derived", "unconfirmed")
+
+
+def _confidence(entry: dict[str, Any], where: str) -> str:
+    """The entry's ``confidence`` (default "confirmed"); anything else than CONFIDENCES raises CapabilityDBError."""
+    value = entry.get("confidence", "confirmed")
+    if value not in CONFIDENCES:
+        raise CapabilityDBError(f"{where}: confidence {value!r:.60} not one of {', '.join(CONFIDENCES)}")
+    return value
+
+
 def _str_list(value: Any, where: str, key: str) -> list[str]:
     _need(value, list, where, key, "an array of strings")
     for item in value:
@@ -133,6 +148,9 @@ def gpus() -> dict[str, Any]:
         _need(entry["fp8"], str, at, "fp8", "a string (\"\" for none)")
         _need(entry["native_mx"], bool, at, "native_mx", "a boolean")
         _need(entry["source"], str, at, "source", "a string")
+        _confidence(entry, at)
+        if "partitions_confidence" in entry:
+            _confidence({"confidence": entry["partitions_confidence"]}, f"{at} partitions_confidence")
         products = _need(entry["products"], list, at, "products", "a non-empty array of tables")
         if not products:
             raise CapabilityDBError(f"{at}: products must be a non-empty array of tables")
@@ -306,6 +324,7 @@ def aiter_db() -> dict[str, Any]:
                 raise CapabilityDBError(f"{fwhere} lacks key {req!r}")
         _need(feat["what"], str, fwhere, "what", "a string")
         _need(feat["source"], str, fwhere, "source", "a string")
+        _confidence(feat, fwhere)
         for opt in ("short", "cite"):
             if opt in feat:
                 _need(feat[opt], str, fwhere, opt, "a string")
@@ -327,6 +346,7 @@ def aiter_db() -> dict[str, Any]:
         _specifier(pin["aiter"], pwhere, "aiter")
         _specifier(pin["flydsl"], pwhere, "flydsl")
         _need(pin["source"], str, pwhere, "source", "a string")
+        _confidence(pin, pwhere)
     return data
 
 
@@ -353,10 +373,12 @@ def default_aiter_version() -> str:
 
 
 def feature_info(name: str) -> dict[str, Any]:
+    """The [features.NAME] table of aiter.toml, with ``confidence`` filled in ("confirmed" when the file omits it)."""
     try:
-        return aiter_db()["features"][name]
+        feat = aiter_db()["features"][name]
     except KeyError:
         raise CapabilityDBError(f"capability_db/aiter.toml: no [features.{name}] (a backend rule needs it)") from None
+    return {**feat, "confidence": feat.get("confidence", "confirmed")}
 
 
 @functools.lru_cache(maxsize=256)
