@@ -2,12 +2,13 @@
 
 Public API (contract, DESIGN.md)::
 
-    from moedispatch import hookimpl, Backend, Verdict, Padding, select_moe_backend
+    from moedispatch import hookimpl, Backend, Verdict, Padding, Reason, select_moe_backend
 
 Importing moedispatch does no work: no probing, no plugin loading, no logging configuration.
 """
 
 from moedispatch.backend import Backend, Padding, Verdict
+from moedispatch.reason import Reason
 from moedispatch.capabilities import Capabilities, GpuInfo
 from moedispatch.errors import (
     CapabilityDBError,
@@ -26,6 +27,7 @@ __all__ = [
     "Backend",
     "Verdict",
     "Padding",
+    "Reason",
     "select_moe_backend",
     "plan_model",
     "Decision",
@@ -53,7 +55,7 @@ def __getattr__(name: str):  # lazy: keep `import moedispatch` cheap
 
         return plan_model
     if name == "Decision":
-        from moedispatch.selector import Decision
+        from moedispatch.decision import Decision
 
         return Decision
     if name == "__version__":

@@ -9,7 +9,27 @@ if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.capabilities import Capabilities
     from moedispatch.layers import MoELayer
 
-__all__ = ["Backend", "Verdict", "Padding", "round_up"]
+from moedispatch.reason import Reason
+
+__all__ = ["Backend", "Verdict", "Padding", "round_up", "PAD_SEMANTICS", "AITER_FAMILIES"]
+
+#: How a kernel reads padded weights (``Padding.pad_semantics``):
+#:   compute  computes over the whole padded extent, so every pad must hold zeros (AITER classic CK, ASM);
+#:   skip     skips the ``kernel_*_pad`` granules it is given (AITER CK-Tile, FlyDSL);
+#:   trim     takes ``K = shape - pad`` and never reads the pad (Triton).
+PAD_SEMANTICS = ("compute", "skip", "trim")
+
+#: ``Backend.family`` values that run through ``aiter.fused_moe`` (the engine's AITER path).
+AITER_FAMILIES = frozenset({"ck", "cktile", "flydsl", "asm", "aiter-triton"})
+
+
+def _coerce(obj: object, name: str, kind: str) -> None:
+    """Wrap a frozen dataclass's str reasons as :class:`Reason` (left untouched when malformed, so the selector can
+    report the plugin's mistake precisely)."""
+    value = getattr(obj, name)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, (str, Reason)) for v in value):
+        if all(isinstance(v, str) and v.strip() for v in value if not isinstance(v, Reason)):
+            object.__setattr__(obj, name, tuple(Reason.coerce(v, kind) for v in value))
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -25,16 +45,20 @@ class Verdict:
     """
 
     supported: bool
-    reasons: tuple[str, ...] = ()
+    reasons: tuple[Reason, ...] = ()
+
+    def __post_init__(self) -> None:
+        _coerce(self, "reasons", "supports" if self.supported is True else "failed")
 
     @classmethod
-    def unsupported(cls, *reasons: str) -> "Verdict":
+    def unsupported(cls, *reasons: Reason | str) -> "Verdict":
         if not reasons:
             raise ValueError("an unsupported verdict needs at least one reason")
         return cls(False, tuple(reasons))
 
     @classmethod
-    def from_checks(cls, failures: list[str] | tuple[str, ...], notes: list[str] | tuple[str, ...] = ()) -> "Verdict":
+    def from_checks(cls, failures: list[Reason | str] | tuple[Reason | str, ...],
+                    notes: list[Reason | str] | tuple[Reason | str, ...] = ()) -> "Verdict":
         """Supported iff no rule failed; failures become the reasons, else the notes do."""
         if failures:
             return cls(False, tuple(failures))
@@ -43,7 +67,7 @@ class Verdict:
 
 # ``Verdict.supported("why")`` is the contract spelling; a dataclass field of the same name would shadow a
 # classmethod, so the factory is attached after the class is built and the field stays readable on instances.
-def _supported_factory(*reasons: str) -> Verdict:
+def _supported_factory(*reasons: Reason | str) -> Verdict:
     return Verdict(True, tuple(reasons))
 
 
@@ -64,7 +88,8 @@ class Padding:
     ``intermediate_pad`` their difference from the original; ``kernel_*_pad`` the values passed to the kernel (may
     differ: CK ignores pads; MiniMax-M3 passes ``intermediate_pad=0``); ``zero_fill`` whether every pad region must
     hold zeros (allocate with ``torch.zeros``). ``hidden_multiple``/``intermediate_multiple`` record the alignment the
-    plan satisfies.
+    plan satisfies. ``pad_semantics`` declares how the kernel reads the padded weights (:data:`PAD_SEMANTICS`);
+    recipes, ``verify`` and known issues read it instead of inferring it from a family name.
     """
 
     hidden: int
@@ -77,9 +102,14 @@ class Padding:
     hidden_multiple: int = 1
     intermediate_multiple: int = 1
     #: Why the plan looks like this (alignment rule, kernel pad rule, override), each with its source.
-    notes: tuple[str, ...] = ()
+    notes: tuple[Reason, ...] = ()
+    pad_semantics: str = "compute"
 
     def __post_init__(self) -> None:
+        _coerce(self, "notes", "padding")
+        if self.pad_semantics not in PAD_SEMANTICS:
+            raise ValueError(f"Padding.pad_semantics must be one of {', '.join(PAD_SEMANTICS)}, "
+                             f"got {self.pad_semantics!r}")
         for name in ("hidden", "intermediate_per_rank"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise ValueError(f"Padding.{name} must be a positive int")
@@ -104,7 +134,8 @@ class Padding:
         intermediate_multiple: int = 1,
         kernel_hidden_pad: int | None = None,
         kernel_intermediate_pad: int | None = None,
-        notes: tuple[str, ...] = (),
+        notes: tuple[Reason | str, ...] = (),
+        pad_semantics: str = "compute",
     ) -> "Padding":
         """Round hidden and intermediate-per-rank up to the given multiples; pads must be zero-filled.
 
@@ -126,6 +157,7 @@ class Padding:
             hidden_multiple=hidden_multiple,
             intermediate_multiple=intermediate_multiple,
             notes=tuple(notes),
+            pad_semantics=pad_semantics,
         )
 
     @property
@@ -142,6 +174,7 @@ class Padding:
             "kernel_hidden_pad": self.kernel_hidden_pad,
             "kernel_intermediate_pad": self.kernel_intermediate_pad,
             "zero_fill": self.zero_fill,
+            "pad_semantics": self.pad_semantics,
         }
 
 
@@ -157,8 +190,11 @@ class Backend:
     preference: int = 0
     #: One line for ``moedispatch backends``.
     description: str = ""
-    #: Kernel family in the AITER sense (``ck``, ``cktile``, ``flydsl``, ``triton``, ``emulation``); informational.
+    #: Kernel family in the AITER sense (``ck``, ``cktile``, ``flydsl``, ``asm``, ``triton``, ``emulation``).
+    #: Recipes use it to know which engine path realizes the backend (:data:`AITER_FAMILIES`).
     family: str | None = None
+    #: True for a slow reference path (dequantize on the fly): a plan that uses it carries a warning.
+    reference_only: bool = False
 
     def check(self, layer: "MoELayer", caps: "Capabilities") -> Verdict:  # pragma: no cover - abstract
         raise NotImplementedError(f"backend {self.name!r} does not implement check()")

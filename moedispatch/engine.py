@@ -15,34 +15,15 @@ from moedispatch import capdb
 from moedispatch._log import get_logger
 from moedispatch.capabilities import Capabilities
 from moedispatch.errors import NoBackendError, UsageError
-from moedispatch.layers import MoELayer, QuantSpec
-from moedispatch.selector import Decision, select
+from moedispatch.fields import layer_from_fields as _layer_from_fields
+from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
+from moedispatch.decision import Decision
+from moedispatch.selector import select
 
 __all__ = ["select_moe_backend", "plan_model", "default_capabilities", "resolve_capabilities"]
 
 log = get_logger(__name__)
-
-# Names engines use for the same values (vLLM FusedMoE / FusedMoEConfig, SGLang FusedMoE).
-_ALIASES = {
-    "hidden_dim": "hidden_size",
-    "num_local_experts": "num_experts",
-    "global_num_experts": "num_experts",
-    "n_routed_experts": "num_experts",
-    "experts": "num_experts",
-    "topk": "top_k",
-    "num_experts_per_tok": "top_k",
-    "experts_per_token": "top_k",
-    "tp": "tp_size",
-    "ep": "ep_size",
-    "moe_intermediate_size": "intermediate_size",
-    "bias": "has_bias",
-    "activation_fn": "activation",
-    "hidden_act": "activation",
-    "model_name": "model",
-}
-_FIELDS = {"hidden_size", "intermediate_size", "num_experts", "top_k", "tp_size", "ep_size", "weight_quant",
-           "activation_quant", "activation", "has_bias", "model", "weight_granularity", "activation_granularity",
-           "activation_params", "model_type", "swiglu_alpha", "swiglu_limit", "index"}
 
 _lock = threading.Lock()
 _caps: Capabilities | None = None
@@ -73,6 +54,15 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     return caps, line
 
 
+def _default_target_warning(caps: Capabilities) -> tuple[Reason, ...]:
+    """The warning every plan/decision made for the capability_db default target carries (no GPU was found)."""
+    if caps.source != "default":
+        return ()
+    aiter = f"AITER {caps.aiter_version}" if caps.aiter_version else "no AITER"
+    return (Reason(f"no AMD GPU found: planned for the default target {caps.gfx} ({caps.product}) with {aiter}; pass "
+                   "caps= / --target or set MOEDISPATCH_TARGET for the GPU you deploy on", "warning"),)
+
+
 def default_capabilities() -> Capabilities:
     """Probe once per process (thread-safe); with no GPU, the DB default target and a logged warning."""
     global _caps
@@ -83,65 +73,6 @@ def default_capabilities() -> Capabilities:
                 log.warning("no_gpu_found", message=line)
             _caps = caps
         return _caps
-
-
-# What vLLM's FusedMoE / SGLang's FusedMoE also receive that does not change which kernel is correct: accepted so an
-# engine can pass its constructor arguments through unchanged (vllm fused_moe/layer.py FusedMoE.__init__).
-_IGNORED = {"params_dtype", "dp_size", "pcp_size", "renormalize", "prefix", "use_grouped_topk", "num_expert_group",
-            "topk_group", "scoring_func", "routed_scaling_factor", "e_score_correction_bias",
-            "custom_routing_function", "reduce_results", "quant_config", "apply_router_weight_on_input",
-            "enable_eplb", "num_redundant_experts", "is_act_and_mul", "layer_id", "is_sequence_parallel",
-            "router_logits_dtype", "zero_expert_num", "zero_expert_type", "n_shared_experts", "routing_method_type"}
-
-
-def _normalize(fields: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    fields = dict(fields)
-    per_partition = fields.pop("intermediate_size_per_partition", None)
-    for key, value in fields.items():
-        if key in _IGNORED:
-            continue
-        name = _ALIASES.get(key, key)
-        if name not in _FIELDS:
-            raise UsageError(f"select_moe_backend() got an unknown layer field {key!r}")
-        if name in out and out[name] != value:
-            raise UsageError(f"select_moe_backend(): {key!r} conflicts with another alias of {name!r}")
-        out[name] = value
-    if per_partition is not None:
-        # vLLM's FusedMoE holds the per-rank size; the full size is per-rank × MoE TP degree.
-        from moedispatch.layers import moe_tp_size
-
-        full = per_partition * moe_tp_size(int(out.get("tp_size", 1)), int(out.get("ep_size", 1)))
-        if out.setdefault("intermediate_size", full) != full:
-            raise UsageError(f"select_moe_backend(): intermediate_size {out['intermediate_size']} disagrees with "
-                             f"intermediate_size_per_partition {per_partition} at this tp/ep")
-    return out
-
-
-def _layer_from_fields(fields: dict[str, Any]) -> MoELayer:
-    f = _normalize(fields)
-    missing = [k for k in ("hidden_size", "intermediate_size", "num_experts", "top_k") if k not in f]
-    if missing:
-        raise UsageError(f"select_moe_backend() needs {', '.join(missing)} (or pass layer=MoELayer)")
-    weight = f.get("weight_quant", "bf16")
-    act = f.get("activation_quant", weight if isinstance(weight, str) and weight in ("bf16", "fp16") else "bf16")
-    weight_q = QuantSpec.parse(weight, granularity=f.get("weight_granularity"))
-    act_q = QuantSpec.parse(act, granularity=f.get("activation_granularity"), dynamic=True)
-    params = dict(f.get("activation_params") or {})
-    if "swiglu_alpha" in f:
-        params["alpha"] = float(f["swiglu_alpha"])
-    if "swiglu_limit" in f:
-        params["limit"] = float(f["swiglu_limit"])
-    activation = str(f.get("activation", "silu")).lower()
-    if activation.startswith("swigluoai"):
-        params.setdefault("alpha", 1.702)
-        params.setdefault("limit", 7.0)
-    return MoELayer.build(
-        index=int(f.get("index", 0)), hidden=f["hidden_size"], intermediate=f["intermediate_size"],
-        experts=f["num_experts"], top_k=f["top_k"], tp=int(f.get("tp_size", 1)), ep=int(f.get("ep_size", 1)),
-        activation=activation, activation_params=params, has_bias=bool(f.get("has_bias", False)),
-        weight=weight_q, act=act_q, model=str(f.get("model", "")), model_type=str(f.get("model_type", "")),
-    )
 
 
 def select_moe_backend(
@@ -167,7 +98,7 @@ def select_moe_backend(
     if layer is not None:
         if layer_fields:
             raise UsageError("select_moe_backend(): pass either layer= or layer fields, not both")
-        return select(layer, caps, registry.backends, force, strict=strict)
+        return _with_target_warning(select(layer, caps, registry.backends, force, strict=strict), caps)
     # Fast path: an engine asks with the same raw values for every layer of a model; key on them (and on the
     # identity of caps and registry) before building and hashing a MoELayer.
     try:
@@ -190,7 +121,7 @@ def select_moe_backend(
             _fast[id(caps)] = memo
     layer = _layer_from_fields(layer_fields)
     try:
-        decision = select(layer, caps, registry.backends, force, strict=strict)
+        decision = _with_target_warning(select(layer, caps, registry.backends, force, strict=strict), caps)
     except NoBackendError as exc:
         if key is not None:
             _remember(memo[2], key, exc)
@@ -198,6 +129,15 @@ def select_moe_backend(
     if key is not None:
         _remember(memo[2], key, decision)
     return decision
+
+
+def _with_target_warning(decision: Decision, caps: Capabilities) -> Decision:
+    extra = _default_target_warning(caps)
+    if not extra:
+        return decision
+    from dataclasses import replace
+
+    return replace(decision, warnings=decision.warnings + extra)
 
 
 # id(caps) -> (caps, registry, {(raw fields, force, strict): Decision | NoBackendError}); the stored caps/registry
@@ -224,7 +164,7 @@ def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: in
     ``model`` is a reference (built-in name, checkpoint folder, config.json) or a ModelSpec. Ranks of a multi-node
     deployment can all-gather ``plan.fingerprint`` and refuse to start when they disagree.
     """
-    from moedispatch.explain import plan_model as _plan
+    from moedispatch.plan import plan_model as _plan
     from moedispatch.models import ModelSpec, load_model
     from moedispatch.plugins import get_registry
 
@@ -233,4 +173,4 @@ def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: in
         caps = default_capabilities()
     registry = get_registry(strict=strict)
     return _plan(spec, caps, tp, ep, backends=registry.backends, force=force, strict=strict,
-                 warnings=tuple(f"plugin error: {e}" for e in registry.errors))
+                 warnings=_default_target_warning(caps) + tuple(f"plugin error: {e}" for e in registry.errors))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from moedispatch.selector import Decision
+    from moedispatch.decision import Decision
 
 __all__ = [
     "MoedispatchError",

@@ -20,6 +20,15 @@ from moedispatch.backend import Backend, Padding, Verdict
 from moedispatch.capabilities import Capabilities
 from moedispatch.errors import CapabilityDBError
 from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
+
+#: The OCP Microscaling Formats (MX) v1.0 specification (E8M0 0xFF is NaN).
+OCP_MX_SPEC = "https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf"
+#: SGLang's AITER MoE weight and scale padding (pads each gate/up half and its scales at the end).
+SGLANG_SCALE_PAD = "https://github.com/sgl-project/sglang/pull/18684"
+#: vLLM converts OCP e4m3fn checkpoints to e4m3fnuz on gfx942 (bit pattern reused, scales doubled).
+FP8_FNUZ_SOURCE = ("https://github.com/vllm-project/vllm/blob/017e9f4448/vllm/model_executor/layers/quantization/utils/"
+                   "w8a8_utils.py (normalize_e4m3fn_to_e4m3fnuz)")
 
 __all__ = [
     "Combo",
@@ -54,6 +63,7 @@ class Combo:
     hidden_multiple: int = 1
     inter_multiple: Any = 1
     note: str | None = None
+    confidence: str = "confirmed"
 
     def matches(self, layer: MoELayer) -> bool:
         if layer.weight.dtype != self.weight or layer.act.dtype != self.act:
@@ -74,14 +84,17 @@ def find_combo(combos: Iterable[Combo], layer: MoELayer) -> list[Combo]:
     return [c for c in combos if c.matches(layer)]
 
 
-def need_feature(caps: Capabilities, feature: str, purpose: str) -> str | None:
-    """``None`` if the target AITER has ``feature``, else a reason naming version and source."""
+def need_feature(caps: Capabilities, feature: str, purpose: str) -> Reason | None:
+    """``None`` if the target AITER has ``feature``, else a failed Reason naming the version floor, its source and
+    its confidence (a derived floor says so)."""
     if caps.has_feature(feature):
         return None
     info = capdb.feature_info(feature)
     have = f"target AITER is {caps.aiter_version}" if caps.aiter_version else "AITER is not installed"
-    return (f"{purpose} needs AITER >= {info['since']} for {info.get('short', info['what'])} "
-            f"({info.get('cite', info['source'])}); {have}")
+    confidence = info.get("confidence", "confirmed")
+    floor = f"AITER >= {info['since']}" + (f" ({confidence} floor)" if confidence != "confirmed" else "")
+    return Reason(f"{purpose} needs {floor} for {info.get('short', info['what'])}; {have}", "failed",
+                  info.get("cite", info["source"]), None, confidence)
 
 
 # -- known issues ----------------------------------------------------------------------------------------------
@@ -97,6 +110,7 @@ class KnownIssue:
     predicate: tuple[tuple[str, Any], ...]
     workaround: tuple[tuple[str, Any], ...]
     source: str
+    confidence: str = "confirmed"
 
     @property
     def pred(self) -> dict[str, Any]:
@@ -111,6 +125,7 @@ _EFFECTS = ("wrong_output", "crash", "hang", "slow", "unsupported")
 _PRED_KEYS = {"gfx", "weight", "act", "activation", "has_bias", "inter_mod", "inter_in", "unpadded_inter_in",
               "kernel_inter_pad_gt", "model_type", "tokens", "weight_granularity"}
 _FIX_KEYS = {"pad_intermediate_to", "kernel_intermediate_pad", "route", "reject", "caveat"}
+_CONFIDENCES = ("confirmed", "derived", "unconfirmed")
 
 
 # Value types of predicate / workaround keys (a wrong type would otherwise fail later, mid-selection).
@@ -196,6 +211,9 @@ def known_issues() -> tuple[KnownIssue, ...]:
         bad = set(raw["workaround"]) - _FIX_KEYS
         if bad:
             raise CapabilityDBError(f"{where}: unknown workaround key(s) {', '.join(sorted(bad))}")
+        confidence = raw.get("confidence", "confirmed")
+        if confidence not in _CONFIDENCES:
+            raise CapabilityDBError(f"{where}: confidence {confidence!r} not one of {', '.join(_CONFIDENCES)}")
         if raw["aiter"]:
             try:
                 SpecifierSet(raw["aiter"])
@@ -206,7 +224,7 @@ def known_issues() -> tuple[KnownIssue, ...]:
             status=raw["status"], effect=raw["effect"],
             predicate=tuple(sorted((k, _freeze(v)) for k, v in raw["predicate"].items())),
             workaround=tuple(sorted((k, _freeze(v)) for k, v in raw["workaround"].items())),
-            source=raw["source"],
+            source=raw["source"], confidence=confidence,
         ))
     return tuple(issues)
 
@@ -253,8 +271,8 @@ def _matches(issue: KnownIssue, layer: MoELayer, caps: Capabilities, padding: Pa
 class IssueOutcome:
     """What a known issue means for one planned layer: ``blocking`` reasons reject; ``notes`` inform."""
 
-    blocking: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    blocking: tuple[Reason, ...] = ()
+    notes: tuple[Reason, ...] = ()
 
 
 def issues_for(family: str, caps: Capabilities) -> list[KnownIssue]:
@@ -266,11 +284,12 @@ def evaluate_issues(family: str, layer: MoELayer, caps: Capabilities, padding: P
 
     An issue is *avoided* when its predicate matches the unpadded/raw situation but not the plan (the plan applied
     its workaround); it *applies* when it matches the plan. Applying wrong-output issues block; crash/hang issues
-    that depend on run-time token counts become caveats; other applying issues block.
+    that depend on run-time token counts become caveats unless the entry says ``reject = true``; other applying
+    issues block. Every outcome is a Reason carrying the issue id, its source and its confidence.
     """
-    blocking: list[str] = []
-    notes: list[str] = []
-    avoided: dict[str, list[str]] = {}
+    blocking: list[Reason] = []
+    notes: list[Reason] = []
+    avoided: dict[str, list[KnownIssue]] = {}
     raw = Padding.none(layer)
     for issue in issues_for(family, caps):
         pred = issue.pred
@@ -279,30 +298,38 @@ def evaluate_issues(family: str, layer: MoELayer, caps: Capabilities, padding: P
         would = _matches(issue, layer, caps, raw, 0) or (
             "kernel_inter_pad_gt" in pred and _matches(issue, layer, caps, padding, raw_pad))
         tag = f"[{issue.id}]"
+        fix = issue.fix
         if applies:
-            if "tokens" in pred:
-                notes.append(f"caveat {tag} {issue.title} ({issue.effect} at M in {list(pred['tokens'])}); "
-                             f"{issue.fix.get('caveat', 'no workaround known')}")
+            route = f"; route to {fix['route']}" if "route" in fix else ""
+            if "tokens" in pred and not fix.get("reject"):
+                notes.append(Reason(f"caveat {tag} {issue.title} ({issue.effect.replace('_', ' ')} at M in "
+                                    f"{list(pred['tokens'])}); {fix.get('caveat', 'no workaround known')}{route}",
+                                    "caveat", issue.source, issue.id, issue.confidence))
             else:
-                blocking.append(f"{tag} {issue.title} ({issue.effect.replace('_', ' ')}, {issue.status}; "
-                                f"{issue.source})")
+                blocking.append(Reason(f"{tag} {issue.title} ({issue.effect.replace('_', ' ')}, {issue.status}"
+                                       f"{route})", "failed", issue.source, issue.id, issue.confidence))
         elif would:
-            fix = issue.fix
             how = (f"pads intermediate to a multiple of {fix['pad_intermediate_to']}" if "pad_intermediate_to" in fix
                    else "passes intermediate_pad=0 and computes over the zero-filled pad"
                    if "kernel_intermediate_pad" in fix else "the plan")
-            avoided.setdefault(how, []).append(f"{tag} ({issue.title})")
+            avoided.setdefault(how, []).append(issue)
     # One line per workaround, naming every issue it avoids.
-    notes += [f"avoids {', '.join(tags)}: the plan {how}" for how, tags in avoided.items()]
+    for how, avoided_issues in avoided.items():
+        tags = ", ".join(f"[{i.id}] ({i.title})" for i in avoided_issues)
+        confidence = next((c for c in ("unconfirmed", "derived") if any(i.confidence == c for i in avoided_issues)),
+                          "confirmed")
+        notes.append(Reason(f"avoids {tags}: the plan {how}", "note", "; ".join(i.source for i in avoided_issues),
+                            ",".join(i.id for i in avoided_issues), confidence))
     return IssueOutcome(tuple(blocking), tuple(notes))
 
 
-def kernel_pad_workaround(family: str, layer: MoELayer, caps: Capabilities, padding: Padding) -> str | None:
-    """The id of a known issue (for ``family``) whose workaround is passing ``intermediate_pad=0``, if it applies."""
+def kernel_pad_workaround(family: str, layer: MoELayer, caps: Capabilities,
+                          padding: Padding) -> "KnownIssue | None":
+    """The known issue (for ``family``) whose workaround is passing ``intermediate_pad=0``, if it applies."""
     for issue in issues_for(family, caps):
         if issue.fix.get("kernel_intermediate_pad") == 0 and padding.intermediate_pad > 0:
             if _matches(issue, layer, caps, padding, padding.intermediate_pad):
-                return issue.id
+                return issue
     return None
 
 
@@ -323,63 +350,92 @@ class RuleBackend(Backend):
     requires_aiter: bool = False
     min_cdna: int = 0
     arch_source: str = ""
+    bias_confidence: str = "confirmed"
+    #: How the kernel reads padded weights (``Padding.pad_semantics``); see :meth:`pad_semantics_for`.
+    pad_semantics: str = "compute"
+
+    #: (text, source) appended to the "activation not supported" failure, saying where the activation does run.
+    activation_hint: tuple[str, str] | None = None
 
     # -- hooks for subclasses ---------------------------------------------------------------------------------
-    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[Reason | str]:
+        """Further failed rules (Reasons, or strings wrapped as kind ``failed``)."""
         return []
 
-    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities,
+                    padding: Padding) -> tuple[int, int, list[Reason | str]]:
         """(kernel_hidden_pad, kernel_intermediate_pad, notes) for an aligned plan; default: the real pads."""
         return padding.hidden_pad, padding.intermediate_pad, []
 
-    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
+        """Notes for a supported verdict (strings are wrapped as kind ``note``)."""
         return []
 
+    def scheme_failure(self, layer: MoELayer, caps: Capabilities) -> Reason | None:
+        """A specific reason replacing the generic "no kernel for weights × activations" one, or None."""
+        return None
+
+    def pad_semantics_for(self, layer: MoELayer, caps: Capabilities, kernel_hidden_pad: int,
+                          kernel_intermediate_pad: int) -> str:
+        """How the kernel reads this plan's pads; default: the class's ``pad_semantics``."""
+        return self.pad_semantics
+
     # -- rules --------------------------------------------------------------------------------------------------
-    def combo_for(self, layer: MoELayer, caps: Capabilities) -> tuple[Combo | None, list[str]]:
+    def combo_for(self, layer: MoELayer, caps: Capabilities) -> tuple[Combo | None, list[Reason]]:
         matches = find_combo(self.combos, layer)
         scheme = f"weights {layer.weight.dtype} × activations {layer.act.dtype}"
         if not matches:
-            supported = sorted({f"{c.weight}×{c.act}" for c in self.combos})
-            reasons = [f"no {self.name} kernel for {scheme} (supports weight×activation: {', '.join(supported)})"]
             archs = sorted({a for c in self.combos if c.weight == layer.weight.dtype for a in c.archs})
+            reasons = []
             if archs and caps.gfx not in archs:
                 reasons.append(self._arch_reason(archs, f"{layer.weight.dtype} weights", caps))
+            specific = self.scheme_failure(layer, caps)
+            if specific is not None:
+                reasons.append(specific)
+            else:
+                supported = sorted({f"{c.weight}×{c.act}" for c in self.combos})
+                reasons.append(Reason(f"no {self.name} kernel for {scheme} (supports weight×activation: "
+                                      f"{', '.join(supported)})", "failed"))
             return None, reasons
         on_arch = [c for c in matches if caps.gfx in c.archs]
         if not on_arch:
             archs = sorted({a for c in matches for a in c.archs})
-            return None, [self._arch_reason(archs, f"{scheme} ({matches[0].kernel})", caps)]
+            return None, [self._arch_reason(archs, f"{scheme} ({matches[0].kernel})", caps, matches[0].source)]
         return on_arch[0], []
 
     @staticmethod
-    def _arch_reason(archs: list[str], what: str, caps: Capabilities) -> str:
+    def _arch_reason(archs: list[str], what: str, caps: Capabilities, source: str | None = None) -> Reason:
         why = ""
         if any(a == "gfx950" for a in archs) and not caps.native_mx and caps.gfx is not None:
             why = f" — {caps.gfx}" + (f" ({caps.family})" if caps.family else "") + \
                 " has no MX/FP4 scaled-MFMA matrix instructions"
-        return f"needs {' or '.join(archs)} for {what}; target is {caps.arch_label}{why}"
+        return Reason(f"needs {' or '.join(archs)} for {what}; target is {caps.arch_label}{why}", "failed", source)
 
     def check(self, layer: MoELayer, caps: Capabilities) -> Verdict:
-        failures: list[str] = []
+        failures: list[Reason] = []
         if self.requires_aiter and caps.aiter_version is None:
-            failures.append("AITER (PyPI/ROCm distribution amd-aiter) is not available on the target"
-                            + (f": {caps.why_unknown('aiter_version')}" if caps.why_unknown("aiter_version") else ""))
+            failures.append(Reason("AITER (PyPI/ROCm distribution amd-aiter) is not available on the target"
+                                   + (f": {caps.why_unknown('aiter_version')}" if caps.why_unknown("aiter_version")
+                                      else ""), "failed"))
         if self.min_cdna and caps.cdna < self.min_cdna:
-            failures.append(f"needs CDNA{self.min_cdna} or newer ({self.arch_source}); target is {caps.arch_label}"
-                            + (f", {caps.family}" if caps.family else ""))
+            failures.append(Reason(f"needs CDNA{self.min_cdna} or newer; target is {caps.arch_label}"
+                                   + (f", {caps.family}" if caps.family else ""), "failed", self.arch_source or None))
         combo, why = self.combo_for(layer, caps)
         failures += why
         if layer.activation not in self.activations:
-            failures.append(f"activation {layer.activation} not supported (supports "
-                            f"{', '.join(sorted(self.activations))})")
+            text = f"activation {layer.activation} not supported (supports {', '.join(sorted(self.activations))})"
+            source = None
+            if self.activation_hint is not None:
+                text, source = f"{text} — {self.activation_hint[0]}", self.activation_hint[1]
+            failures.append(Reason(text, "failed", source))
         if layer.has_bias and not self.bias_supported:
-            failures.append(f"expert bias not supported ({self.bias_source})")
+            failures.append(Reason("expert bias not supported", "failed", self.bias_source or None,
+                                   confidence=self.bias_confidence))
         if combo is not None and combo.feature and self.requires_aiter and caps.aiter_version is not None:
             reason = need_feature(caps, combo.feature, f"{combo.kernel}")
             if reason:
                 failures.append(reason)
-        failures += self.extra_checks(layer, caps, combo)
+        failures += [Reason.coerce(r, "failed") for r in self.extra_checks(layer, caps, combo)]
         if failures:
             return Verdict(False, tuple(failures))
         assert combo is not None
@@ -387,17 +443,19 @@ class RuleBackend(Backend):
         outcome = evaluate_issues(self.name, layer, caps, padding)
         if outcome.blocking:
             return Verdict(False, outcome.blocking)
-        notes = [f"{combo.kernel} supports weights {layer.weight.describe()} × activations {layer.act.describe()} "
-                 f"on {caps.gfx} ({combo.source})"]
+        notes: list[Reason] = [Reason(
+            f"{combo.kernel} supports weights {layer.weight.describe()} × activations {layer.act.describe()} on "
+            f"{caps.gfx}", "supports", combo.source, None, combo.confidence)]
         if combo.note:
-            notes.append(combo.note)
+            notes.append(Reason(combo.note, "note", combo.source, None, combo.confidence))
         for spec, what in ((layer.weight, "weights"), (layer.act, "activations")):
             if spec.dtype == "fp8" and spec.fmt == "e4m3fn" and caps.fp8_format == "e4m3fnuz":
-                notes.append(f"fp8 {what} are OCP e4m3fn in the checkpoint; {caps.gfx} computes in e4m3fnuz (max 240), "
-                             "so they are converted at load (bit pattern reused, scales ×2: vLLM "
-                             "normalize_e4m3fn_to_e4m3fnuz; models_hw.md §B.2)")
+                notes.append(Reason(
+                    f"fp8 {what} are OCP e4m3fn in the checkpoint; {caps.gfx} computes in e4m3fnuz (max 240), so they "
+                    "are converted at load (bit pattern reused, scales ×2: vLLM normalize_e4m3fn_to_e4m3fnuz)", "note",
+                    FP8_FNUZ_SOURCE))
                 break
-        notes += self.notes(layer, caps, combo)
+        notes += [Reason.coerce(n, "note") for n in self.notes(layer, caps, combo)]
         notes += outcome.notes
         return Verdict(True, tuple(notes))
 
@@ -412,32 +470,37 @@ class RuleBackend(Backend):
         inter_multiple = combo.inter_multiple_for(layer, caps.gfx)
         hidden_multiple = combo.hidden_multiple
         # Known-issue workarounds that demand a larger multiple (pad_intermediate_to) raise the alignment.
-        notes = []
+        notes: list[Reason] = []
         for issue in issues_for(self.name, caps):
             to = issue.fix.get("pad_intermediate_to")
             if to and to > inter_multiple and _matches(
                     issue, layer, caps, Padding.aligned(layer, hidden_multiple=hidden_multiple,
                                                         intermediate_multiple=inter_multiple), 0):
                 inter_multiple = to
-                notes.append(f"intermediate padded to a multiple of {to} to avoid [{issue.id}]")
+                notes.append(Reason(f"intermediate padded to a multiple of {to} to avoid [{issue.id}]", "padding",
+                                    issue.source, issue.id, issue.confidence))
         plan = Padding.aligned(layer, hidden_multiple=hidden_multiple, intermediate_multiple=inter_multiple)
-        kh, ki, pad_notes = self.kernel_pads(layer, caps, plan)
-        issue_id = kernel_pad_workaround(self.name, layer, caps,
-                                         Padding.aligned(layer, hidden_multiple=hidden_multiple,
-                                                         intermediate_multiple=inter_multiple,
-                                                         kernel_intermediate_pad=ki))
-        if issue_id and ki:
+        kh, ki, raw_pad_notes = self.kernel_pads(layer, caps, plan)
+        pad_notes = [Reason.coerce(n, "padding") for n in raw_pad_notes]
+        issue = kernel_pad_workaround(self.name, layer, caps,
+                                      Padding.aligned(layer, hidden_multiple=hidden_multiple,
+                                                      intermediate_multiple=inter_multiple,
+                                                      kernel_intermediate_pad=ki))
+        if issue is not None and ki:
             ki = 0
-            pad_notes = [n for n in pad_notes if "kernel pads" in n and "0" in n.split(":")[0]]
-
+            pad_notes = [Reason(f"kernel intermediate pad 0 (the workaround of [{issue.id}]): the kernel computes "
+                                f"over the zero-filled intermediate pad" + (f"; hidden pad {kh} is still passed"
+                                                                            if kh else ""),
+                                "padding", issue.source, issue.id, issue.confidence)]
         if plan.padded:
+            notes.insert(0, Reason(
+                f"alignment: hidden to a multiple of {hidden_multiple}, intermediate per rank to a multiple of "
+                f"{inter_multiple} ({combo.kernel} tiles); pad regions must be zero-filled (allocate with torch.zeros, "
+                f"vLLM #55251)", "padding", combo.source, None, combo.confidence))
             notes += _scale_notes(layer, plan)
-        if plan.padded:
-            notes.insert(0, f"alignment: hidden to a multiple of {hidden_multiple}, intermediate per rank to a "
-                            f"multiple of {inter_multiple} ({combo.kernel} tiles); pad regions must be zero-filled "
-                            f"(allocate with torch.zeros: vLLM #55251)")
         return Padding.aligned(layer, hidden_multiple=hidden_multiple, intermediate_multiple=inter_multiple,
-                               kernel_hidden_pad=kh, kernel_intermediate_pad=ki, notes=tuple(notes + pad_notes))
+                               kernel_hidden_pad=kh, kernel_intermediate_pad=ki, notes=tuple(notes + pad_notes),
+                               pad_semantics=self.pad_semantics_for(layer, caps, kh, ki))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -445,40 +508,19 @@ def _planned(backend: RuleBackend, layer: MoELayer, caps: Capabilities) -> Paddi
     return backend._plan_padding(layer, caps)
 
 
-def _scale_notes(layer: MoELayer, plan: Padding) -> list[str]:
-    """How the scale tensors follow the padded weights (pad at the end of each gate/up half, aiter_sglang.md §5)."""
+def _scale_notes(layer: MoELayer, plan: Padding) -> list[Reason]:
+    """How the scale tensors follow the padded weights (pad at the end of each gate/up half)."""
     h, i = plan.hidden, plan.intermediate_per_rank
     e = layer.experts_per_rank
     if layer.weight.is_mx:
-        return [f"scales: one E8M0 byte per 32 elements along K — w13 scales [{e}, 2×{i}, {h // 32}], w2 scales "
-                f"[{e}, {h}, {i // 32}]; pad scale entries must be finite (0x00 = 2^-127 or 0x7F = 1.0), never 0xFF: "
-                f"that is NaN in E8M0 and NaN × 0 = NaN (OCP MX v1.0)"]
+        return [Reason(
+            f"scales: one E8M0 byte per 32 elements along K — w13 scales [{e}, 2×{i}, {h // 32}], w2 scales "
+            f"[{e}, {h}, {i // 32}]; pad scale entries must be finite (0x00 = 2^-127 or 0x7F = 1.0), never 0xFF: "
+            f"that is NaN in E8M0 and NaN × 0 = NaN", "padding", OCP_MX_SPEC)]
     if layer.weight.block:
         bn, bk = layer.weight.block
-        return [f"block scales: fp32 per {bn}×{bk} tile of the padded weights — w13 [{e}, 2×{-(-i // bn)}, "
-                f"{-(-h // bk)}], w2 [{e}, {-(-h // bn)}, {-(-i // bk)}]; tiles that cover only padding hold zeros"]
+        return [Reason(
+            f"block scales: fp32 per {bn}×{bk} tile of the padded weights — w13 [{e}, 2×{-(-i // bn)}, "
+            f"{-(-h // bk)}], w2 [{e}, {-(-h // bn)}, {-(-i // bk)}]; tiles that cover only padding hold zeros",
+            "padding", SGLANG_SCALE_PAD, None, "derived")]
     return []
-
-
-def shard_caveats(layer: MoELayer) -> tuple[str, ...]:
-    """Layer-level caveats of the TP sharding itself (independent of the backend): a shard that splits the
-    checkpoint's scale blocks. The planner pads the *allocation*; it cannot re-block scales a loader slices."""
-    out = []
-    block = layer.weight.block
-    if block and layer.moe_tp > 1 and (layer.intermediate_per_rank % block[0] or layer.intermediate_per_rank % block[1]):
-        text = (f"caveat [scale tiles]: the TP shard {layer.intermediate_per_rank} of intermediate {layer.intermediate} "
-                f"splits the checkpoint's {block[0]}×{block[1]} scale tiles. vLLM refuses this shape ('output_size of "
-                f"gate's and up's weight = {layer.intermediate_per_rank} is not divisible by weight quantization "
-                f"block_n = {block[0]}', quantization/fp8.py create_weights); SGLang accepts it only on AITER with "
-                f"128-padding (PRs #18684/#21097, GSM8K 0.980 for Qwen3-235B-FP8 at TP8, reference seeds/003)")
-        if layer.intermediate % block[0] == 0:
-            text += (f". Safer: expert parallelism (--ep {layer.tp}) keeps every expert whole ({layer.intermediate} = "
-                     f"{layer.intermediate // block[0]}×{block[0]})")
-        out.append(text)
-    if layer.weight.is_mx and layer.moe_tp > 1 and layer.intermediate_per_rank % 32:
-        out.append(
-            f"caveat [scale groups]: the TP shard {layer.intermediate_per_rank} of intermediate {layer.intermediate} "
-            f"is not a multiple of the 32-element MX scale group, so an even split cuts E8M0 groups of w2; the loader "
-            f"must shard in whole groups (vLLM gpt_oss.py slices cdiv(I/32, tp)*32 per rank, vllm.md §12.6) or use "
-            f"expert parallelism")
-    return tuple(out)

@@ -6,73 +6,21 @@ Every output (table, JSON, logs, errors, engine API, recipes) renders the same `
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 from moedispatch._log import get_logger
 from moedispatch.backend import Backend, Padding, Verdict
 from moedispatch.capabilities import Capabilities
+from moedispatch.caveats import shard_caveats
+from moedispatch.decision import Decision, Rejection
 from moedispatch.errors import CapabilityDBError, NoBackendError, PluginError, UsageError
 from moedispatch.layers import MoELayer
-from moedispatch.rules import shard_caveats
+from moedispatch.reason import Reason, texts
 
 __all__ = ["Rejection", "Decision", "select", "select_uncached", "clear_cache", "is_builtin"]
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A backend that was not chosen, and why (failed rules, or "supported, outranked by …")."""
-
-    backend: str
-    reasons: tuple[str, ...]
-    supported: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "reasons": list(self.reasons)}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Which backend runs one layer, with what padding, and why; plus why every other backend did not.
-
-    ``backend`` is ``None`` for dense layers and for MoE layers no backend can run (then ``NoBackendError``
-    carries this Decision). ``padding`` is always present: for a chosen backend its plan, else the unpadded sizes.
-    """
-
-    layer: MoELayer
-    backend: str | None
-    padding: Padding
-    reasons: tuple[str, ...]
-    rejected: tuple[Rejection, ...] = ()
-    family: str | None = None
-    preference: int | None = None
-    forced: bool = False
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def ok(self) -> bool:
-        return self.backend is not None or self.layer.kind == "dense"
-
-    def rejection(self, backend: str) -> Rejection | None:
-        for rej in self.rejected:
-            if rej.backend == backend:
-                return rej
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Exactly the decision fields of an explain layer entry: backend, padding, reasons, rejected."""
-        return {
-            "backend": self.backend,
-            "padding": self.padding.to_dict(),
-            "reasons": list(self.reasons),
-            "rejected": [r.to_dict() for r in self.rejected],
-        }
-
-    def group_key(self) -> tuple:
-        """Consecutive layers with equal keys render as one group."""
-        return (self.layer.signature(), self.backend, self.padding, self.reasons, self.rejected, self.warnings)
 
 
 def _order(backend: Backend) -> tuple[int, str]:
@@ -103,20 +51,20 @@ def _call(backend: Backend, method: str, layer: MoELayer, caps: Capabilities) ->
     fn = getattr(backend, method)
     if is_builtin(backend):
         return fn(layer, caps)
-    from moedispatch.plugins import call_with_deadline
+    from moedispatch.deadline import call_with_deadline
 
     return call_with_deadline(fn, (layer, caps), what=f"{method}()")
 
 
-def _plugin_failure(backend: Backend, message: str, strict: bool, exc: BaseException | None = None) -> str:
-    """``plugin error: <message>``, or :class:`PluginError` under ``strict``."""
+def _plugin_failure(backend: Backend, message: str, strict: bool, exc: BaseException | None = None) -> Reason:
+    """``plugin error: <message>`` (kind failed), or :class:`PluginError` under ``strict``."""
     if strict:
         raise PluginError(f"backend {backend.name!r}: {message}") from exc
-    return f"plugin error: {message}"
+    return Reason(f"plugin error: {message}", "failed")
 
 
 def _failure_text(method: str, exc: BaseException) -> str:
-    from moedispatch.plugins import PluginTimeout
+    from moedispatch.deadline import PluginTimeout
 
     if isinstance(exc, PluginTimeout):
         return str(exc)
@@ -135,8 +83,8 @@ def _check(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) 
         problem = f"check() returned {type(verdict).__name__}, not a Verdict"
     elif not isinstance(verdict.supported, bool):
         problem = f"check() returned a Verdict whose supported is {type(verdict.supported).__name__}, not a bool"
-    elif not isinstance(verdict.reasons, tuple) or not all(isinstance(r, str) for r in verdict.reasons):
-        problem = "check() returned a Verdict whose reasons are not a tuple of str"
+    elif not isinstance(verdict.reasons, tuple) or not all(isinstance(r, Reason) for r in verdict.reasons):
+        problem = "check() returned a Verdict whose reasons are not a tuple of str or Reason"
     elif not verdict.supported and not verdict.reasons:
         problem = "check() returned an unsupported Verdict with no reason"
     if problem:
@@ -144,8 +92,8 @@ def _check(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) 
     return verdict
 
 
-def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -> Padding | str:
-    """The backend's padding plan, or a reason string when the plugin failed or broke the Padding contract."""
+def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -> Padding | Reason:
+    """The backend's padding plan, or a failed Reason when the plugin failed or broke the Padding contract."""
     try:
         padding = _call(backend, "plan_padding", layer, caps)
     except CapabilityDBError:
@@ -160,8 +108,8 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
         problem = (f"plan_padding() returned sizes inconsistent with the layer (hidden {padding.hidden} - pad "
                    f"{padding.hidden_pad} != {layer.hidden} or intermediate {padding.intermediate_per_rank} - pad "
                    f"{padding.intermediate_pad} != {layer.intermediate_per_rank})")
-    elif not isinstance(padding.notes, tuple) or not all(isinstance(n, str) for n in padding.notes):
-        problem = "plan_padding() returned a Padding whose notes are not strings"
+    elif not isinstance(padding.notes, tuple) or not all(isinstance(n, Reason) for n in padding.notes):
+        problem = "plan_padding() returned a Padding whose notes are not strings or Reasons"
     if problem:
         return _plugin_failure(backend, problem, strict)
     return padding
@@ -184,7 +132,8 @@ def select_uncached(
         raise UsageError(f"unknown backend {force!r}; registered: {', '.join(sorted(names)) or 'none'}")
     if layer.kind == "dense":
         return Decision(layer, None, Padding.none(layer),
-                        ("dense MLP layer: not a MoE layer, no MoE backend is selected",))
+                        (Reason("dense MLP layer: not a MoE layer, no MoE backend is selected", "decision"),),
+                        caps=caps)
 
     verdicts = {b.name: _check(b, layer, caps, strict) for b in backends}
     ranked = sorted(backends, key=_order)
@@ -192,12 +141,12 @@ def select_uncached(
     if force is not None:
         candidates = [b for b in candidates if b.name == force]
 
-    failed_plans: dict[str, str] = {}
+    failed_plans: dict[str, Reason] = {}
     winner: Backend | None = None
     padding: Padding | None = None
     for candidate in candidates:
         plan = _plan(candidate, layer, caps, strict)
-        if isinstance(plan, str):
+        if isinstance(plan, Reason):
             failed_plans[candidate.name] = plan
             continue
         winner, padding = candidate, plan
@@ -214,17 +163,18 @@ def select_uncached(
             rejected.append(Rejection(b.name, verdict.reasons))
         elif winner is None:
             # Only reachable when another backend was forced and failed.
-            rejected.append(Rejection(b.name, (f"supported, not considered: --backend {force} was forced",)
-                                      + verdict.reasons, supported=True))
+            rejected.append(Rejection(b.name, (Reason(f"supported, not considered: --backend {force} was forced",
+                                                      "outranked"),) + verdict.reasons, supported=True))
         elif force is not None:
-            rejected.append(Rejection(b.name, (f"supported, not chosen: --backend {force} was forced",)
-                                      + verdict.reasons, supported=True))
+            rejected.append(Rejection(b.name, (Reason(f"supported, not chosen: --backend {force} was forced",
+                                                      "outranked"),) + verdict.reasons, supported=True))
         else:
             cmp = ">" if winner.preference > b.preference else "=" if winner.preference == b.preference else "<"
             tie = ", name order" if cmp == "=" else ""
             rejected.append(Rejection(
                 b.name,
-                (f"supported, outranked by {winner.name} (preference {winner.preference} {cmp} {b.preference}{tie})",)
+                (Reason(f"supported, outranked by {winner.name} (preference {winner.preference} {cmp} "
+                        f"{b.preference}{tie})", "outranked"),)
                 + verdict.reasons,
                 supported=True,
             ))
@@ -232,7 +182,7 @@ def select_uncached(
     if winner is None or padding is None:
         # The reason names no layer index, so consecutive identical layers still group; the exception text does.
         if force is not None:
-            why = "; ".join(failed_plans.get(force, "") and [failed_plans[force]] or verdicts[force].reasons)
+            why = "; ".join(texts([failed_plans[force]] if force in failed_plans else verdicts[force].reasons))
             message = f"forced backend {force!r} cannot run this layer: {why}"
         elif not backends:
             message = ("no backends are registered (check MOEDISPATCH_LOAD_PLUGINS / MOEDISPATCH_DISABLE_PLUGINS, "
@@ -240,7 +190,8 @@ def select_uncached(
         else:
             message = f"no backend can run this layer correctly on {caps.arch_label}: " + "; ".join(
                 f"{r.backend}: {r.reasons[0]}" for r in rejected)
-        decision = Decision(layer, None, Padding.none(layer), (message,), tuple(rejected), forced=force is not None)
+        decision = Decision(layer, None, Padding.none(layer), (Reason(message, "failed"),), tuple(rejected),
+                            forced=force is not None, caps=caps)
         _log_decision(decision)
         raise NoBackendError(f"layer {layer.index}: {message}", decision)
 
@@ -252,11 +203,11 @@ def select_uncached(
                 f"[{', '.join(supported_names)}]")
     else:
         head = f"{winner.name}: the only backend that is correct for this layer"
-    reasons = (head,) + verdicts[winner.name].reasons + padding.notes + shard_caveats(layer)
-    warnings = tuple(r for r in verdicts[winner.name].reasons if r.upper().startswith("WARNING"))
+    reasons = (Reason(head, "decision"),) + verdicts[winner.name].reasons + padding.notes + shard_caveats(layer)
+    warnings = tuple(r for r in reasons if r.kind == "warning")
     decision = Decision(
         layer, winner.name, padding, reasons, tuple(rejected), family=winner.family,
-        preference=winner.preference, forced=force is not None, warnings=warnings,
+        preference=winner.preference, forced=force is not None, warnings=warnings, caps=caps,
     )
     _log_decision(decision)
     return decision
@@ -271,11 +222,11 @@ def _log_decision(decision: Decision) -> None:
     if log.is_enabled(logging.DEBUG):
         for rej in decision.rejected:
             if not rej.supported:
-                log.debug("backend_rejected", layer=layer.index, backend=rej.backend, reasons=list(rej.reasons))
+                log.debug("backend_rejected", layer=layer.index, backend=rej.backend, reasons=texts(rej.reasons))
     if decision.backend is None:
-        log.info("backend_selected", layer=layer.index, backend=None, reasons=list(decision.reasons))
+        log.info("backend_selected", layer=layer.index, backend=None, reasons=texts(decision.reasons))
     else:
-        log.info("backend_selected", layer=layer.index, backend=decision.backend, reasons=list(decision.reasons),
+        log.info("backend_selected", layer=layer.index, backend=decision.backend, reasons=texts(decision.reasons),
                  padding=decision.padding.to_dict())
 
 

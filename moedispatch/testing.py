@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from moedispatch import hookspecs
 from moedispatch import plugins as _plugins
+from moedispatch.reason import Reason
 from moedispatch.backend import Backend, Padding, Verdict
 from moedispatch.capabilities import Capabilities
 from moedispatch.capdb import target_capabilities
@@ -251,14 +252,11 @@ def _check_verdict(verdict: Any, where: str) -> Verdict:
         raise AssertionError(f"{where}: check() returned {type(verdict).__name__}, not a moedispatch.Verdict")
     if not isinstance(verdict.supported, bool):
         raise AssertionError(f"{where}: Verdict.supported must be a bool, got {verdict.supported!r}")
-    if not isinstance(verdict.reasons, tuple) or not all(isinstance(r, str) for r in verdict.reasons):
-        raise AssertionError(f"{where}: Verdict.reasons must be a tuple of str, got {verdict.reasons!r}")
-    if not verdict.supported:
-        if not verdict.reasons:
-            raise AssertionError(f"{where}: an unsupported Verdict must say why (no reasons given)")
-        blank = [r for r in verdict.reasons if not r.strip()]
-        if blank:
-            raise AssertionError(f"{where}: an unsupported Verdict has an empty reason: {verdict.reasons!r}")
+    if not isinstance(verdict.reasons, tuple) or not all(isinstance(r, Reason) for r in verdict.reasons):
+        raise AssertionError(f"{where}: Verdict.reasons must be a tuple of str or moedispatch.Reason, got "
+                             f"{verdict.reasons!r}")
+    if not verdict.supported and not verdict.reasons:
+        raise AssertionError(f"{where}: an unsupported Verdict must say why (no reasons given)")
     return verdict
 
 
@@ -276,9 +274,12 @@ def _check_padding(padding: Any, layer_: MoELayer, where: str) -> Padding:
     if padding.intermediate_multiple > 1 and padding.intermediate_per_rank % padding.intermediate_multiple:
         problems.append(f"intermediate_per_rank {padding.intermediate_per_rank} is not a multiple of "
                         f"intermediate_multiple {padding.intermediate_multiple}")
-    reads_pad = (padding.kernel_hidden_pad < padding.hidden_pad
-                 or padding.kernel_intermediate_pad < padding.intermediate_pad)
-    if reads_pad and not padding.zero_fill:
+    if padding.pad_semantics == "compute":
+        if padding.padded and not padding.zero_fill:
+            problems.append("pad_semantics 'compute' (the kernel computes over the whole padded extent) but "
+                            "zero_fill is False: the pad must then be zero-filled")
+    elif (padding.kernel_hidden_pad < padding.hidden_pad
+          or padding.kernel_intermediate_pad < padding.intermediate_pad) and not padding.zero_fill:
         problems.append("a kernel pad is smaller than the allocated pad (the kernel computes over the pad region) "
                         "but zero_fill is False: the pad must then be zero-filled")
     if problems:

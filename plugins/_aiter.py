@@ -10,28 +10,38 @@ from packaging.version import InvalidVersion, Version
 from moedispatch import capdb
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
 from moedispatch.rules import Combo, RuleBackend, need_feature
 
-#: CDNA >= 3: vLLM AiterExperts._supports_current_device (is_aiter_found_and_supported: gfx942/gfx950, gfx90a
-#: excluded) — vllm.md §1.1, §9.
-#: The clamp AITER's Swiglu kernels implement without a swiglu_limit argument (gpt-oss, models_hw.md §A.2).
+#: AITER releases and files cited by the AITER families.
+A3 = "ROCm/aiter@v0.1.15.post3"
+#: The AITER HEAD our rules were last checked against (2026-08-22).
+AH = "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879"
+#: The vLLM tree our engine facts were read in (main, 2026-08-17).
+V = "vllm-project/vllm@017e9f4448"
+
+#: The clamp AITER's Swiglu kernels implement without a swiglu_limit argument (gpt-oss's swiglu_limit).
 GPTOSS_SWIGLU_LIMIT = 7.0
 
-AITER_ARCH_SOURCE = "vLLM experts/rocm_aiter_moe.py AiterExperts: CDNA >= 3, gfx90a excluded"
+#: CDNA >= 3: vLLM AiterExperts._supports_current_device (is_aiter_found_and_supported: gfx942/gfx950, gfx90a
+#: excluded).
+AITER_ARCH_SOURCE = (f"{V}:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py (AiterExperts); "
+                     f"{V}:vllm/_aiter_ops.py")
 
 
-def aiter_common_checks(layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+def aiter_common_checks(layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[Reason]:
     """Activation-level API gates of aiter.fused_moe (independent of the family it dispatches to)."""
-    failures: list[str] = []
+    failures: list[Reason] = []
     if caps.aiter_version is None:
         return failures
     flydsl = caps.package("flydsl")
     pin = capdb.flydsl_pin(caps.aiter_version) if flydsl else None
     if pin and not _satisfies(flydsl, pin[0]):
         # aiter/ops/flydsl/__init__.py raises ImportError on an older flydsl, which takes `import aiter.fused_moe`
-        # (every AITER family) down with it (aiter_sglang.md §3.5, §8.3).
-        failures.append(f"installed flydsl {flydsl} does not satisfy AITER {caps.aiter_version}'s pin flydsl{pin[0]} "
-                        f"({pin[1]}): `import aiter.fused_moe` fails")
+        # (every AITER family) down with it.
+        failures.append(Reason(f"installed flydsl {flydsl} does not satisfy AITER {caps.aiter_version}'s pin "
+                               f"flydsl{pin[0]}: `import aiter.fused_moe` fails", "failed",
+                               f"{pin[1]}; {A3}:aiter/ops/flydsl/__init__.py"))
     if layer.activation == "swigluoai_uninterleave":
         # Gate and up kept as separate halves -> GateMode.SEPARATED (vLLM PR #46419; aiter#3123).
         reason = need_feature(caps, "gate_mode", "swigluoai_uninterleave (separate gate/up halves)")
@@ -40,34 +50,37 @@ def aiter_common_checks(layer: MoELayer, caps: Capabilities, combo: Combo | None
     limit = layer.param("limit")
     if layer.activation.startswith("swigluoai") and limit and limit != GPTOSS_SWIGLU_LIMIT:
         # AITER's Swiglu kernels were built for gpt-oss (clamp 7.0) before fused_moe(swiglu_limit=) existed; vLLM ran
-        # gpt-oss on AITER v0.1.13.post1 (PR #42098) [D]. Another limit needs the parameter.
+        # gpt-oss on AITER v0.1.13.post1 (PR #42098): derived. Another limit needs the parameter.
         reason = need_feature(caps, "swiglu_limit", f"SwiGLU-OAI clamp limit {limit:g}")
         if reason:
-            failures.append(reason)
+            failures.append(Reason(reason.text + " (AITER's Swiglu kernels before swiglu_limit clamp at gpt-oss's "
+                                   "7.0)", "failed", f"{reason.source}; vllm-project/vllm#42098", None, "derived"))
     return failures
 
 
-def swiglu_decode_note(layer: MoELayer, combo: Combo) -> list[str]:
+def swiglu_decode_note(layer: MoELayer, combo: Combo) -> list[Reason]:
     """aiter v0.1.15.post3 fused_moe_ runs bf16 activations for Swiglu + SEPARATED at M < 256."""
     if layer.act.dtype == "mxfp4" and layer.activation.startswith("swigluoai"):
-        return ["note: AITER's own policy for Swiglu with separate gate/up runs decode batches (M < 256 tokens, "
-                "GPTOSS_SWIGLU_MXFP4_BF16_BOUND) with bf16 activations and applies the checkpoint's MXFP4 activation "
-                "QDQ from M >= 256 (aiter/fused_moe.py fused_moe_ at v0.1.15.post3; aiter_sglang.md §2.2). Unlike "
-                "Triton / CK-Tile, which have no MXFP4-activation path at all, this is the path vLLM accepted as "
-                "correct for amd/MiniMax-M3-MXFP4 (PR #46419: GSM8K 0.940)"]
+        return [Reason(
+            "AITER's own policy for Swiglu with separate gate/up runs decode batches (M < 256 tokens, "
+            "GPTOSS_SWIGLU_MXFP4_BF16_BOUND) with bf16 activations and applies the checkpoint's MXFP4 activation QDQ "
+            "from M >= 256. Unlike Triton / CK-Tile, which have no MXFP4-activation path at all, this is the path "
+            "vLLM accepted as correct for amd/MiniMax-M3-MXFP4 (GSM8K 0.940)", "note",
+            f"{A3}:aiter/fused_moe.py (fused_moe_); https://github.com/vllm-project/vllm/pull/46419")]
     return []
 
 
-def tuned_coverage_note(caps: Capabilities) -> list[str]:
-    """Probed AITER only: whether its tuned fmoe CSVs have rows for this GPU's CU count (aiter_sglang.md §6-§7)."""
+def tuned_coverage_note(caps: Capabilities) -> list[Reason]:
+    """Probed AITER only: whether its tuned fmoe CSVs have rows for this GPU's CU count."""
     if caps.tuned_cu_nums is None or caps.compute_units is None:
         return []
+    source = f"{A3}:aiter/fused_moe.py (get_2stage_cfgs); {A3}:aiter/configs/tuned_fmoe.csv"
     if caps.compute_units in caps.tuned_cu_nums:
-        return [f"AITER's tuned fmoe CSVs have rows for cu_num {caps.compute_units}"]
+        return [Reason(f"AITER's tuned fmoe CSVs have rows for cu_num {caps.compute_units}", "note", source)]
     tuned = ", ".join(str(c) for c in sorted(caps.tuned_cu_nums)) or "none"
-    return [f"note: AITER's tuned fmoe CSVs have no rows for cu_num {caps.compute_units} (tuned: {tuned}), so "
-            "get_2stage_cfgs falls back to default heuristics for every shape — correct, maybe slower; MI300X/MI325X "
-            "(304 CUs) had none up to v0.1.15.post3 (aiter_sglang.md §6.1, §7.4)"]
+    return [Reason(f"AITER's tuned fmoe CSVs have no rows for cu_num {caps.compute_units} (tuned: {tuned}), so "
+                   "get_2stage_cfgs falls back to default heuristics for every shape — correct, maybe slower; "
+                   "MI300X/MI325X (304 CUs) had none up to v0.1.15.post3", "note", source)]
 
 
 class AiterFamily(RuleBackend):
@@ -77,11 +90,11 @@ class AiterFamily(RuleBackend):
     min_cdna = 3
     arch_source = AITER_ARCH_SOURCE
 
-    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
-        return aiter_common_checks(layer, caps, combo)
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[Reason | str]:
+        return list(aiter_common_checks(layer, caps, combo))
 
-    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
-        return tuned_coverage_note(caps)
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
+        return list(tuned_coverage_note(caps))
 
 
 @functools.lru_cache(maxsize=256)

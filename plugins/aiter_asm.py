@@ -1,7 +1,7 @@
 """``aiter-asm``: AITER ASM 1-stage fused MoE (``fmoe_g1u1``, ``fmoe_fp8_blockscale_g1u1``; hsa/<gfx>/fmoe/*.csv).
 
 Facts: ROCm/aiter csrc/py_itfs_cu/asm_fmoe.cu, aiter/fused_moe.py fused_moe_1stage_dict, hsa/<gfx>/fmoe/**/*.csv
-at v0.1.15.post3 — moedispatch reference aiter_sglang.md §2.1, §3.1. The heuristic picks a kernel whose ``subGU_n``
+at v0.1.15.post3. The heuristic picks a kernel whose ``subGU_n``
 divides inter_dim ("No suitable kernel found for inter_dim" otherwise); pads are ignored (zero-fill required).
 When the probe read the installed AITER's kernel tables, the table for this arch/quant/activation must exist.
 """
@@ -12,13 +12,14 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
 from moedispatch.rules import Combo
 
-from moedispatch_plugins._aiter import AiterFamily, tuned_coverage_note
+from moedispatch_plugins._aiter import A3, AiterFamily, tuned_coverage_note
 
-_SRC = "hsa/<gfx>/fmoe kernel tables, subGU_n sets (aiter_sglang.md §3.1)"
+_SRC = f"{A3}:hsa (hsa/<gfx>/fmoe/**/*.csv kernel tables: knl_name, subGU_m, subGU_n); {A3}:csrc/py_itfs_cu/asm_fmoe.cu"
 
-#: subGU_n per (table tag, gfx) — aiter_sglang.md §3.1 table.
+#: subGU_n per (table tag, gfx), read in the kernel tables hsa/<gfx>/fmoe/**/*.csv at v0.1.15.post3.
 SUBGU_N = {
     ("pertokenFp8", "gfx942"): (128, 192, 256, 320, 384, 448, 512),
     ("blockscaleFp8", "gfx942"): (128, 256),
@@ -64,31 +65,37 @@ class AiterAsm(AiterFamily):
     combos = COMBOS
     activations = {"silu": "hsa/<gfx>/fmoe/silu tables", "gelu": "hsa/<gfx>/fmoe/gelu tables"}
     bias_supported = False
-    bias_source = "the asm fmoe kernels take no bias (aiter/ops/moe_op.py bindings, aiter_sglang.md §3.1) [D]"
+    bias_source = f"{A3}:aiter/ops/moe_op.py (the asm fmoe bindings take no bias)"
+    bias_confidence = "derived"
 
-    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[Reason | str]:
         failures = super().extra_checks(layer, caps, combo)
         if combo is not None and caps.aiter_catalog is not None and layer.activation in self.activations:
             tag = _table_tag(combo)
             wanted = f"{caps.gfx}:fmoe_bf16_{tag}_g1u1_{layer.activation}"
             if wanted not in caps.aiter_catalog:
-                failures.append(f"the installed AITER ships no asm kernel table fmoe_bf16_{tag}_g1u1_"
-                                f"{layer.activation} for {caps.gfx} (probed hsa/{caps.gfx}/fmoe catalogs)")
+                failures.append(Reason(f"the installed AITER ships no asm kernel table fmoe_bf16_{tag}_g1u1_"
+                                       f"{layer.activation} for {caps.gfx} (probed hsa/{caps.gfx}/fmoe catalogs)",
+                                       "failed"))
         return failures
 
-    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
-        notes = ["AITER's heuristic runs ASM 1-stage only in some token ranges (e.g. per_1x128 when tokens > 32); "
-                 "other batches go to its 2-stage kernels (aiter_sglang.md §3.1, §7.4)"]
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
+        notes: list[Reason | str] = [Reason(
+            "AITER's heuristic runs ASM 1-stage only in some token ranges (e.g. per_1x128 when tokens > 32); other "
+            "batches go to its 2-stage kernels", "note",
+            f"{A3}:aiter/fused_moe.py (fused_moe_1stage_dict, get_2stage_cfgs)")]
         if caps.aiter_catalog is not None:
-            notes.append(f"kernel table fmoe_bf16_{_table_tag(combo)}_g1u1_{layer.activation} present in the "
-                         f"installed AITER for {caps.gfx}")
-        return notes + tuned_coverage_note(caps)
+            notes.append(Reason(f"kernel table fmoe_bf16_{_table_tag(combo)}_g1u1_{layer.activation} present in "
+                                f"the installed AITER for {caps.gfx}", "supports"))
+        return notes + list(tuned_coverage_note(caps))
 
-    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
-        notes = []
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities,
+                    padding: Padding) -> tuple[int, int, list[Reason | str]]:
+        notes: list[Reason | str] = []
         if padding.padded:
-            notes.append("kernel pads 0: ASM 1-stage has no pad parameters and computes over the zero-filled "
-                         "padded extent (aiter_sglang.md §3.1, §5)")
+            notes.append(Reason("kernel pads 0: ASM 1-stage has no pad parameters and computes over the zero-filled "
+                                "padded extent", "padding",
+                                f"{A3}:csrc/py_itfs_cu/asm_fmoe.cu; {A3}:op_tests/test_moe_2stage.py"))
         return 0, 0, notes
 
 

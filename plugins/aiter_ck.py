@@ -1,7 +1,7 @@
 """``aiter-ck``: AITER classic CK 2-stage MoE (``ck_moe_stage1/2``, ``moe_ck2stages_*``) via ``aiter.fused_moe``.
 
 Facts: ROCm/aiter csrc/ck_gemm_moe_2stages_codegen (gen_instances.py, gemm_moe_ck2stages_common.cuh) at
-v0.1.15.post3 — moedispatch reference aiter_sglang.md §2.1, §3.3, §5.
+v0.1.15.post3; tile-divisibility crashes ROCm/aiter#5413, #5444; vLLM PR #55368.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
 from moedispatch.rules import Combo
 
-from moedispatch_plugins._aiter import AiterFamily
+from moedispatch_plugins._aiter import A3, AH, V, AiterFamily
 
-_TILES = "aiter gen_instances.py heuristic tiles (aiter_sglang.md §3.3)"
+_TILES = (f"{A3}:csrc/ck_gemm_moe_2stages_codegen/gen_instances.py (heuristic tiles); "
+          f"{A3}:csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages_common.cuh; ROCm/aiter#5413; ROCm/aiter#5444")
 
 
 def _bf16_inter(inter: int, gfx: str | None) -> int:
@@ -24,7 +26,7 @@ def _bf16_inter(inter: int, gfx: str | None) -> int:
 
 def _a8w8_inter(inter: int, gfx: str | None) -> int:
     # gfx950 fp8 stage-2 K tile is 256 for block_m 32/64 (KPerBlock=64 instances commented out: "gfx950 fp8 mfma
-    # instruction limitation"); gfx942 follows the bf16 rule [D] (aiter_sglang.md §3.3 "minimum safe alignment").
+    # instruction limitation"); gfx942 follows the bf16 rule (derived: the "minimum safe alignment").
     if gfx == "gfx950":
         return 256
     return 64 if inter <= 192 else 128
@@ -46,8 +48,8 @@ COMBOS = (
     Combo("int4", "fp8", ("gfx942",), "CK 2-stage a8w4 (MulABScaleWint4)", _TILES,
           hidden_multiple=128, inter_multiple=128),
     Combo("mxfp4", "mxfp4", ("gfx950",), "CK 2-stage a4w4 (per_1x32 fp4x2, preshuffled)",
-          "aiter_sglang.md §2.1, §3.3; 256 = vLLM ROCm MXFP4 round-up (oracle/mxfp4.py) and gfx950 fp4 tile_k 256",
-          feature="mxfp4_moe", hidden_multiple=256, inter_multiple=256),
+          f"{_TILES}; 256 = vLLM's ROCm MXFP4 round-up ({V}:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py) "
+          "and the gfx950 fp4 tile_k 256", feature="mxfp4_moe", hidden_multiple=256, inter_multiple=256),
 )
 
 
@@ -62,30 +64,23 @@ class AiterCK(AiterFamily):
         "gelu": "CK kernel names ..._gelu",
     }
     bias_supported = False
-    bias_source = "ck_moe_stage1/2 take no bias tensors; bias is a CK-Tile (fp32) / FlyDSL input (aiter_sglang.md §3.3-3.5) [D]"
+    bias_source = (f"{A3}:aiter/fused_moe.py: ck_moe_stage1/2 take no bias tensors; bias is a CK-Tile (fp32) / FlyDSL "
+                   "input")
+    bias_confidence = "derived"
+    # Say where the activation does run, so the reason is actionable.
+    activation_hint = (
+        "CK 2-stage kernels implement silu and gelu only (kernel names ..._silu/_gelu); AITER routes Swiglu MXFP4 to "
+        "FlyDSL / CK-Tile ('SwiGLU MXFP4 ... not supported by CK2stages codegen; routing to CK-Tile (ROCM-25478)')",
+        f"{A3}:csrc/ck_gemm_moe_2stages_codegen/gen_instances.py; {AH}:aiter/fused_moe.py")
 
-    def check(self, layer, caps):  # type: ignore[override]
-        verdict = super().check(layer, caps)
-        if not verdict.supported and layer.activation not in self.activations:
-            # Say where the activation does run, so the reason is actionable.
-            reasons = tuple(
-                r + (" — CK 2-stage kernels implement silu and gelu only (kernel names ..._silu/_gelu, "
-                     "aiter_sglang.md §3.3); AITER routes Swiglu MXFP4 to FlyDSL / CK-Tile ('SwiGLU MXFP4 ... not "
-                     "supported by CK2stages codegen; routing to CK-Tile (ROCM-25478)', aiter/fused_moe.py at "
-                     "e4048607)"
-                     if r.startswith("activation ") else "")
-                for r in verdict.reasons)
-            return type(verdict)(False, reasons)
-        return verdict
-
-
-
-    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
-        notes = []
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities,
+                    padding: Padding) -> tuple[int, int, list[Reason | str]]:
+        notes: list[Reason | str] = []
         if padding.padded:
-            notes.append("kernel pads 0: classic CK ignores hidden_pad/intermediate_pad and computes over the "
-                         "zero-filled padded extent (ROCm/aiter#5413); passing 0 also keeps a pad-skipping family "
-                         "correct if AITER's dispatcher picks one instead")
+            notes.append(Reason(
+                "kernel pads 0: classic CK ignores hidden_pad/intermediate_pad and computes over the zero-filled "
+                "padded extent; passing 0 also keeps a pad-skipping family correct if AITER's dispatcher picks one "
+                "instead", "padding", "ROCm/aiter#5413"))
         return 0, 0, notes
 
 

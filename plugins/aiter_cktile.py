@@ -1,7 +1,6 @@
 """``aiter-cktile``: AITER CK-Tile 2-stage MoE (``moe_cktile2stages_gemm1/2``) via ``aiter.fused_moe``.
 
-Facts: ROCm/aiter csrc/ck_tile_gemm_moe_2stages, aiter/fused_moe.py cktile_moe_stage1/2 at v0.1.15.post3 —
-moedispatch reference aiter_sglang.md §2.1, §3.4, §5. Inputs are only fp8×pk_fp4 and bf16×pk_fp4 with bf16 output.
+Facts: ROCm/aiter csrc/ck_tile_gemm_moe_2stages, aiter/fused_moe.py cktile_moe_stage1/2 at v0.1.15.post3. Inputs are only fp8×pk_fp4 and bf16×pk_fp4 with bf16 output.
 """
 
 from __future__ import annotations
@@ -10,11 +9,14 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
 from moedispatch.rules import Combo
 
-from moedispatch_plugins._aiter import AiterFamily
+from moedispatch_plugins._aiter import A3, V, AiterFamily
 
-_SRC = "CK-Tile inputs fp8×pk_fp4 / bf16×pk_fp4, bf16 out (aiter_sglang.md §3.4); 256 = vLLM ROCm MXFP4 round-up"
+_FILES = f"{A3}:aiter/fused_moe.py (cktile_moe_stage1/2); {A3}:csrc/ck_tile_gemm_moe_2stages"
+_SRC = (f"{_FILES}: inputs fp8×pk_fp4 / bf16×pk_fp4, bf16 out; 256 = vLLM's ROCm MXFP4 round-up "
+        f"({V}:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py)")
 _GFX950 = ("gfx950",)
 
 COMBOS = (
@@ -31,33 +33,33 @@ class AiterCKTile(AiterFamily):
     name = "aiter-cktile"
     preference = 60
     family = "cktile"
+    pad_semantics = "skip"  # n_pad_zeros / k_pad_zeros granules are skipped
     description = "AITER CK-Tile 2-stage fused MoE (MXFP4 weights; bf16 or fp8 activations)"
     combos = COMBOS
     activations = {
         "silu": "a4w4/a16w4 Silu (ROCm/aiter#3741)",
-        "swigluoai": "a16w4 gpt-oss Swiglu (+bias) (aiter_sglang.md §2.1)",
+        "swigluoai": "a16w4 gpt-oss Swiglu (+bias)",
         "swigluoai_uninterleave": "Swiglu with GateMode.SEPARATED (aiter#3123)",
     }
     bias_supported = True
 
-    def combo_for(self, layer: MoELayer, caps: Capabilities):  # type: ignore[override]
-        combo, why = super().combo_for(layer, caps)
-        if combo is None and layer.weight.dtype == "mxfp4" and layer.act.dtype in ("mxfp4", "mxfp6"):
-            why = [r for r in why if r.startswith("needs ")] + [f"CK-Tile takes bf16 or fp8 activations with fp4 weights (inputs fp8×pk_fp4, bf16×pk_fp4; "
-                   f"aiter_sglang.md §3.4): it would not apply the checkpoint's {layer.act.dtype.upper()} "
-                   f"activation QDQ"]
-        return combo, why
+    def scheme_failure(self, layer: MoELayer, caps: Capabilities) -> Reason | None:
+        if layer.weight.dtype == "mxfp4" and layer.act.dtype in ("mxfp4", "mxfp6"):
+            return Reason(f"CK-Tile takes bf16 or fp8 activations with fp4 weights (inputs fp8×pk_fp4, bf16×pk_fp4): "
+                          f"it would not apply the checkpoint's {layer.act.dtype.upper()} activation QDQ", "failed",
+                          _FILES)
+        return None
 
-
-
-    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
-        notes = []
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities,
+                    padding: Padding) -> tuple[int, int, list[Reason | str]]:
+        notes: list[Reason | str] = []
         if padding.padded:
-            notes.append(
+            notes.append(Reason(
                 "kernel pads = the real pads: AITER turns them into whole skipped granules itself (stage 1 "
                 "n_pad_zeros = intermediate_pad//64*64*2, k_pad_zeros = hidden_pad//128*128; stage 2 "
-                "n_pad_zeros = hidden_pad//64*64, k_pad_zeros = intermediate_pad//128*128 — aiter_sglang.md §3.4). "
-                "Do not pre-round or double them: vLLM #44679 / #46201 (GSM8K 0.896 -> 0.684)")
+                "n_pad_zeros = hidden_pad//64*64, k_pad_zeros = intermediate_pad//128*128). Do not pre-round or "
+                "double them (GSM8K 0.896 -> 0.684)", "padding",
+                f"{A3}:aiter/fused_moe.py (cktile_moe_stage1/2); vllm-project/vllm#44679; vllm-project/vllm#46201"))
         return padding.hidden_pad, padding.intermediate_pad, notes
 
 

@@ -1,7 +1,7 @@
 """``aiter-flydsl``: AITER FlyDSL 2-stage MoE (``flydsl_moe1/2_*``) via ``aiter.fused_moe``.
 
 Facts: ROCm/aiter aiter/ops/flydsl/moe_kernels.py, kernels/mixed_moe_gemm_2stage.py, fused_moe.py
-_get_padding_for_flydsl at v0.1.15.post3 — moedispatch reference aiter_sglang.md §2.1, §3.5, §5, §8.3.
+_get_padding_for_flydsl at v0.1.15.post3.
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
 from moedispatch.rules import Combo, need_feature
 
-from moedispatch_plugins._aiter import AiterFamily, swiglu_decode_note, tuned_coverage_note
+from moedispatch_plugins._aiter import A3, V, AiterFamily, swiglu_decode_note, tuned_coverage_note
 
-_SRC = ("fp4 kernels use gfx950 scaled MFMA; stage-1/2 tile_k 256 for fp4 (mixed_moe_gemm_2stage.py; aiter_sglang.md "
-        "§3.5); hidden/inter rounded to 256 as vLLM/SGLang do for AITER MXFP4")
+_KERNELS = f"{A3}:aiter/ops/flydsl/kernels/mixed_moe_gemm_2stage.py; {A3}:aiter/ops/flydsl/moe_kernels.py"
+_SRC = (f"{_KERNELS} (fp4 kernels use gfx950 scaled MFMA; stage-1/2 tile_k 256 for fp4); hidden/inter rounded to "
+        f"256 as vLLM/SGLang do for AITER MXFP4 ({V}:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py)")
 _GFX950 = ("gfx950",)
 
 COMBOS = (
@@ -28,10 +30,11 @@ COMBOS = (
     Combo("mxfp4", "mxfp8", _GFX950, "FlyDSL a8w4 (MXFP8 activations)", _SRC, feature="mxfp8_act_quant_sort",
           hidden_multiple=256, inter_multiple=256),
     Combo("int4", "bf16", _GFX950, "FlyDSL a16wi4 (flydsl_moe*_abf16_wint4_*, the only a16wi4 path)",
-          "aiter_sglang.md §2.1, §3.5 (tuned for gfx950; receives no pads)", weight_granularity=("group32",),
+          f"{_KERNELS} (tuned for gfx950; receives no pads)", weight_granularity=("group32",),
           feature="flydsl_moe", hidden_multiple=128, inter_multiple=128),
     Combo("mxfp8", "mxfp8", _GFX950, "FlyDSL MXFP8 MoE (vLLM AiterMxfp8Experts)",
-          "vLLM experts/aiter_mxfp8_moe.py (vllm.md §1.3)", feature="flydsl_mxfp8_moe", hidden_multiple=256,
+          f"{V}:vllm/model_executor/layers/fused_moe/experts/aiter_mxfp8_moe.py", feature="flydsl_mxfp8_moe",
+          hidden_multiple=256,
           inter_multiple=256),
 )
 
@@ -44,33 +47,45 @@ class AiterFlyDSL(AiterFamily):
     combos = COMBOS
     activations = {
         "silu": "FlyDSL MoE Silu",
-        "swigluoai": "FlyDSL Swiglu fp4 heuristics (aiter_sglang.md §7.4)",
+        "swigluoai": "FlyDSL Swiglu fp4 heuristics (aiter/fused_moe.py get_2stage_cfgs)",
         "swigluoai_uninterleave": "Swiglu with GateMode.SEPARATED (aiter#3123)",
     }
     bias_supported = True
+    pad_semantics = "skip"
 
-    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[str]:
+    def pad_semantics_for(self, layer: MoELayer, caps: Capabilities, kernel_hidden_pad: int,
+                          kernel_intermediate_pad: int) -> str:
+        # FlyDSL skips the padded sub-tiles it is told about; with no pad forwarded (AITER < 0.1.15, a bias under the
+        # 0.1.15.post3 guard, or the PR #3538 workaround) it computes over the whole zero-filled extent.
+        return "skip" if kernel_hidden_pad or kernel_intermediate_pad else "compute"
+
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[Reason | str]:
         failures = super().extra_checks(layer, caps, combo)
         flydsl = caps.package("flydsl")
         if caps.aiter_version is not None and caps.source_of("packages") and flydsl is None:
-            failures.append("the flydsl package is not installed: AITER uses flydsl_fallback rows or heuristics "
-                            "instead (aiter_sglang.md §3.5, §7.3)")
+            failures.append(Reason("the flydsl package is not installed: AITER uses flydsl_fallback rows or "
+                                   "heuristics instead", "failed",
+                                   f"{A3}:aiter/fused_moe.py (get_2stage_cfgs); {A3}:aiter/ops/flydsl/__init__.py"))
         return failures
 
-    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[str]:
-        return swiglu_decode_note(layer, combo) + tuned_coverage_note(caps)
+    def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
+        return [*swiglu_decode_note(layer, combo), *tuned_coverage_note(caps)]
 
-    def kernel_pads(self, layer: MoELayer, caps: Capabilities, padding: Padding) -> tuple[int, int, list[str]]:
+    def kernel_pads(self, layer: MoELayer, caps: Capabilities,
+                    padding: Padding) -> tuple[int, int, list[Reason | str]]:
         if not padding.padded:
             return 0, 0, []
         if need_feature(caps, "flydsl_pads", "FlyDSL pads") is not None:
-            return 0, 0, [f"kernel pads 0: AITER {caps.aiter_version} never forwards pads to FlyDSL (pads reach it "
-                          "from 0.1.15, ROCm/aiter#3184); it computes over the zero-filled extent"]
+            return 0, 0, [Reason(f"kernel pads 0: AITER {caps.aiter_version} never forwards pads to FlyDSL (pads "
+                                 "reach it from 0.1.15); it computes over the zero-filled extent", "padding",
+                                 "ROCm/aiter#3184")]
         if layer.has_bias and caps.has_feature("flydsl_pad_bias_guard"):
-            return 0, 0, ["kernel pads 0: with a bias AITER >= 0.1.15.post3 turns FlyDSL pad-skipping off "
-                          "(_get_padding_for_flydsl returns (0, 0); ROCm/aiter PR #3401)"]
-        return padding.hidden_pad, padding.intermediate_pad, [
-            "FlyDSL receives inter_dim_pad/model_dim_pad and skips whole padded sub-tiles (aiter_sglang.md §3.5)"]
+            return 0, 0, [Reason("kernel pads 0: with a bias AITER >= 0.1.15.post3 turns FlyDSL pad-skipping off "
+                                 "(_get_padding_for_flydsl returns (0, 0))", "padding",
+                                 f"{A3}:aiter/fused_moe.py (_get_padding_for_flydsl); ROCm/aiter#3401")]
+        return padding.hidden_pad, padding.intermediate_pad, [Reason(
+            "FlyDSL receives inter_dim_pad/model_dim_pad and skips whole padded sub-tiles", "padding",
+            f"{A3}:aiter/fused_moe.py (_get_padding_for_flydsl); {_KERNELS}")]
 
 
 @hookimpl

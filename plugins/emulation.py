@@ -2,7 +2,7 @@
 
 Correct for every scheme on every machine (it is moedispatch's own torch implementation, also on CPU), and the
 slowest: vLLM's emulation cost ~20× decode throughput on gfx942 (vLLM #50817). Preferred least, with a warning.
-MX padding to 32 follows vLLM's OCP_MX_BLOCK_SIZE round-up for EMULATION (vllm.md §12.2).
+MX padding to 32 follows vLLM's OCP_MX_BLOCK_SIZE round-up for EMULATION (fused_moe/oracle/mxfp4.py).
 """
 
 from __future__ import annotations
@@ -11,21 +11,26 @@ from moedispatch import hookimpl
 from moedispatch.backend import Backend, Padding, Verdict
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
+from moedispatch.reason import Reason
 
-SLOW_WARNING = ("WARNING: emulation is the slow reference path (weights dequantized on the fly; ~20× slower decode "
-                "in vLLM #50817): use it to check correctness, do not serve traffic with it")
+_MXFP4_ORACLE = "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
+
+SLOW_WARNING = Reason("emulation is the slow reference path (weights dequantized on the fly; ~20× slower decode): "
+                      "use it to check correctness, do not serve traffic with it", "warning",
+                      "https://github.com/vllm-project/vllm/issues/50817")
 
 
 class Emulation(Backend):
     name = "emulation"
     preference = 0
     family = "emulation"
+    reference_only = True
     description = "moedispatch reference MoE (torch; QDQ of weights and activations; any device)"
 
     def check(self, layer: MoELayer, caps: Capabilities) -> Verdict:
         return Verdict.supported(
             f"emulation applies the checkpoint's weight ({layer.weight.describe()}) and activation "
-            f"({layer.act.describe()}) quantize-dequantize exactly, on any device",
+            f"({layer.act.describe()}) quantize-dequantize exactly, on any device (moedispatch.numerics)",
             SLOW_WARNING,
         )
 
@@ -33,9 +38,10 @@ class Emulation(Backend):
         if layer.weight.is_mx or layer.act.is_mx:
             return Padding.aligned(
                 layer, hidden_multiple=32, intermediate_multiple=32,
-                notes=("alignment: MX scales cover 32 elements, so hidden and intermediate per rank round up to 32 "
-                       "(vLLM OCP_MX_BLOCK_SIZE, oracle/mxfp4.py)",) if layer.hidden % 32 or
-                layer.intermediate_per_rank % 32 else ())
+                notes=(Reason("alignment: MX scales cover 32 elements, so hidden and intermediate per rank round up "
+                              "to 32 (vLLM's OCP_MX_BLOCK_SIZE round-up for EMULATION)", "padding", _MXFP4_ORACLE),)
+                if layer.hidden % 32 or
+                layer.intermediate_per_rank % 32 else (), pad_semantics="trim")
         return Padding.none(layer)
 
     # -- running it (torch, imported lazily) ----------------------------------------------------------------

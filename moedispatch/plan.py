@@ -1,0 +1,212 @@
+"""Plan a whole model: one :class:`~moedispatch.decision.Decision` per layer, the plan's warnings, its fingerprint
+and its JSON (schema ``moedispatch.explain/1``). Renderers live in :mod:`moedispatch.explain`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from moedispatch._log import get_logger
+from moedispatch.backend import Backend
+from moedispatch.capabilities import Capabilities
+from moedispatch.decision import Decision
+from moedispatch.errors import NoBackendError
+from moedispatch.layers import MoELayer
+from moedispatch.models import ModelSpec, expand_layers
+from moedispatch.reason import Reason, texts
+from moedispatch.selector import select
+
+__all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "SCHEMA"]
+
+SCHEMA = "moedispatch.explain/1"
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: ModelSpec
+    caps: Capabilities
+    tp: int
+    ep: int
+    decisions: tuple[Decision, ...]
+    warnings: tuple[Reason, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(d.ok for d in self.decisions)
+
+    @property
+    def layers(self) -> tuple[Decision, ...]:
+        return self.decisions
+
+    def to_dict(self) -> dict[str, Any]:
+        """The explain JSON document (schema ``moedispatch.explain/1``)."""
+        return plan_to_json(self)
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable hash of everything that must agree across ranks (target, parallelism, every decision)."""
+        payload = json.dumps({"target": self.caps.target_dict(), "parallel": [self.tp, self.ep],
+                              "layers": [layer_entry(d) for d in self.decisions]}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def padded_bytes(layer: MoELayer, decision: Decision) -> tuple[int, int]:
+    """(bytes of routed-expert weights per rank as allocated, extra bytes the padding adds), scales included."""
+    if layer.kind != "moe":
+        return 0, 0
+
+    def weight_bytes(hidden: int, inter: int) -> int:
+        elems = layer.experts_per_rank * 3 * hidden * inter  # w13 [E, 2I, H] + w2 [E, H, I]
+        total = elems * layer.weight.bits / 8
+        if layer.weight.is_mx:
+            total += elems / 32  # one E8M0 byte per 32 elements
+        elif layer.weight.block:
+            bn, bk = layer.weight.block
+            total += layer.experts_per_rank * 4 * (-(-2 * inter // bn) * -(-hidden // bk)
+                                                   + -(-hidden // bn) * -(-inter // bk))
+        return int(total)
+
+    base = weight_bytes(layer.hidden, layer.intermediate_per_rank)
+    padded = weight_bytes(decision.padding.hidden, decision.padding.intermediate_per_rank)
+    return padded, padded - base
+
+
+def plan_model(
+    model: ModelSpec,
+    caps: Capabilities,
+    tp: int = 1,
+    ep: int = 1,
+    *,
+    backends: Sequence[Backend] | None = None,
+    force: str | None = None,
+    strict: bool = False,
+    warnings: Sequence[Reason | str] = (),
+) -> Plan:
+    """One Decision per layer (layers no backend can run get ``backend=None`` and their rejections)."""
+    if backends is None:
+        from moedispatch.plugins import get_registry
+
+        registry = get_registry(strict=strict)
+        backends = registry.backends
+        warnings = tuple(warnings) + tuple(Reason(f"plugin error: {e}", "warning") for e in registry.errors)
+    layers = expand_layers(model, tp, ep)
+    decisions = []
+    for layer in layers:
+        try:
+            decisions.append(select(layer, caps, backends, force, strict=strict))
+        except NoBackendError as exc:
+            decisions.append(exc.decision)
+    out_warnings: list[Reason] = [Reason.coerce(w, "warning").with_kind("warning") for w in warnings]
+    out_warnings += [Reason.coerce(n, "warning").with_kind("warning") for n in (*caps.notes, *model.notes)]
+    unconfirmed = tuple(getattr(model, "unconfirmed", ()) or ())
+    if unconfirmed:
+        out_warnings.append(Reason(
+            f"{model.name}: {', '.join(unconfirmed)} could not be confirmed in a published config (no primary "
+            "source found); check the checkpoint's own config.json before trusting this plan", "warning",
+            None, None, "unconfirmed"))
+    # Warnings the chosen backends raise (e.g. a slow reference path), once per distinct warning with its layers.
+    by_warning: dict[tuple[str | None, Reason], list[int]] = {}
+    for d in decisions:
+        for w in d.warnings:
+            by_warning.setdefault((d.backend, w), []).append(d.layer.index)
+    for (backend, w), indices in by_warning.items():
+        where = f" on {caps.arch_label}" + (f" with AITER {caps.aiter_version}" if caps.aiter_version
+                                             else " without AITER")
+        out_warnings.append(Reason(
+            f"{len(indices)} MoE layer(s) ({_ranges(indices)}) run on {backend}{where}: {w.text}", "warning",
+            w.source, w.issue, w.confidence))
+    if model.prepadded and model.stored_intermediate:
+        moe = [d for d in decisions if d.layer.kind == "moe"]
+        if moe:
+            d0 = moe[0]
+            stored = model.stored_intermediate // d0.layer.moe_tp
+            alloc = d0.padding.intermediate_per_rank
+            out_warnings.append(Reason(
+                f"pre-padded checkpoint: experts are stored {model.stored_intermediate} wide but the model is "
+                f"{d0.layer.intermediate} ({d0.layer.intermediate_per_rank}/rank); the plan allocates {alloc}/rank — "
+                + ("load only the first " f"{d0.layer.intermediate_per_rank} columns of each rank's slice (vLLM "
+                   "_load_w13/_load_w2 narrow with the unpadded size) and keep the rest zero"
+                   if stored != alloc else "the stored zeros fill the planned pad exactly"), "warning",
+                "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/routed_experts.py"))
+    # Run-time caveats of the chosen paths (scale-tile splits, token-count dependent bugs) travel as warnings.
+    out_warnings += [r.with_kind("warning") for d in decisions if d.backend for r in d.of_kind("caveat")]
+    missing = [d.layer.index for d in decisions if not d.ok]
+    if missing:
+        out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))
+    plan = Plan(model, caps, tp, ep, tuple(decisions), tuple(dict.fromkeys(out_warnings)))
+    counts: dict[str, int] = {}
+    for d in decisions:
+        if d.layer.kind == "moe":
+            key = d.backend or "none"
+            counts[key] = counts.get(key, 0) + 1
+    log.info("dispatch_planned", model=model.name, target=caps.gfx, aiter=caps.aiter_version, tp=tp, ep=ep,
+             backends=counts, fingerprint=plan.fingerprint)
+    return plan
+
+
+# -- JSON ------------------------------------------------------------------------------------------------------
+
+def layer_entry(d: Decision) -> dict[str, Any]:
+    layer = d.layer
+    entry: dict[str, Any] = {
+        "index": layer.index,
+        "kind": layer.kind,
+        "shape": {
+            "hidden": layer.hidden,
+            "intermediate": layer.intermediate,
+            "intermediate_per_rank": layer.intermediate_per_rank,
+            "experts": layer.experts,
+            "experts_per_rank": layer.experts_per_rank,
+            "top_k": layer.top_k,
+        },
+        "quant": {
+            "weight": layer.weight.dtype,
+            "activation": layer.act.dtype,
+            "granularity": layer.weight.granularity,
+            "activation_granularity": layer.act.granularity,
+        },
+    }
+    entry.update(d.to_dict())
+    if layer.kind == "moe":
+        total, extra = padded_bytes(layer, d)
+        entry["padded_bytes"] = extra
+        entry["activation_fn"] = layer.activation
+    return entry
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    totals = [padded_bytes(d.layer, d) for d in plan.decisions]
+    return {
+        "schema": SCHEMA,
+        "model": plan.model.to_dict(),
+        "target": plan.caps.target_dict(),
+        "parallel": {"tp": plan.tp, "ep": plan.ep},
+        "layers": [layer_entry(d) for d in plan.decisions],
+        "warnings": texts(plan.warnings),
+        "warning_details": [w.to_dict() for w in plan.warnings],
+        "padded_bytes": sum(extra for _, extra in totals),
+        "fingerprint": plan.fingerprint,
+    }
+
+
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    parts, start, prev = [], None, None
+    for i in indices:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            parts.append(f"{start}–{prev}" if start != prev else str(start))
+            start = prev = i
+    if start is not None:
+        parts.append(f"{start}–{prev}" if start != prev else str(start))
+    return ", ".join(parts)
+
+
