@@ -84,6 +84,11 @@ class ModelSpec:
     tensor_dtypes: tuple[str, ...] = ()
     shards: int = 0
     text_model_type: str | None = None
+    #: Facts of a built-in model whose capability_db ``confidence`` is "unconfirmed" / "derived", named by their
+    #: ``sources`` key (e.g. ``"quantization_config"``); empty for checkpoints read from disk (their files are the
+    #: source). A plan can warn when a fact it relies on is listed here.
+    unconfirmed: tuple[str, ...] = ()
+    derived: tuple[str, ...] = ()
 
     @property
     def moe_layers(self) -> int:
@@ -147,14 +152,16 @@ _TOPK = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "moe_k", "num_
 _TEXT_KEYS = ("text_config", "llm_config", "language_config")
 
 # Families whose MoE activation is SwiGLU-OAI (gate*sigmoid(alpha*gate)*(up+1), clamped): gpt-oss (interleaved
-# gate/up) and MiniMax-M3 (separate halves; vLLM passes "swigluoai_uninterleave" to FusedMoE). Sources: vllm.md
-# §15.1 (MiniMax-M3 text config defaults), models_hw.md §A.2 (gpt-oss swiglu_limit 7.0, alpha 1.702).
+# gate/up) and MiniMax-M3 (separate halves; vLLM passes "swigluoai_uninterleave" to FusedMoE). Sources:
+# vllm-project/vllm@017e9f4448:vllm/transformers_utils/configs/minimax_m3.py (MiniMax-M3 text config defaults),
+# vllm-project/vllm@017e9f4448:vllm/models/minimax_m3/amd/model.py (swigluoai_uninterleave), vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py
+# (gpt-oss swiglu_limit 7.0, alpha 1.702).
 _SWIGLUOAI_UNINTERLEAVE = ("minimax_m3", "minimax_m3_text", "minimax_m3_vl")
 _SWIGLUOAI = ("gpt_oss",)
 
 
 # grok-1 / grok-2 configs carry no hidden_act: their MoE MLP is GELU-gated, hard-coded in the modeling code
-# (models_hw.md §A.1; hpcai-tech/grok-1 modeling_grok1.py; capability_db/models/grok-1.json notes).
+# (https://huggingface.co/hpcai-tech/grok-1/blob/main/modeling_grok1.py; capability_db/models/grok-1.json notes).
 _GELU_DEFAULT = ("grok-1", "grok1", "git")
 
 
@@ -319,7 +326,7 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
         raise ModelError(f"{twhere}: no layer is a MoE layer")
 
     activation, params = _activation(text, model_type, twhere)
-    has_bias = model_type in _SWIGLUOAI  # gpt-oss experts carry biases (models_hw.md §A.1)
+    has_bias = model_type in _SWIGLUOAI  # gpt-oss experts carry biases (vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py)
 
     shared = text.get("n_shared_experts")
     if shared is None:
@@ -330,7 +337,7 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
         shared_inter = _pos_int(shared_inter, f"{twhere}.{skey}", allow_zero=True)
     elif model_type in ("llama4", "llama4_text") or text_type == "llama4_text":
         # Llama-4: every MoE layer has one always-on shared expert of intermediate_size (HF modeling_llama4
-        # Llama4TextMoe.shared_expert; models_hw.md §A.1).
+        # Llama4TextMoe.shared_expert: huggingface/transformers src/transformers/models/llama4/modeling_llama4.py).
         shared, shared_inter = 1, moe_inter
     else:
         shared_inter = shared * moe_inter
@@ -447,8 +454,29 @@ def builtin_models() -> tuple[dict[str, Any], ...]:
                 from moedispatch.errors import CapabilityDBError
 
                 raise CapabilityDBError(f"capability_db/models/{fname}: missing key {key!r}")
+        _check_confidence(data, f"capability_db/models/{fname}")
         entries.append(data)
     return tuple(entries)
+
+
+def _check_confidence(data: dict[str, Any], where: str) -> None:
+    """``confidence`` maps ``sources`` keys to confirmed|derived|unconfirmed; anything else is a CapabilityDBError."""
+    conf = data.get("confidence", {})
+    if not isinstance(conf, dict):
+        from moedispatch.errors import CapabilityDBError
+
+        raise CapabilityDBError(f"{where}: confidence must be a table of sources key -> level")
+    sources = data["sources"] if isinstance(data["sources"], dict) else {}
+    for key, level in conf.items():
+        if key not in sources:
+            from moedispatch.errors import CapabilityDBError
+
+            raise CapabilityDBError(f"{where}: confidence.{key} names no sources entry")
+        if level not in capdb.CONFIDENCES:
+            from moedispatch.errors import CapabilityDBError
+
+            raise CapabilityDBError(f"{where}: confidence.{key} = {level!r:.60} not one of "
+                                    f"{', '.join(capdb.CONFIDENCES)}")
 
 
 def _norm(name: str) -> str:
@@ -530,8 +558,11 @@ def _load_folder(folder: Path, cfg_path: Path, *, name: str, source: str) -> Mod
 @functools.lru_cache(maxsize=64)
 def _load_builtin(name: str) -> ModelSpec:
     entry = next(e for e in builtin_models() if e["name"] == name)
-    return parse_config(entry["config"], name=entry["name"], source="builtin",
+    spec = parse_config(entry["config"], name=entry["name"], source="builtin",
                         where=f"capability_db/models/{entry['name']}.json: config")
+    conf = entry.get("confidence", {})
+    return replace(spec, unconfirmed=tuple(k for k, v in conf.items() if v == "unconfirmed"),
+                   derived=tuple(k for k, v in conf.items() if v == "derived"))
 
 
 def load_model(ref: str) -> ModelSpec:
