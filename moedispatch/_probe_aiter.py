@@ -1,8 +1,8 @@
-"""Read an installed AITER from its files, without importing it (aiter_sglang.md §9.1: ``import aiter`` imports
-torch, runs rocminfo and may JIT-build; never do it in-process).
+"""Read an installed AITER from its files, without importing it (``import aiter`` imports torch, runs rocminfo via
+ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py and may JIT-build; never do it in-process).
 
-Sources of every rule are cited next to it. Distribution name: ``amd-aiter`` (aiter_sglang.md §1, §8.4); PyPI
-``aiter`` is an unrelated asyncio package.
+Sources of every rule are cited next to it. Distribution name: ``amd-aiter`` (PACKAGE_NAME in
+ROCm/aiter@v0.1.15.post3:setup.py); PyPI ``aiter`` is an unrelated asyncio package (https://pypi.org/project/aiter/).
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ from moedispatch._probe_util import ProbeTimeout, describe, last_error_line, run
 DIST = "amd-aiter"
 FILES = "files:amd-aiter"
 
-# Modules whose presence matters for MoE dispatch (aiter_sglang.md §1, §3.5, §8.2).
+# Modules whose presence matters for MoE dispatch (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py,
+# ROCm/aiter@v0.1.15.post3:aiter/ops/flydsl/moe_common.py, ROCm/aiter@v0.1.15.post3:aiter/ops/flydsl/moe_kernels.py).
 MODULES = ("aiter/fused_moe.py", "aiter/ops/flydsl/moe_common.py", "aiter/ops/flydsl/moe_kernels.py")
 
 
 @dataclass(frozen=True)
 class AsmTable:
     """One asm MoE kernel table: ``hsa/<gfx>/fmoe*/**/<table>.csv`` with ``knl_name`` rows
-    (aiter_sglang.md §3.1 ``hsa/<gfx>/fmoe/**/*.csv``, §3.2 ``hsa/<gfx>/fmoe_2stages/*.csv``)."""
+    (``hsa/<gfx>/fmoe/**/*.csv`` read by ROCm/aiter@v0.1.15.post3:csrc/py_itfs_cu/asm_fmoe.cu,
+    ``hsa/<gfx>/fmoe_2stages/*.csv`` by ROCm/aiter@v0.1.15.post3:csrc/py_itfs_cu/asm_moe_2stage.cu)."""
 
     gfx: str
     table: str  # CSV file stem, e.g. fmoe_bf16_pertokenMXfp4_g1u1_silu / fmoe_stage1_bf16_pertokenFp8_g1u1
@@ -123,7 +125,8 @@ _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)[
 
 
 def _version_file(pkg: Path) -> str | None:
-    """``aiter/_version.py`` written by setuptools_scm (aiter_sglang.md §8.4); read as text, never imported."""
+    """``aiter/_version.py`` written by setuptools_scm at build time (ROCm/aiter@v0.1.15.post3:setup.py); read as
+    text, never imported."""
     try:
         m = _VERSION_RE.search((pkg / "_version.py").read_text(encoding="utf-8", errors="replace"))
     except OSError:
@@ -132,7 +135,7 @@ def _version_file(pkg: Path) -> str | None:
 
 
 def fused_moe_params(path: Path) -> tuple[tuple[str, str | None], ...]:
-    """Parameters of the top-level ``def fused_moe(...)`` in aiter/fused_moe.py (aiter_sglang.md §4.1), by ``ast``.
+    """Parameters of the top-level ``def fused_moe(...)`` (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py), by ``ast``.
     Raises ``LookupError`` when the function is absent, ``SyntaxError``/``OSError`` on unreadable source."""
     tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
     for node in tree.body:
@@ -153,7 +156,8 @@ def fused_moe_params(path: Path) -> tuple[tuple[str, str | None], ...]:
 
 
 def _has_class(path: Path, name: str) -> bool:
-    """``class GateMode`` in aiter/ops/flydsl/moe_common.py (aiter_sglang.md §8.2, vLLM import probe §8.4)."""
+    """``class GateMode`` in aiter/ops/flydsl/moe_common.py (new after v0.1.13.post1, ROCm/aiter#3123; vLLM imports it:
+    vllm-project/vllm#46419)."""
     tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
     return any(isinstance(n, ast.ClassDef) and n.name == name for n in ast.walk(tree))
 
@@ -169,9 +173,9 @@ def asm_root(pkg: Path) -> Path | None:
 
 
 def asm_tables(root: Path) -> list[AsmTable]:
-    """Count kernel rows (non-empty ``knl_name``) in every ``<gfx>/fmoe*/**/*.csv``. Header per aiter_sglang.md
-    §3.1 (``knl_name,co_name,...``; the 0.1.7 wheel spells the 2nd column ``knl_file``) and §3.2
-    (``tile_m,tile_n,knl_name,co_name``)."""
+    """Count kernel rows (non-empty ``knl_name``) in every ``<gfx>/fmoe*/**/*.csv``. Headers as in
+    ROCm/aiter@v0.1.15.post3:hsa/gfx950/fmoe (``knl_name,co_name,...``; the 0.1.7 wheel spells the 2nd column
+    ``knl_file``) and ``fmoe_2stages`` (``tile_m,tile_n,knl_name,co_name``)."""
     tables: list[AsmTable] = []
     for gfx_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("gfx")):
         for kind_dir in sorted(p for p in gfx_dir.iterdir() if p.is_dir() and p.name.startswith("fmoe")):
@@ -189,7 +193,8 @@ def asm_tables(root: Path) -> list[AsmTable]:
 
 def tuned_files(pkg: Path) -> list[TunedFile]:
     """``aiter/configs/tuned_fmoe.csv`` + ``aiter/configs/model_configs/*tuned_fmoe*.csv`` without "untuned" — the
-    set aiter/jit/core.py ``get_config_file`` merges (aiter_sglang.md §6.1); first column ``cu_num`` (§6.2)."""
+    set ROCm/aiter@v0.1.15.post3:aiter/jit/core.py ``get_config_file`` merges; first column ``cu_num``
+    (ROCm/aiter@v0.1.15.post3:aiter/configs/tuned_fmoe.csv)."""
     configs = pkg / "configs"
     paths = [configs / "tuned_fmoe.csv"] + sorted((configs / "model_configs").glob("*tuned_fmoe*.csv"))
     found: list[TunedFile] = []
@@ -265,7 +270,8 @@ print("\n@@MOEDISPATCH_PROBE@@" + json.dumps(out))
 
 
 def try_import(timeout: float) -> str:
-    """``import aiter`` in a subprocess (it imports torch, runs rocminfo, may JIT: aiter_sglang.md §9.1)."""
+    """``import aiter`` in a subprocess (it imports torch, runs rocminfo, may JIT:
+    ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py)."""
     try:
         data, result = run_python(_IMPORT_SCRIPT, timeout)
     except ProbeTimeout:
@@ -278,7 +284,7 @@ def try_import(timeout: float) -> str:
 
 
 def flydsl_check(aiter_version: str | None, flydsl_version: str | None, notes: list[str]) -> tuple[str, str] | None:
-    """The flydsl pin for this AITER (aiter_sglang.md §8.3 via capability_db/aiter.toml flydsl_pins)."""
+    """The flydsl pin for this AITER (FLYDSL_VERSION in AITER's setup.py, via capability_db/aiter.toml flydsl_pins)."""
     if aiter_version is None:
         return None
     try:

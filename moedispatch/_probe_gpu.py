@@ -1,6 +1,8 @@
 """GPU discovery for the probe: amdsmi, torch (subprocess), rocminfo, rocm_agent_enumerator, env filters.
 
-Order and rules follow models_hw.md §C.7 (suggested probe order) and the per-source notes in §C.1-§C.4.
+Order (ours, derived): amdsmi (no HIP init, as vllm-project/vllm@017e9f4448:vllm/platforms/rocm.py
+_get_gcn_arch), torch, rocminfo, rocm_agent_enumerator (https://github.com/ROCm/rocminfo); per-source rules cited
+at each function.
 Every function here returns data or raises; ``moedispatch.probe`` turns failures into recorded reasons.
 """
 
@@ -60,7 +62,7 @@ _amdsmi_timed_out = False
 
 
 def probe_amdsmi(timeout: float) -> tuple[list[RawGpu], str]:
-    """GPUs from amdsmi. Keys per models_hw.md §C.1 (PyPI amdsmi 7.0.2 ``amdsmi_interface.py``):
+    """GPUs from amdsmi. Keys per https://pypi.org/project/amdsmi/7.0.2/ (``amdsmi/amdsmi_interface.py``):
     ``amdsmi_get_gpu_asic_info`` → target_graphics_version, market_name, num_compute_units ("N/A" when unknown),
     device_id (hex str); ``amdsmi_get_gpu_vram_info`` → vram_size in MB. ``amdsmi_shut_down`` always runs.
     """
@@ -160,7 +162,8 @@ print("\n@@MOEDISPATCH_PROBE@@" + json.dumps(out))
 
 def probe_torch(timeout: float) -> tuple[list[RawGpu], str, str | None]:
     """GPUs from ``torch.cuda.get_device_properties(i).gcnArchName`` / ``multi_processor_count`` and
-    ``torch.version.hip`` (models_hw.md §C.2), run in a subprocess. Returns (gpus, detail, hip_version)."""
+    ``torch.version.hip`` (https://pytorch.org/docs/stable/notes/hip.html), run in a subprocess. Returns (gpus, detail,
+    hip_version)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -205,7 +208,8 @@ _CHIP_ID = re.compile(r"\((0x[0-9a-fA-F]+)\)")
 
 
 def parse_rocminfo(text: str) -> list[RawGpu]:
-    """Agent blocks (models_hw.md §C.3; AITER chip_info.py reads the same ``Compute Unit:`` lines, §C.6):
+    """Agent blocks (https://github.com/ROCm/rocminfo; AITER reads the same ``Compute Unit:`` lines in
+    ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py get_cu_num):
     the first ``Name:`` of a block is the agent name (ISA ``Name:`` lines come later), ``Device Type: GPU``
     selects GPUs, ``Chip ID: 29857(0x74a1)`` is the PCI device id."""
     gpus: list[RawGpu] = []
@@ -241,7 +245,8 @@ def probe_rocminfo(timeout: float) -> tuple[list[RawGpu], str]:
 
 
 def probe_enumerator(timeout: float) -> tuple[list[RawGpu], str]:
-    """One ISA per line; ``gfx000`` is the CPU agent and is dropped (models_hw.md §C.3)."""
+    """One ISA per line; ``gfx000`` is the CPU agent and is dropped (https://github.com/ROCm/rocminfo
+    rocm_agent_enumerator)."""
     tool = find_tool("rocm_agent_enumerator")
     if tool is None:
         raise SourceFailed("rocm_agent_enumerator not found on PATH or in $ROCM_PATH/bin")
@@ -261,7 +266,8 @@ def probe_enumerator(timeout: float) -> tuple[list[RawGpu], str]:
 
 def parse_visible(value: str) -> tuple[list[int] | None, str | None]:
     """Indices from a *_VISIBLE_DEVICES value. (None, why) when it cannot be applied (UUIDs).
-    Parsing stops at the first invalid entry, as the HIP runtime does with e.g. ``-1`` (models_hw.md §C.4, [U])."""
+    Parsing stops at the first invalid entry, as the HIP runtime is said to do with e.g. ``-1`` (unconfirmed; variables:
+    https://rocm.docs.amd.com/en/latest/conceptual/gpu-isolation.html)."""
     indices: list[int] = []
     for part in value.split(","):
         part = part.strip()
@@ -300,8 +306,9 @@ class ProductGuess:
 
 def guess_product(gfx: str, cus: int | None, device_id: str | None, market: str | None) -> ProductGuess:
     """Product by PCI id, else by full CU count (capdb.product_for); a CU count equal to full/N for a partition N in
-    gpus.toml ``partitions`` gives a *derived* partition mode (CPX etc. divide visible CUs: gpus.toml; models_hw.md
-    §B.1 CU-count caveat; aiter_sglang.md §9.1)."""
+    gpus.toml ``partitions`` gives a *derived* partition mode (CPX etc. divide visible CUs: gpus.toml
+    partitions_confidence = "derived"; AITER's get_cu_num reads the partitioned count:
+    ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py)."""
     facts = capdb.arch_facts(gfx)
     if facts is None:
         return ProductGuess(None, f"{gfx} is not in capability_db/gpus.toml" + (f" (market name {market!r})"

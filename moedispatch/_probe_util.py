@@ -1,7 +1,7 @@
 """Isolation helpers for the probe: silence a call at the file-descriptor level, bound it in time, run tools.
 
 Why fd level: ``import amdsmi`` without ``libamd_smi.so`` PRINTS two lines to stdout and then raises ``KeyError``
-(models_hw.md §C.1; PyPI amdsmi 7.0.2 ``amdsmi/amdsmi_wrapper.py`` line 211). C code writes to fd 1 directly and a
+(https://pypi.org/project/amdsmi/7.0.2/ ``amdsmi/amdsmi_wrapper.py`` line 211). C code writes to fd 1 directly and a
 host may have replaced ``sys.stdout``, so both the fds 1/2 and ``sys.stdout``/``sys.stderr`` are swapped.
 """
 

@@ -223,7 +223,7 @@ def scan_checkpoint(folder: Path) -> CheckpointInfo:
 #   per-expert:  ...layers.{i}.{mlp|block_sparse_moe|feed_forward|moe_block}.experts.{e}.{gate_proj|up_proj|down_proj|
 #                w1|w3|w2|gate_up_proj|w13|linear|linear_v|linear_1}.{weight|weight_packed}
 #   stacked:     ...layers.{i}.mlp.experts.{gate_up_proj|down_proj}            (gpt-oss bf16, Llama-4, HF v5 fused)
-#                ...layers.{i}.mlp.experts.{gate_up_proj|down_proj}_blocks     (gpt-oss MXFP4, models_hw.md §A.3)
+#                ...layers.{i}.mlp.experts.{gate_up_proj|down_proj}_blocks     (gpt-oss MXFP4, openai/gpt-oss-120b)
 _EXPERT_RE = re.compile(
     r"^(?P<prefix>.*?)layers\.(?P<layer>\d+)\.(?:[A-Za-z0-9_]+\.)*?experts\."
     r"(?:(?P<expert>\d+)\.)?"

@@ -10,7 +10,7 @@ The probe never raises and never hangs: each step is isolated (stdout/stderr sil
 but KeyboardInterrupt caught, a time limit on each step) and its failure becomes a recorded reason. Nothing heavy is
 imported at module import time; torch and ``import aiter`` only ever run in subprocesses.
 
-GPU discovery order (models_hw.md §C.7): amdsmi → torch (``allow_torch``) → rocminfo → rocm_agent_enumerator; the
+GPU discovery order (ours): amdsmi → torch (``allow_torch``) → rocminfo → rocm_agent_enumerator; the
 first source that finds GPUs is used, then HIP/ROCR_VISIBLE_DEVICES filter by index and MOEDISPATCH_TARGET (a gfx or
 product name) overrides the target.
 """
@@ -56,7 +56,8 @@ __all__ = [
 
 SCHEMA = "moedispatch.probe/1"
 TARGET_ENV = "MOEDISPATCH_TARGET"
-# Env variables that change a probe's answer (part of the cache key). ROCm GPU isolation: models_hw.md §C.4.
+# Env variables that change a probe's answer (part of the cache key). ROCm GPU isolation:
+# https://rocm.docs.amd.com/en/latest/conceptual/gpu-isolation.html
 _ENV_KEYS = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", TARGET_ENV, "PATH", "ROCM_PATH",
              "CU_NUM", "AITER_CONFIG_FMOE")
 # Versions read from installed metadata only (importlib.metadata), never by importing.
@@ -157,8 +158,8 @@ def _discover(allow_torch: bool, timeout: float) -> tuple[list[RawGpu], list[Sou
             chosen = step(name, lambda fn=fn: fn(timeout))
 
     # Env filters. amdsmi sees physical devices regardless of the variables; ROCr-level tools (rocminfo,
-    # enumerator) are already ROCR-filtered; torch is filtered by both (models_hw.md §C.4 [U]). HIP indices are
-    # relative to what ROCr exposes.
+    # enumerator) are already ROCR-filtered; torch is filtered by both (unconfirmed; see the gpu-isolation page).
+    # HIP indices are relative to what ROCr exposes.
     env_notes: list[str] = []
     if chosen and chosen[0].source == "probe:amdsmi":
         chosen = apply_visible(chosen, "ROCR_VISIBLE_DEVICES", env_notes)
@@ -177,10 +178,11 @@ def _discover(allow_torch: bool, timeout: float) -> tuple[list[RawGpu], list[Sou
     sources.append(SourceResult("env", env_ok, "; ".join(env_notes) or "no GPU-selection variables set"))
     if os.environ.get("CU_NUM", "").strip() not in ("", "0"):
         notes.append(f"CU_NUM={os.environ['CU_NUM']} is set: AITER uses it instead of the probed CU count for "
-                     "tuned-config lookup (aiter_sglang.md §9.1)")
+                     "tuned-config lookup (ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py get_cu_num)")
     if os.environ.get("AITER_CONFIG_FMOE"):
         notes.append("AITER_CONFIG_FMOE is set: AITER reads those tuned files instead of the packaged ones "
-                     "(aiter_sglang.md §6.1); tuned cu_num coverage shown is of the packaged files")
+                     "(ROCm/aiter@v0.1.15.post3:aiter/jit/core.py get_config_file); tuned cu_num coverage shown "
+                     "is of the packaged files")
     return chosen, sources, notes, hip
 
 
@@ -285,7 +287,8 @@ def _probe(allow_torch: bool, try_import: bool, timeout: float) -> ProbeReport:
                      "HIP_VISIBLE_DEVICES")
     cus = sorted({g.compute_units for g in gpus if g.compute_units is not None})
     if not mixed and len(cus) > 1:
-        notes.append(f"GPUs report different CU counts {cus}; AITER asserts they are equal (aiter_sglang.md §9.1)")
+        notes.append(f"GPUs report different CU counts {cus}; AITER asserts they are equal "
+                     "(ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py get_cu_num)")
     if not gpus:
         notes.append("no GPU found by any source")
 

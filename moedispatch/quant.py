@@ -2,8 +2,9 @@
 
 Each parser turns the checkpoint's block into a :class:`QuantScheme` that answers, for one module name, how its
 weights and the activations entering it are quantized (after the checkpoint's exclude/ignore lists). Sources of
-each dialect's shape: moedispatch reference models_hw.md §A.3 and vllm.md §4 (Quark OCP-MX wiring); the engines'
-own parsers (vLLM ``fp8.py`` / ``quark.py`` / ``compressed_tensors.py`` / ``modelopt.py``, HF ``Mxfp4Config``).
+each dialect's shape: the checkpoints' own config.json blocks (cited per model in capability_db/models/*.json), the
+Quark OCP-MX wiring in vllm-project/vllm@017e9f4448:vllm/model_executor/layers/quantization/quark/quark_moe.py, and the
+engines' own parsers (vLLM ``fp8.py`` / ``quark.py`` / ``compressed_tensors.py`` / ``modelopt.py``, HF ``Mxfp4Config``).
 
 Dialects: ``fp8`` (per-tensor or ``weight_block_size`` blocks; ``fmt`` e4m3fn / e4m3fnuz), ``quark`` (global,
 per-layer and per-layer-type configs, exclude lists, fp4/fp6/fp8/int, OCP MX with E8M0 scales), ``mxfp4``
