@@ -1,0 +1,759 @@
+"""Cost model: predicted fused-MoE time per layer and token count, with error bars.
+
+Public API (pure Python; nothing is read or computed at import time)::
+
+    from moedispatch import cost
+    costs = cost.predict(layer, caps, backend_family="aiter-flydsl", padding=decision.padding, tokens=(1, 64, 4096))
+    costs[1].to_dict()        # {"tokens": 64, "us": 85.0, "low": 82.4, "high": 93.5, "basis": "tuned"}
+    cost.total([costs] * 57)  # the model's MoE time per token count (decode step, prefill chunk)
+    cost.compare(a, b)        # "faster" | "slower" | "tie" (bars separate or not)
+    cost.reason("aiter-flydsl", a, "triton", b)   # "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"
+
+How one prediction is made, in order (``Cost.basis`` says which step answered):
+
+1. ``plugin`` — a plugin's ``moe_cost`` hook (:mod:`moedispatch.hookspecs`) returned costs for its backend.
+2. ``tuned`` — AITER backends only: a lint-clean row of AITER's tuned fused-MoE CSVs matches the layer's lookup key
+   and the token count exactly; the prediction is that row's ``us`` (AITER's tuner measured it,
+   ``csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py``). Rows come from ``dispatch`` (the AITER dispatch model's
+   per-bucket entries), ``rows``, or a lookup in :func:`moedispatch.aiter_configs.config_set_for`.
+3. ``interpolated`` — clean rows of the same tuned shape exist at a lower and a higher token count: log-log
+   interpolation between the two neighbours.
+4. ``roofline`` — everything else: expected distinct experts touched ``E·(1−(1−k/E)^M)`` × expert weight bytes
+   (scales included, padded sizes when a padding is given) + activations, over the product's datasheet HBM bandwidth
+   (gpus.toml ``[peak.*]``); useful FLOPs over the peak for the activation dtype; then the efficiency priors of
+   capability_db/cost_priors.toml (log-linear in those terms, per (arch, CU count, token bucket), fit on lint-clean
+   tuned rows by ``benchmarks/bench_cost_model.py --fit``) turn the roofline into a time, which carries the per-call
+   latency floor. Bars are leave-one-model-out residual quantiles (p10–p90). Triton, emulation and third-party
+   backends get this AITER roofline times their own factor band (``[backend.*]`` in the priors, with sources).
+
+Every prediction is at or above the datasheet roofline ``max(t_mem, t_cmp)`` for the bytes it must read and the
+FLOPs it must do (nothing runs faster than the datasheet peaks).
+
+Tuned-CSV rows are linted first (:func:`lint_rows`): a timing copied across token buckets of one shape, or a row
+faster than the datasheet roofline, is not used (AITER still dispatches on it; its time is not believed).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from moedispatch.errors import CapabilityDBError, UsageError
+
+__all__ = [
+    "Cost",
+    "Geometry",
+    "BASES",
+    "DEFAULT_TOKENS",
+    "predict",
+    "total",
+    "compare",
+    "reason",
+    "format_cost",
+    "backend_kind",
+    "bucket_of",
+    "interpolate",
+    "roofline_us",
+    "model_features",
+    "lint_rows",
+    "load_priors",
+    "Priors",
+]
+
+#: The contract's ``basis`` values.
+BASES = ("tuned", "interpolated", "roofline", "plugin")
+#: Token counts predicted when the caller gives none: one decode token, a decode batch, a prefill chunk.
+DEFAULT_TOKENS = (1, 64, 4096)
+_PRIORS_FILE = "cost_priors.toml"
+_PRIORS_SCHEMA = "moedispatch.cost_priors/1"
+
+
+# -- values ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cost:
+    """Predicted time of one fused-MoE call at ``tokens`` tokens: ``us`` within ``[low, high]`` microseconds.
+
+    ``basis`` is one of :data:`BASES`; ``detail`` says how it was computed (row ``file:line``, prior used, …) and is
+    not part of the contract dict.
+    """
+
+    tokens: int
+    us: float
+    low: float
+    high: float
+    basis: str
+    detail: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.basis not in BASES:
+            raise ValueError(f"Cost.basis must be one of {', '.join(BASES)}, got {self.basis!r}")
+        if not (0 < self.low <= self.us <= self.high) or not all(map(math.isfinite, (self.low, self.us, self.high))):
+            raise ValueError(f"Cost needs 0 < low <= us <= high (finite), got {self.low}, {self.us}, {self.high}")
+
+    def to_dict(self, *, with_basis: bool = True) -> dict[str, Any]:
+        """The contract's ``{tokens, us, low, high, basis}`` (``with_basis=False``: a ``cost_total`` entry)."""
+        out: dict[str, Any] = {"tokens": self.tokens, "us": round(self.us, 4), "low": round(self.low, 4),
+                               "high": round(self.high, 4)}
+        if with_basis:
+            out["basis"] = self.basis
+        return out
+
+
+def format_cost(c: Cost) -> str:
+    """``41 µs (35–48)``; one decimal below 10 µs."""
+    def f(x: float) -> str:
+        return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+    return f"{f(c.us)} µs ({f(c.low)}–{f(c.high)})"
+
+
+# -- geometry and roofline -------------------------------------------------------------------------------------
+
+_ACT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "mxfp8": 1.0, "mxfp6": 0.75, "mxfp4": 0.5,
+              "int4": 0.5}
+_COMPUTE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "fp8", "mxfp8": "fp8", "mxfp6": "fp4",
+            "mxfp4": "fp4", "int4": "fp4"}
+# AITER CSV spellings (aiter/utility/base_tuner.py dtype2bpe_dict counts fp4x2 as 1 byte per *logical* element,
+# which overstates bytes; real storage is half a byte).
+_CSV_BYTES = {"torch.bfloat16": 2.0, "torch.float16": 2.0, "torch.float8_e4m3fn": 1.0, "torch.float8_e4m3fnuz": 1.0,
+              "torch.int8": 1.0, "torch.float4_e2m1fn_x2": 0.5, "torch.int4": 0.5, "torch.uint32": 0.5}
+_CSV_SCALE = {"QuantType.per_1x32": 1 / 32, "QuantType.per_1x128": 4 / (128 * 128)}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the roofline needs of one fused-MoE call on one rank (padded sizes where a padding applies).
+
+    ``w_bytes``: bytes per weight element including its scales; ``a_bytes``: bytes per activation element entering
+    the expert GEMMs; ``compute``: which peak applies (``bf16``, ``fp8``, ``fp4``).
+    """
+
+    hidden: int
+    inter: int
+    experts: int          # on this rank
+    experts_total: int    # routed over (EP: experts on this rank are a share of these)
+    top_k: int
+    w_bytes: float
+    a_bytes: float
+    compute: str
+    gated: bool = True
+
+    @classmethod
+    def of_layer(cls, layer: Any, padding: Any = None) -> "Geometry":
+        """From a :class:`~moedispatch.layers.MoELayer` and, optionally, its :class:`~moedispatch.backend.Padding`."""
+        w = layer.weight
+        scale = 0.0
+        if w.quantized:
+            if w.is_mx or w.group_size:
+                scale = 1 / (w.group_size or 32)
+            elif w.block:
+                scale = 4 / (w.block[0] * w.block[1])
+        return cls(
+            hidden=padding.hidden if padding is not None else layer.hidden,
+            inter=padding.intermediate_per_rank if padding is not None else layer.intermediate_per_rank,
+            experts=layer.experts_per_rank, experts_total=layer.experts, top_k=layer.top_k,
+            w_bytes=w.bits / 8 + scale, a_bytes=_ACT_BYTES[layer.act.dtype], compute=_COMPUTE[layer.act.dtype],
+        )
+
+    @classmethod
+    def of_row(cls, row: Any) -> "Geometry":
+        """From an AITER tuned-CSV row (:class:`moedispatch.aiter_configs.TunedRow` or a mapping with its columns)."""
+        get = (lambda k: row[k]) if isinstance(row, Mapping) else (lambda k: getattr(row, k))
+        qa, qw = str(get("q_dtype_a")), str(get("q_dtype_w"))
+        if qa not in _CSV_BYTES or qw not in _CSV_BYTES:
+            raise UsageError(f"unknown AITER dtype {qa if qa not in _CSV_BYTES else qw!r} in a tuned row")
+        a = _CSV_BYTES[qa]
+        return cls(
+            hidden=int(get("model_dim")), inter=int(get("inter_dim")), experts=int(get("expert")),
+            experts_total=int(get("expert")), top_k=int(get("topk")),
+            w_bytes=_CSV_BYTES[qw] + _CSV_SCALE.get(str(get("q_type")), 0.0), a_bytes=a,
+            compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a], gated=int(get("use_g1u1")) == 1,
+        )
+
+    def active_experts(self, tokens: int) -> float:
+        """Expected distinct experts of this rank touched by ``tokens`` tokens under uniform top-k routing."""
+        return self.experts * (1 - (1 - self.top_k / self.experts_total) ** tokens)
+
+    def bytes_moved(self, tokens: int) -> float:
+        n1 = 2 * self.inter if self.gated else self.inter
+        weights = self.active_experts(tokens) * self.hidden * (n1 + self.inter) * self.w_bytes
+        share = self.experts / self.experts_total
+        acts = (tokens * self.hidden * self.a_bytes + 2 * tokens * self.top_k * share * self.inter * self.a_bytes
+                + 2 * tokens * self.hidden)
+        return weights + acts
+
+    def flops(self, tokens: int) -> float:
+        n1 = 2 * self.inter if self.gated else self.inter
+        return 2 * tokens * self.top_k * (self.experts / self.experts_total) * self.hidden * (n1 + self.inter)
+
+
+def _peak_tflops(peaks: Mapping[str, Any], compute: str) -> float:
+    if compute == "fp4" and "fp4_tflops" in peaks:
+        return float(peaks["fp4_tflops"])
+    if compute in ("fp4", "fp8") and "fp8_tflops" in peaks:
+        return float(peaks["fp8_tflops"])
+    return float(peaks["bf16_tflops"])
+
+
+def roofline_us(geo: Geometry, tokens: int, peaks: Mapping[str, Any]) -> tuple[float, float]:
+    """``(t_mem, t_cmp)`` in µs against datasheet ``peaks`` (gpus.toml ``[peak.*]``: hbm_tbps, *_tflops)."""
+    t_mem = geo.bytes_moved(tokens) / (float(peaks["hbm_tbps"]) * 1e6)
+    t_cmp = geo.flops(tokens) / (_peak_tflops(peaks, geo.compute) * 1e6)
+    return t_mem, t_cmp
+
+
+def bucket_of(tokens: int) -> int:
+    """The token bucket a count falls in: the next power of two (AITER ``get_padded_M`` below 32768)."""
+    b = 1
+    while b < tokens:
+        b *= 2
+    return b
+
+
+#: Feature sets of the efficiency priors: log(us) = coef · features. ``rl`` = max(t_mem, t_cmp).
+_FEATURES: dict[str, Callable[[float, float, float, Geometry, int, int], list[float]]] = {}
+
+
+def _feature(name: str) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        _FEATURES[name] = fn
+        return fn
+    return deco
+
+
+@_feature("bucket")
+def _f_bucket(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
+    return [1.0, math.log(rl), math.log(m * geo.top_k / geo.experts_total), math.log(geo.a_bytes)]
+
+
+@_feature("arch_cu")
+def _f_arch_cu(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
+    lb = math.log(bucket_of(m))
+    return [1.0, math.log(tm), math.log(tc), lb, lb * lb, lb * math.log(rl), math.log(geo.a_bytes),
+            math.log(geo.w_bytes)]
+
+
+@_feature("arch")
+def _f_arch(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
+    lb = math.log(bucket_of(m))
+    return [1.0, math.log(rl), lb, lb * lb, math.log(cu)]
+
+
+def model_features(name: str, geo: Geometry, tokens: int, cu: int, peaks: Mapping[str, Any]) -> list[float]:
+    """The feature vector of prior family ``name`` (``bucket``, ``arch_cu``, ``arch``)."""
+    tm, tc = roofline_us(geo, tokens, peaks)
+    return _FEATURES[name](tm, tc, max(tm, tc), geo, tokens, cu)
+
+
+#: Coefficients per feature set (checked when the priors load).
+FEATURE_SIZES = {"bucket": 4, "arch_cu": 8, "arch": 5}
+
+
+# -- lint --------------------------------------------------------------------------------------------------------
+
+def _row_get(row: Any, name: str, default: Any = None) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name, default)
+    return getattr(row, name, default)
+
+
+def _shape_key(row: Any) -> tuple:
+    return tuple(_row_get(row, k) for k in ("gfx", "cu_num", "model_dim", "inter_dim", "expert", "topk", "act_type",
+                                            "dtype", "q_dtype_a", "q_dtype_w", "q_type", "use_g1u1",
+                                            "doweight_stage1", "file"))
+
+
+def lint_rows(rows: Iterable[Any], peaks_for: Callable[[Any], Mapping[str, Any] | None]) -> tuple[list, list]:
+    """Split tuned rows into ``(clean, rejected)``; each rejected entry is ``(row, why)``.
+
+    Rejected: no positive ``us``; ``us`` identical (to 4 decimals) to another token bucket's of the same shape in the
+    same file (timings copied across buckets); ``us`` below the datasheet roofline of ``peaks_for(row)`` (physically
+    impossible). Rows tagged (``_tag``) are left to the caller.
+    """
+    rows = list(rows)
+    seen: dict[tuple, dict[float, int]] = {}
+    for r in rows:
+        us = _row_get(r, "us")
+        if us:
+            counts = seen.setdefault(_shape_key(r), {})
+            counts[round(float(us), 4)] = counts.get(round(float(us), 4), 0) + 1
+    clean: list = []
+    rejected: list = []
+    for r in rows:
+        us = _row_get(r, "us")
+        if not us or float(us) <= 0:
+            rejected.append((r, "no timing"))
+            continue
+        us = float(us)
+        if seen[_shape_key(r)][round(us, 4)] > 1:
+            rejected.append((r, f"us={us:g} is copied across token buckets of this shape"))
+            continue
+        peaks = peaks_for(r)
+        if peaks is not None:
+            tm, tc = roofline_us(Geometry.of_row(r), int(_row_get(r, "token")), peaks)
+            if us < max(tm, tc):
+                rejected.append((r, f"us={us:g} is faster than the datasheet roofline ({max(tm, tc):.1f} µs)"))
+                continue
+        clean.append(r)
+    return clean, rejected
+
+
+# -- priors ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Priors:
+    """capability_db/cost_priors.toml, indexed. Build with :func:`load_priors`."""
+
+    models: Mapping[tuple, tuple[str, tuple[float, ...]]]     # (level, gfx, cu, bucket) -> (features, coef)
+    buckets: Mapping[tuple[str, int], tuple[int, ...]]       # (gfx, cu) -> fitted buckets, ascending
+    bands: Mapping[tuple, tuple[float, float]]               # (level, gfx, cu) -> (low ratio, high ratio)
+    reference: Mapping[tuple[str, int], str]                 # (gfx, cu) -> product the priors were fit against
+    tuned: tuple[float, float]
+    interpolated: tuple[float, float]
+    generic: tuple[float, float, float]                      # efficiency, low ratio, high ratio
+    backend: Mapping[str, Mapping[str, Any]]
+    provenance: Mapping[str, Any]
+
+
+def _num(value: Any, where: str, key: str, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+            (positive and value <= 0):
+        raise CapabilityDBError(f"{where}: {key} must be a {'positive ' if positive else ''}finite number, "
+                                f"got {value!r:.60}")
+    return float(value)
+
+
+def _band(entry: Any, where: str) -> tuple[float, float]:
+    if not isinstance(entry, Mapping):
+        raise CapabilityDBError(f"{where} must be a table with low and high")
+    for key in ("low", "high"):
+        if key not in entry:
+            raise CapabilityDBError(f"{where} lacks key {key!r}")
+    low, high = _num(entry["low"], where, "low"), _num(entry["high"], where, "high")
+    if not low <= 1.0 <= high:
+        raise CapabilityDBError(f"{where}: needs low <= 1 <= high (ratios to the prediction), got {low}, {high}")
+    return low, high
+
+
+def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_FILE}") -> Priors:
+    """Validate and index a parsed priors document; a broken entry raises CapabilityDBError naming key and problem."""
+    if data.get("schema") != _PRIORS_SCHEMA:
+        raise CapabilityDBError(f"{where}: schema must be {_PRIORS_SCHEMA!r}, got {data.get('schema')!r}")
+    for table in ("provenance", "tuned", "interpolated", "generic", "backend"):
+        if not isinstance(data.get(table), Mapping):
+            raise CapabilityDBError(f"{where}: missing table [{table}]")
+    for key in ("snapshot", "commit", "date", "script"):
+        if not isinstance(data["provenance"].get(key), str) or not data["provenance"][key]:
+            raise CapabilityDBError(f"{where}: [provenance] needs a non-empty string {key!r}")
+    models: dict[tuple, tuple[str, tuple[float, ...]]] = {}
+    buckets: dict[tuple[str, int], set[int]] = {}
+    for n, m in enumerate(data.get("model", [])):
+        at = f"{where}: model[{n}]"
+        if not isinstance(m, Mapping):
+            raise CapabilityDBError(f"{at} must be a table")
+        for key in ("level", "gfx", "features", "coef"):
+            if key not in m:
+                raise CapabilityDBError(f"{at} lacks key {key!r}")
+        feats = m["features"]
+        if feats not in FEATURE_SIZES:
+            raise CapabilityDBError(f"{at}: features {feats!r} unknown (known: {', '.join(FEATURE_SIZES)})")
+        coef = m["coef"]
+        if not isinstance(coef, list) or len(coef) != FEATURE_SIZES[feats]:
+            raise CapabilityDBError(f"{at}: coef must be {FEATURE_SIZES[feats]} numbers for features {feats!r}")
+        coef_t = tuple(_num(c, at, "coef", positive=False) for c in coef)
+        level = m["level"]
+        if level not in ("bucket", "arch_cu", "arch"):
+            raise CapabilityDBError(f"{at}: level must be bucket, arch_cu or arch, got {level!r}")
+        cu = int(_num(m.get("cu"), at, "cu")) if level != "arch" else 0
+        b = int(_num(m.get("bucket"), at, "bucket")) if level == "bucket" else 0
+        models[(level, str(m["gfx"]), cu, b)] = (feats, coef_t)
+        if level == "bucket":
+            buckets.setdefault((str(m["gfx"]), cu), set()).add(b)
+    bands: dict[tuple, tuple[float, float]] = {}
+    for n, entry in enumerate(data.get("band", [])):
+        at = f"{where}: band[{n}]"
+        if not isinstance(entry, Mapping) or "level" not in entry or "gfx" not in entry:
+            raise CapabilityDBError(f"{at} needs level, gfx, low and high")
+        bands[(entry["level"], str(entry["gfx"]), int(entry.get("cu", 0)))] = _band(entry, at)
+    reference: dict[tuple[str, int], str] = {}
+    for n, entry in enumerate(data.get("reference", [])):
+        at = f"{where}: reference[{n}]"
+        if not isinstance(entry, Mapping) or not {"gfx", "cu", "product"} <= set(entry):
+            raise CapabilityDBError(f"{at} needs gfx, cu and product")
+        reference[(str(entry["gfx"]), int(entry["cu"]))] = str(entry["product"])
+    gen = data["generic"]
+    for key in ("efficiency", "low", "high"):
+        if key not in gen:
+            raise CapabilityDBError(f"{where}: [generic] lacks key {key!r}")
+    generic = (_num(gen["efficiency"], f"{where}: [generic]", "efficiency"),) + _band(gen, f"{where}: [generic]")
+    backend: dict[str, Mapping[str, Any]] = {}
+    for name, entry in data["backend"].items():
+        at = f"{where}: [backend.{name}]"
+        if not isinstance(entry, Mapping) or "factor" not in entry or "source" not in entry:
+            raise CapabilityDBError(f"{at} needs factor, low, high and source")
+        factor = _num(entry["factor"], at, "factor")
+        low, high = _num(entry.get("low"), at, "low"), _num(entry.get("high"), at, "high")
+        if not low <= factor <= high:
+            raise CapabilityDBError(f"{at}: needs low <= factor <= high, got {low}, {factor}, {high}")
+        backend[name] = dict(entry)
+    for required in ("triton", "emulation", "other"):
+        if required not in backend:
+            raise CapabilityDBError(f"{where}: missing table [backend.{required}]")
+    return Priors(models=models, buckets={k: tuple(sorted(v)) for k, v in buckets.items()}, bands=bands,
+                  reference=reference, tuned=_band(data["tuned"], f"{where}: [tuned]"),
+                  interpolated=_band(data["interpolated"], f"{where}: [interpolated]"), generic=generic,
+                  backend=backend, provenance=dict(data["provenance"]))
+
+
+@functools.lru_cache(maxsize=1)
+def load_priors() -> Priors:
+    """capability_db/cost_priors.toml, validated and indexed (cached; CapabilityDBError if broken)."""
+    from moedispatch import capdb
+
+    return parse_priors(capdb.load_toml(_PRIORS_FILE))
+
+
+# -- hardware ----------------------------------------------------------------------------------------------------
+
+def _target_peaks(caps: Any) -> tuple[Mapping[str, Any] | None, str | None]:
+    """(datasheet peaks, product) of the target: its product's ``[peak.*]``, else the arch's first listed product
+    with the same CU count."""
+    from moedispatch import capdb
+
+    peaks = capdb.product_peaks(getattr(caps, "product", None))
+    if peaks is not None:
+        return peaks, caps.product
+    facts = capdb.arch_facts(caps.gfx) if getattr(caps, "gfx", None) else None
+    for product in (facts or {}).get("products", []):
+        if caps.compute_units in (None, product["compute_units"]):
+            p = capdb.product_peaks(product["name"])
+            if p is not None:
+                return p, product["name"]
+    return None, None
+
+
+# -- tuned rows --------------------------------------------------------------------------------------------------
+
+_Q_TYPE = {"tensor": "QuantType.per_Tensor", "channel": "QuantType.per_Token", "token": "QuantType.per_Token"}
+_ACT_TYPE = {"silu": "ActivationType.Silu", "gelu": "ActivationType.Gelu", "swigluoai": "ActivationType.Swiglu",
+             "swigluoai_uninterleave": "ActivationType.Swiglu"}
+
+
+def _csv_dtype(label: str, fnuz: bool) -> str:
+    return {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp8": "torch.float8_e4m3fnuz" if fnuz else
+            "torch.float8_e4m3fn", "mxfp8": "torch.float8_e4m3fn", "int8": "torch.int8",
+            "mxfp4": "torch.float4_e2m1fn_x2", "int4": "torch.int4"}.get(label, label)
+
+
+def _lookup_rows(layer: Any, caps: Any, geo: Geometry) -> list[Any]:
+    """Tuned rows for the layer's AITER lookup key (without the token) from the target's tuned set."""
+    from moedispatch import aiter_configs
+
+    w, a = layer.weight, layer.act
+    if w.is_mx or w.group_size == 32:
+        q_type = "QuantType.per_1x32"
+    elif w.block == (128, 128):
+        q_type = "QuantType.per_1x128"
+    elif not w.quantized:
+        q_type = "QuantType.No"
+    else:
+        q_type = _Q_TYPE.get(w.granularity or "", "")
+    fnuz = getattr(caps, "fp8_format", None) == "e4m3fnuz"
+    cs = aiter_configs.config_set_for(caps)
+    rows = aiter_configs.tuned_rows(
+        config_set=cs, model_dim=geo.hidden, inter_dim=geo.inter, expert=layer.experts_per_rank, topk=layer.top_k,
+        gfx=caps.gfx, cu_num=caps.compute_units, q_dtype_w=_csv_dtype(w.dtype, fnuz),
+        q_dtype_a=_csv_dtype(a.dtype, fnuz), q_type=q_type)
+    want_act = _ACT_TYPE.get(layer.activation)
+    exact = [r for r in rows if r.act_type == want_act]
+    # AITER looks the exact act_type up first, then a dict with act_type wildcarded (aiter/fused_moe.py).
+    return exact or list(rows)
+
+
+def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
+    """Rows named by the AITER dispatch model's entries (``row`` attribute, or ``config`` = ``file:line``)."""
+    out: list[Any] = []
+    by_where: dict[str, Any] | None = None
+    for entry in dispatch:
+        if _row_get(entry, "basis") not in (None, "tuned"):
+            continue
+        row = _row_get(entry, "row")
+        if row is None:
+            config = _row_get(entry, "config")
+            if isinstance(config, Mapping):
+                row = config if "us" in config else None
+            elif isinstance(config, str) and ":" in config:
+                if by_where is None:
+                    from moedispatch import aiter_configs
+
+                    by_where = {r.where: r for r in aiter_configs.config_set_for(caps).rows}
+                row = by_where.get(config)
+        if row is not None:
+            out.append(row)
+    return out
+
+
+# -- prediction --------------------------------------------------------------------------------------------------
+
+def backend_kind(name: str) -> str:
+    """``aiter`` (aiter-* backends, AITER families ck/cktile/flydsl/asm), ``triton``, ``emulation`` or ``other``."""
+    n = (name or "").strip().lower()
+    if n.startswith("aiter") or n in ("ck", "cktile", "flydsl", "asm"):
+        return "aiter"
+    if n in ("triton", "emulation"):
+        return n
+    return "other"
+
+
+def _check_tokens(tokens: Iterable[int] | int) -> tuple[int, ...]:
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        tokens = (tokens,)
+    try:
+        out = tuple(tokens)
+    except TypeError:
+        raise UsageError(f"tokens must be positive integers, got {tokens!r}") from None
+    if not out or any(isinstance(t, bool) or not isinstance(t, int) or t <= 0 for t in out):
+        raise UsageError(f"tokens must be positive integers, got {list(out)!r}")
+    return out
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b))
+
+
+def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapping[str, Any] | None,
+                   floor: float) -> tuple[float, float, float, str, str]:
+    """(us, low, high, detail, level) from the efficiency priors, never below ``floor``."""
+    from moedispatch import capdb
+
+    gfx, cu = getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0
+    ref_product = priors.reference.get((gfx, cu)) if gfx else None
+    ref = capdb.product_peaks(ref_product) if ref_product else None
+    ref = ref or peaks
+    b = bucket_of(m)
+    fitted = priors.buckets.get((gfx, cu), ())
+    if fitted and not fitted[0] <= b <= fitted[-1]:
+        b = fitted[0] if b < fitted[0] else fitted[-1]   # beyond the tuned range: the nearest end's prior
+    chain = (("bucket", gfx, cu, b), ("arch_cu", gfx, cu, 0), ("arch", gfx, 0, 0))
+    for key in chain:
+        model = priors.models.get(key)
+        if model is None or ref is None:
+            continue
+        feats, coef = model
+        us = math.exp(_dot(coef, model_features(feats, geo, m, cu or 1, ref)))
+        band = priors.bands.get((key[0], gfx, cu)) or priors.bands.get((key[0], gfx, 0)) or priors.generic[1:]
+        where = "/".join(str(k) for k in key[1:] if k)
+        detail = f"roofline with {key[0]} prior {where} (fit against {ref_product or 'target'} peaks)"
+        level = key[0]
+        break
+    else:
+        if peaks is None:
+            raise UsageError(f"no peak throughput known for {getattr(caps, 'arch_label', gfx)}: add a [peak.<product>] "
+                             "table to capability_db/gpus.toml")
+        eff, lo, hi = priors.generic
+        tm, tc = roofline_us(geo, m, peaks)
+        us, band = max(tm, tc) / eff, (lo, hi)
+        detail = f"roofline with the generic efficiency {eff:.2f} (no prior for {gfx} with {cu} CUs)"
+        level = "generic"
+    us = max(us, floor)
+    return us, max(us * band[0], floor), max(us * band[1], us), detail, level
+
+
+def interpolate(m: int, lo: tuple[int, float], hi: tuple[int, float],
+                abscissa: Callable[[int], float] | None = None) -> float:
+    """Log-log interpolation of the time at ``m`` tokens between tuned rows ``lo = (m0, us0)``, ``hi = (m1, us1)``.
+
+    The abscissa is ``log(abscissa(m))`` — :func:`predict` passes the roofline work ``t_mem + t_cmp``, which bends
+    with the expected number of experts touched (leave-one-bucket-out median error 3.3% vs 4.7% for ``log m``); it
+    increases with ``m``, so the result is monotone in ``m`` and lies between the two rows. Default: ``log m``.
+    """
+    (m0, u0), (m1, u1) = lo, hi
+    x = abscissa or float
+    x0, x1 = math.log(x(m0)), math.log(x(m1))
+    f = (math.log(x(m)) - x0) / (x1 - x0) if x1 != x0 else 0.0
+    f = min(max(f, 0.0), 1.0)
+    return math.exp(math.log(u0) + f * (math.log(u1) - math.log(u0)))
+
+
+def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[int, ...]) -> tuple[Cost, ...] | None:
+    from moedispatch._log import get_logger
+
+    log = get_logger(__name__)
+    try:
+        if callable(pm) and not hasattr(pm, "hook"):
+            result = pm(backend=backend, layer=layer, caps=caps, tokens=tokens)
+        else:
+            result = pm.hook.moe_cost(backend=backend, layer=layer, caps=caps, tokens=tokens)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin never breaks explain; the roofline answers instead
+        log.warning("plugin_cost_failed", backend=backend, error=f"{type(exc).__name__}: {exc}")
+        return None
+    if result is None:
+        return None
+    try:
+        got: dict[int, Cost] = {}
+        for item in result:
+            if isinstance(item, Cost):
+                c = item
+            else:
+                c = Cost(int(item["tokens"]), float(item["us"]), float(item["low"]), float(item["high"]), "plugin")
+            got[c.tokens] = Cost(c.tokens, c.us, c.low, c.high, "plugin", c.detail or f"declared by {backend}'s plugin")
+        missing = [t for t in tokens if t not in got]
+        if missing:
+            raise ValueError(f"no cost for tokens {missing}")
+    except (TypeError, KeyError, ValueError) as exc:
+        log.warning("plugin_cost_invalid", backend=backend, error=str(exc))
+        return None
+    return tuple(got[t] for t in tokens)
+
+
+def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
+            tokens: Iterable[int] | int = DEFAULT_TOKENS, dispatch: Iterable[Any] | None = None,
+            rows: Iterable[Any] | None = None, pm: Any = None) -> tuple[Cost, ...]:
+    """Predicted time of one fused-MoE call of ``layer`` on ``caps`` per token count, in the order of ``tokens``.
+
+    :param layer: a routed-expert :class:`~moedispatch.layers.MoELayer` (per-rank sizes).
+    :param caps: the target :class:`~moedispatch.capabilities.Capabilities` (gfx, product, compute_units, AITER).
+    :param backend_family: the backend's name (``aiter-flydsl``, ``triton``, ``emulation``, a plugin's name) or an
+        AITER family (``ck``, ``flydsl``…); see :func:`backend_kind`. Only AITER backends use tuned rows.
+    :param padding: the :class:`~moedispatch.backend.Padding` the backend runs with (padded sizes are what it reads
+        and computes, and what AITER's tuned lookup keys on); None = unpadded.
+    :param tokens: token counts (tokens entering the layer on this rank: decode batch size, prefill chunk).
+    :param dispatch: the AITER dispatch model's per-bucket entries for this layer (objects or dicts with ``basis``
+        and ``row`` or ``config`` = ``file:line``); their tuned rows are used as they are.
+    :param rows: tuned rows of this layer's exact lookup key (any token), if the caller already has them; when
+        neither ``dispatch`` nor ``rows`` is given, the target's tuned set is searched.
+    :param pm: a pluggy PluginManager with the ``moe_cost`` hookspec (or a callable with the hook's arguments): a
+        plugin's answer wins, with basis ``plugin``.
+    :returns: one :class:`Cost` per token count.
+    :raises UsageError: a dense layer, bad token counts, or a target without peak figures.
+    """
+    tokens = _check_tokens(tokens)
+    if getattr(layer, "kind", "moe") != "moe":
+        raise UsageError(f"layer {getattr(layer, 'index', '?')} is dense: no MoE cost")
+    if pm is not None:
+        plugin = _plugin_costs(pm, backend_family, layer, caps, tokens)
+        if plugin is not None:
+            return plugin
+    kind = backend_kind(backend_family)
+    priors = load_priors()
+    geo = Geometry.of_layer(layer, padding)
+    peaks, _product = _target_peaks(caps)
+
+    table: dict[int, tuple[float, str]] = {}
+    skipped: list[str] = []
+    if kind == "aiter" and getattr(caps, "aiter_version", None) is not None:
+        found = (_rows_from_dispatch(dispatch, caps) if dispatch is not None
+                 else list(rows) if rows is not None else _lookup_rows(layer, caps, geo))
+        found = [r for r in found if not _row_get(r, "tag")]
+        clean, rejected = lint_rows(found, lambda r: peaks)
+        skipped = [f"{_row_get(r, 'where', '?')}: {why}" for r, why in rejected]
+        for r in clean:
+            t = int(_row_get(r, "token"))
+            table.setdefault(t, (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "tuned row")))
+    known = sorted(table)
+
+    out: list[Cost] = []
+    for m in tokens:
+        if peaks is not None:
+            tm, tc = roofline_us(geo, m, peaks)
+            floor = max(tm, tc)
+        else:
+            floor = 1e-3
+        if m in table:
+            us, where = table[m]
+            lo, hi = priors.tuned
+            out.append(Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned", f"tuned row {where}"))
+            continue
+        below = [t for t in known if t < m]
+        above = [t for t in known if t > m]
+        if kind == "aiter" and below and above:
+            a, b = below[-1], above[0]
+            work = (lambda t: sum(roofline_us(geo, t, peaks))) if peaks is not None else None
+            us = max(interpolate(m, (a, table[a][0]), (b, table[b][0]), work), floor)
+            lo, hi = priors.interpolated
+            out.append(Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
+                            f"log-log between tuned rows at {a} ({table[a][1]}) and {b} ({table[b][1]}) tokens"))
+            continue
+        us, low, high, detail, _level = _roofline_cost(geo, m, caps, priors, peaks, floor)
+        if skipped:
+            detail += f"; tuned rows not used: {'; '.join(skipped[:3])}"
+        if kind != "aiter":
+            entry = priors.backend[kind]
+            factor, flo, fhi = float(entry["factor"]), float(entry["low"]), float(entry["high"])
+            us, low, high = us * factor, max(low * flo, floor), high * fhi
+            detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"
+        out.append(Cost(m, us, min(low, us), max(high, us), "roofline", detail))
+    return tuple(out)
+
+
+# -- totals and ranking ------------------------------------------------------------------------------------------
+
+_WEAKEST = {"tuned": 0, "interpolated": 1, "plugin": 2, "roofline": 3}
+
+
+def total(costs_per_layer: Iterable[Sequence[Cost]]) -> tuple[Cost, ...]:
+    """The model's total MoE time per token count: sums of ``us``, ``low`` and ``high`` over the layers.
+
+    Pass one cost tuple per MoE layer (a model with 57 identical MoE layers passes 57 tuples). Bounds add up
+    (errors of identical layers are fully correlated, so the sum of bounds is the honest bound). The total at the
+    decode batch size is the decode step's MoE time; at the prefill chunk size, a prefill chunk's. Its basis is the
+    weakest basis among the layers; use ``to_dict(with_basis=False)`` for the contract's ``cost_total``.
+    """
+    sums: dict[int, list[float]] = {}
+    basis: dict[int, str] = {}
+    order: list[int] = []
+    for costs in costs_per_layer:
+        for c in costs:
+            if c.tokens not in sums:
+                sums[c.tokens] = [0.0, 0.0, 0.0]
+                basis[c.tokens] = c.basis
+                order.append(c.tokens)
+            s = sums[c.tokens]
+            s[0] += c.us
+            s[1] += c.low
+            s[2] += c.high
+            if _WEAKEST[c.basis] > _WEAKEST[basis[c.tokens]]:
+                basis[c.tokens] = c.basis
+    return tuple(Cost(t, sums[t][0], sums[t][1], sums[t][2], basis[t], "sum over MoE layers") for t in order)
+
+
+def _pairs(a: Sequence[Cost], b: Sequence[Cost]) -> list[tuple[Cost, Cost]]:
+    bt = {c.tokens: c for c in b}
+    return [(c, bt[c.tokens]) for c in a if c.tokens in bt]
+
+
+def compare(a_costs: Sequence[Cost], b_costs: Sequence[Cost]) -> str:
+    """``"faster"`` if a's bars lie wholly below b's at some common token count and above at none; ``"slower"``
+    the other way round; else ``"tie"`` (overlapping bars, mixed outcomes or no common token count)."""
+    faster = slower = False
+    for a, b in _pairs(a_costs, b_costs):
+        if a.high < b.low:
+            faster = True
+        elif a.low > b.high:
+            slower = True
+    if faster and not slower:
+        return "faster"
+    if slower and not faster:
+        return "slower"
+    return "tie"
+
+
+def reason(a_name: str, a_costs: Sequence[Cost], b_name: str, b_costs: Sequence[Cost],
+           tokens: int | None = None) -> str:
+    """``"aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"`` — at ``tokens``, else at the token
+    count where the bars are furthest apart (the first common one when none separate)."""
+    pairs = _pairs(a_costs, b_costs)
+    if not pairs:
+        return f"{a_name} vs {b_name}: no common token count"
+    if tokens is not None:
+        chosen = [p for p in pairs if p[0].tokens == tokens] or pairs[:1]
+        a, b = chosen[0]
+    else:
+        def gap(p: tuple[Cost, Cost]) -> float:
+            x, y = p
+            return max(math.log(y.low / x.high), math.log(x.low / y.high))
+        a, b = max(pairs, key=gap)
+    unit = "token" if a.tokens == 1 else "tokens"
+    return f"{a_name} {format_cost(a)} vs {b_name} {format_cost(b)} at {a.tokens} {unit}"

@@ -1,0 +1,417 @@
+"""The cost model (moedispatch.cost): tuned rows are believed exactly, interpolation stays between its neighbours,
+nothing is predicted faster than the datasheet roofline, bars widen as the basis weakens, the priors ship as
+validated data, and a plugin can declare its own cost."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pluggy
+import pytest
+
+from moedispatch import aiter_configs, capdb, cost, hookspecs
+from moedispatch.backend import Padding
+from moedispatch.cost import Cost
+from moedispatch.errors import CapabilityDBError, UsageError
+from moedispatch.layers import MoELayer
+from moedispatch.testing import fake_capabilities
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# MiniMax-M3 MXFP4 as AITER tuned it at TP4 (shared expert fused: 129 experts, top-5):
+# capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv (ROCm/aiter@e4048607).
+MINIMAX_TP4 = MoELayer.build(hidden=6144, intermediate=3072, experts=129, top_k=5, tp=4, weight="mxfp4",
+                             act="mxfp4", activation="swigluoai")
+# The same model at TP8 as moedispatch plans it: 384/rank padded to 512, no tuned row for 128 experts / top-4.
+MINIMAX_TP8 = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=8, weight="mxfp4",
+                             act="mxfp4", activation="swigluoai_uninterleave")
+# DeepSeek-V4 FP8 x FP4 (dsv4_fp8fp4_tuned_fmoe.csv): its 32-token row (82.08 µs) is faster than the MI355X
+# datasheet roofline for the bytes it must read (125 µs).
+DSV4 = MoELayer.build(hidden=7168, intermediate=512, experts=385, top_k=7, weight="mxfp4", act="mxfp8")
+
+
+@pytest.fixture(scope="module")
+def mi355x():
+    return fake_capabilities("MI355X", "0.1.20.post1")
+
+
+FP4 = "torch.float4_e2m1fn_x2"
+
+
+def _rows(layer, caps, **kw):
+    """The tuned rows of a layer's shape, looked up independently of moedispatch.cost."""
+    kw.setdefault("q_dtype_w", FP4)
+    kw.setdefault("q_dtype_a", FP4)
+    cs = aiter_configs.config_set_for(caps)
+    return aiter_configs.tuned_rows(config_set=cs, model_dim=layer.hidden, inter_dim=layer.intermediate_per_rank,
+                                    expert=layer.experts_per_rank, topk=layer.top_k, gfx=caps.gfx,
+                                    cu_num=caps.compute_units, **kw)
+
+
+def _width(c: Cost) -> float:
+    return c.high / c.low
+
+
+# -- tuned rows ---------------------------------------------------------------------------------------------------
+
+def test_exact_tuned_row_is_the_prediction(mi355x):
+    """Where the tuned CSV has the layer's shape and token bucket, the prediction is that row's us (basis tuned)."""
+    rows = {r.token: r for r in _rows(MINIMAX_TP4, mi355x)}
+    assert {1, 64, 4096} <= set(rows)
+    costs = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=(1, 64, 4096))
+    for c in costs:
+        assert c.basis == "tuned"
+        assert c.us == rows[c.tokens].us
+        assert c.low <= c.us <= c.high
+        assert rows[c.tokens].where in c.detail
+    assert costs[1].to_dict() == {"tokens": 64, "us": rows[64].us, "low": round(costs[1].low, 4),
+                                  "high": round(costs[1].high, 4), "basis": "tuned"}
+
+
+def test_rows_and_dispatch_entries_are_used_as_given(mi355x):
+    """Rows passed by the caller (or named by the AITER dispatch model's ``config``) are the tuned table."""
+    rows = _rows(MINIMAX_TP4, mi355x)
+    by_token = {r.token: r for r in rows}
+    (c,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-ck", tokens=256, rows=rows)
+    assert (c.basis, c.us) == ("tuned", by_token[256].us)
+    entries = [{"tokens": [129, 256], "bucket": 256, "basis": "tuned", "config": by_token[256].where}]
+    (c,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-ck", tokens=256, dispatch=entries)
+    assert (c.basis, c.us) == ("tuned", by_token[256].us)
+    heuristic = [{"tokens": [129, 256], "bucket": 256, "basis": "heuristic", "config": None}]
+    (c,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-ck", tokens=256, dispatch=heuristic)
+    assert c.basis == "roofline"
+
+
+def test_only_aiter_backends_use_tuned_rows(mi355x):
+    """Triton runs its own kernels: AITER's tuned rows say nothing about it."""
+    (c,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="triton", tokens=64)
+    assert c.basis == "roofline"
+
+
+# -- interpolation ------------------------------------------------------------------------------------------------
+
+def test_interpolation_is_monotone_and_between_the_neighbours(mi355x):
+    """Between two tuned buckets the prediction moves monotonically from one row's time to the other's."""
+    rows = {r.token: r.us for r in _rows(MINIMAX_TP4, mi355x)}
+    for lo, hi in ((2, 4), (32, 64), (1024, 2048)):
+        tokens = tuple(range(lo + 1, hi)) if hi - lo < 40 else tuple(range(lo + 1, hi, 97))
+        costs = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=tokens)
+        assert all(c.basis == "interpolated" for c in costs)
+        us = [rows[lo]] + [c.us for c in costs] + [rows[hi]]
+        assert us == sorted(us) or us == sorted(us, reverse=True), (lo, hi, us)
+        assert all(min(rows[lo], rows[hi]) <= u <= max(rows[lo], rows[hi]) for u in us)
+
+
+def test_interpolate_follows_the_roofline_work():
+    """The abscissa bends with the work: with it, a point nearer the upper row's work moves toward that row."""
+    plain = cost.interpolate(3, (2, 10.0), (4, 20.0))
+    assert math.isclose(plain, 10.0 * 2 ** math.log2(1.5), rel_tol=1e-12)
+    bent = cost.interpolate(3, (2, 10.0), (4, 20.0), abscissa=lambda m: {2: 1.0, 3: 1.9, 4: 2.0}[m])
+    assert plain < bent < 20.0
+
+
+# -- physical floor and lint --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["MI300X", "MI325X", "MI308X", "MI350X", "MI355X"])
+@pytest.mark.parametrize("backend", ["aiter-ck", "aiter-flydsl", "triton", "emulation", "acme-moe"])
+def test_decode_never_below_the_hbm_roofline(target, backend):
+    """Every decode prediction (and its low bar) is at or above the time to read its bytes at datasheet HBM speed."""
+    caps = fake_capabilities(target)
+    peaks = capdb.product_peaks(caps.product)
+    layers = [MINIMAX_TP4, MINIMAX_TP8, DSV4,
+              MoELayer.build(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight="fp8", act="fp8"),
+              MoELayer.build(hidden=2880, intermediate=2880, experts=128, top_k=4, weight="bf16", act="bf16")]
+    for layer in layers:
+        geo = cost.Geometry.of_layer(layer)
+        for c in cost.predict(layer, caps, backend_family=backend, tokens=(1, 2, 8, 32, 64)):
+            t_mem, _ = cost.roofline_us(geo, c.tokens, peaks)
+            assert c.low >= t_mem * (1 - 1e-9) and c.us >= t_mem * (1 - 1e-9), (target, backend, layer, c)
+
+
+def test_a_row_faster_than_physically_possible_is_not_believed(mi355x):
+    """DSv4 FP8xFP4 at 32 tokens: the shipped 82.08 µs beats the 125 µs datasheet roofline, so it is linted out."""
+    rows = _rows(DSV4, mi355x, q_dtype_a="torch.float8_e4m3fn")
+    at32 = [r for r in rows if r.token == 32]
+    assert at32 and at32[0].us == pytest.approx(82.08)
+    (c,) = cost.predict(DSV4, mi355x, backend_family="aiter-flydsl", tokens=32)
+    t_mem, t_cmp = cost.roofline_us(cost.Geometry.of_layer(DSV4), 32, capdb.product_peaks("MI355X"))
+    assert c.us >= max(t_mem, t_cmp) > at32[0].us
+    assert c.basis in ("interpolated", "roofline")
+
+
+def test_lint_catches_timings_copied_across_buckets():
+    """ds_v3 cu 80, 2048x192xE128: us=275.4024 for every bucket 2048…32768 — none of those rows is clean."""
+    cs = aiter_configs.load_config_set("head")
+    rows = [r for r in cs.rows if "ds_v3" in r.file and r.cu_num == 80 and r.model_dim == 2048
+            and r.inter_dim == 192]
+    copied = [r for r in rows if r.us == 275.4024]
+    assert len(copied) == 5
+    clean, rejected = cost.lint_rows(rows, lambda r: capdb.product_peaks("MI308X"))
+    assert not any(r.us == 275.4024 for r in clean)
+    assert sum("copied" in why for r, why in rejected if r.us == 275.4024) == 5
+
+
+# -- bars ---------------------------------------------------------------------------------------------------------
+
+def test_bars_widen_as_the_basis_weakens(mi355x):
+    """tuned < interpolated < roofline (AITER) < roofline (triton, emulation, unknown plugin backend)."""
+    tuned, interp, roof = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=(64, 48, 100))
+    assert (tuned.basis, interp.basis) == ("tuned", "interpolated")
+    (roof,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl",
+                           padding=Padding.aligned(MINIMAX_TP8, intermediate_multiple=256), tokens=64)
+    assert roof.basis == "roofline"
+    assert _width(tuned) < _width(interp) < _width(roof)
+    for other in ("triton", "emulation", "acme-moe"):
+        (c,) = cost.predict(MINIMAX_TP8, mi355x, backend_family=other,
+                            padding=Padding.aligned(MINIMAX_TP8, intermediate_multiple=256), tokens=64)
+        assert _width(c) > _width(roof), other
+
+
+def test_triton_and_emulation_are_slower_than_aiter_by_their_field_ratios(mi355x):
+    """Triton ×1.7 (vLLM #56945), emulation ×20 (vLLM PR #50817) on the same roofline; each says its source."""
+    pad = Padding.aligned(MINIMAX_TP8, intermediate_multiple=256)
+    (aiter,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl", padding=pad, tokens=1)
+    (triton,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="triton", padding=pad, tokens=1)
+    (emu,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="emulation", padding=pad, tokens=1)
+    assert triton.us == pytest.approx(aiter.us * 1.7)
+    assert emu.us == pytest.approx(aiter.us * 20)
+    assert "vllm-project/vllm/issues/56945" in triton.detail and "vllm-project/vllm/pull/50817" in emu.detail
+
+
+def test_padding_costs_time_on_the_roofline(mi355x):
+    """Padded sizes are what the kernel reads and computes: 384→512 per rank costs time at 4096 tokens."""
+    (plain,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl", tokens=4096)
+    (padded,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl", tokens=4096,
+                             padding=Padding.aligned(MINIMAX_TP8, intermediate_multiple=256))
+    assert padded.us > plain.us * 1.1
+
+
+# -- totals and ranking -------------------------------------------------------------------------------------------
+
+def test_total_sums_layers_per_token_count():
+    a = (Cost(1, 10, 8, 12, "tuned"), Cost(64, 40, 35, 48, "interpolated"))
+    b = (Cost(1, 20, 15, 30, "roofline"), Cost(64, 50, 45, 60, "tuned"))
+    t = cost.total([a, b, a])
+    assert [x.tokens for x in t] == [1, 64]
+    assert (t[0].us, t[0].low, t[0].high, t[0].basis) == (40, 31, 54, "roofline")
+    assert (t[1].us, t[1].low, t[1].high, t[1].basis) == (130, 115, 156, "interpolated")
+    assert t[0].to_dict(with_basis=False) == {"tokens": 1, "us": 40, "low": 31, "high": 54}
+
+
+def test_compare_by_whether_the_bars_separate():
+    fast = (Cost(64, 41, 35, 48, "interpolated"),)
+    slow = (Cost(64, 118, 80, 160, "roofline"),)
+    near = (Cost(64, 45, 40, 90, "roofline"),)
+    assert cost.compare(fast, slow) == "faster"
+    assert cost.compare(slow, fast) == "slower"
+    assert cost.compare(fast, near) == "tie"
+    assert cost.compare(fast, (Cost(1, 9, 8, 10, "tuned"),)) == "tie"
+    assert cost.reason("aiter-flydsl", fast, "triton", slow) == \
+        "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"
+
+
+def test_compare_mixed_outcomes_is_a_tie():
+    a = (Cost(1, 10, 9, 11, "tuned"), Cost(64, 100, 90, 110, "tuned"))
+    b = (Cost(1, 20, 18, 22, "tuned"), Cost(64, 50, 45, 55, "tuned"))
+    assert cost.compare(a, b) == "tie"
+
+
+# -- input checks -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tokens", [(), (0,), (-1,), (1.5,), ("64",), (True,)])
+def test_bad_token_counts_are_usage_errors(mi355x, tokens):
+    with pytest.raises(UsageError):
+        cost.predict(MINIMAX_TP8, mi355x, backend_family="triton", tokens=tokens)
+
+
+def test_a_dense_layer_has_no_moe_cost(mi355x):
+    dense = MoELayer.build(kind="dense", hidden=6144, intermediate=12288, tp=8)
+    with pytest.raises(UsageError, match="dense"):
+        cost.predict(dense, mi355x, backend_family="aiter-ck", tokens=1)
+
+
+def test_a_target_without_priors_gets_the_generic_roofline():
+    """gfx90a has no tuned rows and no peaks figures in the DB: a clear one-line UsageError, not a traceback."""
+    caps = fake_capabilities("gfx90a", "none")
+    with pytest.raises(UsageError, match="peak"):
+        cost.predict(MINIMAX_TP8, caps, backend_family="triton", tokens=1)
+
+
+def test_a_product_without_its_own_prior_uses_the_arch_prior():
+    """MI350P (128 CUs) has peaks but no tuned rows: the gfx950 arch prior answers, with its wider bars."""
+    caps = fake_capabilities("MI350P")
+    (c,) = cost.predict(MINIMAX_TP8, caps, backend_family="aiter-flydsl", tokens=64)
+    assert c.basis == "roofline" and "arch prior" in c.detail
+
+
+# -- priors data --------------------------------------------------------------------------------------------------
+
+def test_priors_load_with_provenance():
+    p = cost.load_priors()
+    assert p.provenance["commit"] == aiter_configs.snapshots()[p.provenance["snapshot"]]["commit"]
+    assert p.provenance["script"].startswith("benchmarks/bench_cost_model.py")
+    assert ("bucket", "gfx950", 256, 64) in p.models
+    assert all(len(coef) == cost.FEATURE_SIZES[feats] for feats, coef in p.models.values())
+    assert p.reference[("gfx950", 256)] == "MI355X"
+
+
+@pytest.fixture
+def serve_priors(monkeypatch):
+    """serve_priors(mutate): the shipped priors document passed through mutate(doc), served to load_priors()."""
+    real = capdb.load_toml.__wrapped__
+
+    def serve(mutate):
+        doc = real("cost_priors.toml")
+        mutate(doc)
+        monkeypatch.setattr(capdb, "load_toml", lambda name: doc if name == "cost_priors.toml" else real(name))
+        cost.load_priors.cache_clear()
+
+    yield serve
+    cost.load_priors.cache_clear()
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(schema="moedispatch.cost_priors/0"), "schema"),
+    (lambda d: d["model"][0].update(coef=[1.0]), "coef"),
+    (lambda d: d["model"][0].update(features="cubic"), "features"),
+    (lambda d: d["model"][0].pop("gfx"), "gfx"),
+    (lambda d: d["model"][0].update(coef=[float("nan")] * len(d["model"][0]["coef"])), "finite"),
+    (lambda d: d["band"][0].update(low=1.5), "low <= 1 <= high"),
+    (lambda d: d["tuned"].update(high="wide"), "high"),
+    (lambda d: d["provenance"].pop("commit"), "commit"),
+    (lambda d: d["backend"].pop("triton"), "backend.triton"),
+    (lambda d: d["backend"]["emulation"].update(factor=50.0), "low <= factor <= high"),
+])
+def test_malformed_priors_raise_capability_db_error(serve_priors, mi355x, mutate, message):
+    serve_priors(mutate)
+    with pytest.raises(CapabilityDBError, match=re.escape(message)) as err:
+        cost.predict(MINIMAX_TP8, mi355x, backend_family="triton", tokens=1)
+    assert "cost_priors.toml" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_gpu_peaks_load_with_sources():
+    """gpus.toml [peak.*]: datasheet HBM and dense matrix peaks per product, each with a source."""
+    assert capdb.product_peaks("MI300X")["hbm_tbps"] == 5.3
+    assert capdb.product_peaks("MI325X")["hbm_tbps"] == 6.0
+    assert capdb.product_peaks("MI355X")["hbm_tbps"] == 8.0
+    assert capdb.product_peaks("MI355X")["fp4_tflops"] == 10000.0
+    assert "fp4_tflops" not in capdb.product_peaks("MI300X")
+    for name in ("MI300X", "MI325X", "MI308X", "MI350X", "MI355X", "MI350P"):
+        peak = capdb.product_peaks(name)
+        assert peak["source"] and peak["confidence"] in ("confirmed", "derived", "unconfirmed")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["peak"]["MI355X"].update(hbm_tbps=0), "hbm_tbps"),
+    (lambda d: d["peak"]["MI355X"].pop("source"), "source"),
+    (lambda d: d["peak"].update(MI999X={"hbm_tbps": 1, "bf16_tflops": 1, "source": "x", "confidence": "derived"}),
+     "MI999X"),
+    (lambda d: d["peak"]["MI300X"].pop("measured_source"), "measured_source"),
+])
+def test_malformed_peaks_raise_capability_db_error(monkeypatch, mutate, message):
+    real = capdb.load_toml.__wrapped__
+    doc = real("gpus.toml")
+    mutate(doc)
+    monkeypatch.setattr(capdb, "load_toml", lambda name: doc if name == "gpus.toml" else real(name))
+    capdb.gpus.cache_clear()
+    try:
+        with pytest.raises(CapabilityDBError, match=re.escape(message)):
+            capdb.gpus()
+    finally:
+        capdb.gpus.cache_clear()
+
+
+# -- plugin hook --------------------------------------------------------------------------------------------------
+
+def _pm(*plugins):
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for n, plugin in enumerate(plugins):
+        pm.register(plugin, name=f"cost-plugin-{n}")
+    return pm
+
+
+def test_hook_moe_cost(mi355x):
+    """A plugin's moe_cost answer for its own backend is the prediction (basis plugin); others are untouched."""
+    plugin = types.SimpleNamespace()
+
+    @hookspecs.hookimpl
+    def moe_cost(backend, layer, caps, tokens):
+        if backend != "acme-moe":
+            return None
+        return [Cost(t, 10.0 * t, 9.0 * t, 12.0 * t, "plugin") for t in tokens]
+
+    plugin.moe_cost = moe_cost
+    pm = _pm(plugin)
+    costs = cost.predict(MINIMAX_TP8, mi355x, backend_family="acme-moe", tokens=(1, 64), pm=pm)
+    assert [(c.tokens, c.us, c.basis) for c in costs] == [(1, 10.0, "plugin"), (64, 640.0, "plugin")]
+    (other,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="triton", tokens=1, pm=pm)
+    assert other.basis == "roofline"
+
+
+@pytest.mark.parametrize("answer", [
+    lambda tokens: [{"tokens": 1, "us": 5.0, "low": 6.0, "high": 7.0}],          # low > us
+    lambda tokens: [{"tokens": 1, "us": 5.0, "low": 4.0, "high": 6.0}],          # 64 missing
+    lambda tokens: [{"tokens": t, "us": "fast"} for t in tokens],                 # garbage
+    lambda tokens: 1 / 0,                                                          # the plugin raises
+])
+def test_a_broken_cost_plugin_falls_back_to_the_roofline(mi355x, answer):
+    plugin = types.SimpleNamespace()
+
+    @hookspecs.hookimpl
+    def moe_cost(backend, layer, caps, tokens):
+        return answer(tokens)
+
+    plugin.moe_cost = moe_cost
+    costs = cost.predict(MINIMAX_TP8, mi355x, backend_family="acme-moe", tokens=(1, 64), pm=_pm(plugin))
+    assert [c.basis for c in costs] == ["roofline", "roofline"]
+
+
+def test_the_documented_cost_hook_example_runs(mi355x):
+    """docs/plugins.md's moe_cost example, registered as a plugin, answers for its backend on gfx950."""
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    (code,) = re.findall(r"<!-- example: moe_cost -->\s*\n```python\n(.*?)\n```", text, re.DOTALL)
+    module = types.ModuleType("plugins_md_cost_example")
+    exec(compile(code, "docs/plugins.md:moe_cost", "exec"), module.__dict__)
+    costs = cost.predict(MINIMAX_TP8, mi355x, backend_family="halfprec-moe", tokens=(1, 64, 128),
+                         pm=_pm(module))
+    assert [(c.us, c.basis) for c in costs] == [(18.0, "plugin"), (70.0, "plugin"), (73.2, "plugin")]
+
+
+# -- the benchmark ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bench():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cost_model.py")], capture_output=True,
+                         text=True, check=True, timeout=300)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_benchmark_meets_its_accuracy_goals(bench):
+    """In-shape median ≤ 5%, leave-one-model-out median ≤ 12% and better than per-bucket median efficiencies."""
+    assert bench["in_shape_median"] <= 0.05
+    assert bench["lofo_median"] <= 0.12
+    assert bench["lofo_median"] < bench["bucket_prior_lofo_median"] < bench["naive_roofline_median"]
+    assert bench["clean_rows"] < bench["rows"]
+
+
+def test_shipped_priors_are_what_the_benchmark_fits(tmp_path):
+    """capability_db/cost_priors.toml is reproducible: refitting from the bundled CSVs gives the same coefficients."""
+    import tomllib
+
+    out = tmp_path / "priors.toml"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cost_model.py"), "--fit", "--out", str(out)],
+                   capture_output=True, text=True, check=True, timeout=300)
+    fresh = tomllib.loads(out.read_text())
+    shipped = tomllib.loads((ROOT / "capability_db" / "cost_priors.toml").read_text())
+    assert [(m["level"], m["gfx"], m.get("cu"), m.get("bucket")) for m in fresh["model"]] == \
+        [(m["level"], m["gfx"], m.get("cu"), m.get("bucket")) for m in shipped["model"]]
+    for a, b in zip(fresh["model"], shipped["model"]):
+        assert a["coef"] == pytest.approx(b["coef"], rel=1e-3, abs=1e-3)
+    assert fresh["band"] == shipped["band"]
