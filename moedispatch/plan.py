@@ -105,8 +105,9 @@ def plan_model(
     unconfirmed = tuple(getattr(model, "unconfirmed", ()) or ())
     if unconfirmed:
         out_warnings.append(Reason(
-            f"{model.name}: {', '.join(unconfirmed)} could not be confirmed in a published config (no primary "
-            "source found); check the checkpoint's own config.json before trusting this plan", "warning",
+            f"{model.name}: unconfirmed model facts ({', '.join(unconfirmed)}) — taken from third-party copies, no "
+            "published primary config found; check the checkpoint's own config.json before trusting this plan",
+            "warning",
             None, None, "unconfirmed"))
     # Warnings the chosen backends raise (e.g. a slow reference path), once per distinct warning with its layers.
     by_warning: dict[tuple[str | None, Reason], list[int]] = {}

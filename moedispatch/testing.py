@@ -252,6 +252,8 @@ def _check_verdict(verdict: Any, where: str) -> Verdict:
         raise AssertionError(f"{where}: check() returned {type(verdict).__name__}, not a moedispatch.Verdict")
     if not isinstance(verdict.supported, bool):
         raise AssertionError(f"{where}: Verdict.supported must be a bool, got {verdict.supported!r}")
+    if isinstance(verdict.reasons, tuple) and any(isinstance(r, str) and not r.strip() for r in verdict.reasons):
+        raise AssertionError(f"{where}: a Verdict has an empty reason: {verdict.reasons!r}")
     if not isinstance(verdict.reasons, tuple) or not all(isinstance(r, Reason) for r in verdict.reasons):
         raise AssertionError(f"{where}: Verdict.reasons must be a tuple of str or moedispatch.Reason, got "
                              f"{verdict.reasons!r}")

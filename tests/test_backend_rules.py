@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from moedispatch.reason import texts
 from moedispatch.backend import Padding
 from moedispatch.explain import plan_model
 from moedispatch.layers import MoELayer, QuantSpec
@@ -75,7 +76,7 @@ def test_minimax_m21_mxfp4_style_384_per_rank_pads_past_the_missing_ck_tile(caps
     d = select(layer, caps("gfx950", AITER), builtins)
     assert d.backend == "aiter-ck"
     assert d.padding.intermediate_per_rank == 512 and d.padding.zero_fill
-    assert any("aiter#2191" in r for r in d.reasons)
+    assert any("aiter#2191" in r for r in texts(d.reasons))
 
 
 def test_gpt_oss_before_flydsl_pad_forwarding_and_before_bias_guard(caps, builtins):
@@ -86,7 +87,7 @@ def test_gpt_oss_before_flydsl_pad_forwarding_and_before_bias_guard(caps, builti
     assert (old.padding.kernel_hidden_pad, old.padding.kernel_intermediate_pad) == (0, 0)
     mid = first_moe("gpt-oss-120b", "gfx950", 8, caps, builtins, aiter="0.1.15")
     assert (mid.padding.kernel_hidden_pad, mid.padding.kernel_intermediate_pad) == (192, 0)
-    assert any("aiter-pr#3538" in r for r in mid.reasons)
+    assert any("aiter-pr#3538" in r for r in texts(mid.reasons))
 
 
 def test_cktile_kernel_pads_are_the_raw_pads(caps, builtins):
@@ -102,16 +103,16 @@ def test_cktile_mxfp4_wrong_output_issue_rejects_an_unpadded_384_plan(caps):
     """aiter#5233: CK-Tile MXFP4 stage 2 is silently wrong when inter_dim % 256 != 0 — an unpadded plan is refused."""
     layer = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=8, weight="mxfp4", act="bf16")
     outcome = evaluate_issues("aiter-cktile", layer, caps("gfx950", "0.1.19"), Padding.none(layer))
-    assert any(r.startswith("[aiter#5233]") and "wrong output" in r for r in outcome.blocking)
+    assert any(r.issue == "aiter#5233" and r.kind == "failed" and "wrong output" in r.text for r in outcome.blocking)
     padded = Padding.aligned(layer, hidden_multiple=256, intermediate_multiple=256)
     outcome = evaluate_issues("aiter-cktile", layer, caps("gfx950", "0.1.19"), padded)
-    assert not outcome.blocking and any("avoids [aiter#5233]" in n for n in outcome.notes)
+    assert not outcome.blocking and any("avoids [aiter#5233]" in n for n in texts(outcome.notes))
 
 
 def test_ck_bf16_rejects_224_unless_padded(caps):
     """ROCm/aiter#5444: BF16 CK rejects inter_dim 224 (1792 at TP8); the planner pads to 256."""
     layer = MoELayer.build(hidden=4096, intermediate=1792, experts=8, top_k=2, tp=8)
-    assert any(r.startswith("[aiter#5444]") for r in
+    assert any(r.issue == "aiter#5444" for r in
                evaluate_issues("aiter-ck", layer, caps("gfx942", AITER), Padding.none(layer)).blocking)
     from moedispatch.plugins import get_registry
 
@@ -121,29 +122,31 @@ def test_ck_bf16_rejects_224_unless_padded(caps):
 
 def test_gfx942_fp8_block_reports_fnuz_conversion_and_the_m304_fault_caveat(caps, builtins):
     d = first_moe("DeepSeek-V3", "gfx942", 8, caps, builtins)
-    assert any("e4m3fnuz" in r for r in d.reasons)
-    assert any("aiter#4783" in r and "caveat" in r for r in d.reasons)
+    assert any("e4m3fnuz" in r for r in texts(d.reasons))
+    assert any("aiter#4783" in r and "caveat" in r for r in texts(d.reasons))
 
 
 def test_no_aiter_falls_to_triton_for_fp8_and_names_the_missing_aiter(caps, builtins):
     d = first_moe("DeepSeek-V3", "gfx950", 8, caps, builtins, aiter="none")
     assert d.backend == "triton"
     ck = d.rejection("aiter-ck")
-    assert any("AITER" in r and "not available" in r for r in ck.reasons)
+    assert any("AITER" in r and "not available" in r for r in texts(ck.reasons))
 
 
 def test_gfx90a_has_no_fp8_so_only_emulation_runs_fp8_checkpoints(caps, builtins):
     d = first_moe("DeepSeek-V3", "gfx90a", 8, caps, builtins, aiter="none")
     assert d.backend == "emulation"
-    assert any("gfx90a" in r for r in d.rejection("triton").reasons)
+    assert any("gfx90a" in r for r in texts(d.rejection("triton").reasons))
 
 
 def test_mxfp8_on_gfx950_uses_triton_dot_scaled_until_aiter_has_flydsl_mxfp8(caps, builtins):
-    """vllm.md §1.3/§7: AITER_MXFP8 needs the FlyDSL MXFP8 MoE (HEAD); else TRITON_MXFP8 on gfx950."""
-    d = first_moe("MiniMax-M3-MXFP8", "gfx950", 4, caps, builtins)
+    """vLLM's AITER_MXFP8 needs the FlyDSL MXFP8 MoE and AITER's minimax_m3_mxfp8 tuned CSV (ROCm/aiter#3811, in
+    v0.1.16.post1); before that, TRITON_MXFP8 on gfx950 (vllm-project/vllm@017e9f4448:
+    vllm/model_executor/layers/fused_moe/oracle/mxfp8.py)."""
+    d = first_moe("MiniMax-M3-MXFP8", "gfx950", 4, caps, builtins, aiter="0.1.15.post3")
     assert d.backend == "triton"
-    assert any("0.1.21" in r for r in d.rejection("aiter-flydsl").reasons)
-    d = first_moe("MiniMax-M3-MXFP8", "gfx950", 4, caps, builtins, aiter="0.1.21")
+    assert any("0.1.16.post1" in r for r in texts(d.rejection("aiter-flydsl").reasons))
+    d = first_moe("MiniMax-M3-MXFP8", "gfx950", 4, caps, builtins, aiter="0.1.16.post1")
     assert d.backend == "aiter-flydsl"
     assert first_moe("MiniMax-M3-MXFP8", "gfx942", 4, caps, builtins).backend == "emulation"
 
@@ -198,10 +201,10 @@ def test_probed_aiter_without_tuned_rows_for_304_cus_is_noted(caps, builtins):
 
     c = dataclasses.replace(caps("MI300X", AITER), tuned_cu_nums=frozenset({80, 256}))
     d = first_moe("DeepSeek-V3", "gfx942", 8, lambda *a: c, builtins)
-    assert any("no rows for cu_num 304" in r for r in d.reasons)
+    assert any("no rows for cu_num 304" in r for r in texts(d.reasons))
     c = dataclasses.replace(caps("MI355X", AITER), tuned_cu_nums=frozenset({80, 256}))
     d = first_moe("DeepSeek-V3", "gfx950", 8, lambda *a: c, builtins)
-    assert any("have rows for cu_num 256" in r for r in d.reasons)
+    assert any("have rows for cu_num 256" in r for r in texts(d.reasons))
 
 
 def test_aiter_asm_pads_to_the_smallest_subgu_multiple(caps):
@@ -233,17 +236,17 @@ def test_aiter_asm_requires_the_probed_kernel_table(caps):
     assert AiterAsm().check(layer, with_table).supported
     verdict = AiterAsm().check(layer, without)
     assert not verdict.supported
-    assert any("fmoe_bf16_blockscaleFp8_g1u1_silu" in r and "gfx950" in r for r in verdict.reasons)
+    assert any("fmoe_bf16_blockscaleFp8_g1u1_silu" in r and "gfx950" in r for r in texts(verdict.reasons))
     assert AiterAsm().check(layer, base).supported  # simulated target: no catalog to contradict the DB
 
 
 def test_padded_mx_plan_explains_its_scale_tensors(caps, builtins):
     """E8M0 pad scales must not be 0xFF (NaN): the plan says so, with the padded scale shapes."""
     d = first_moe("MiniMax-M3-MXFP4", "gfx950", 8, caps, builtins)
-    note = next(r for r in d.reasons if r.startswith("scales:"))
+    note = next(r for r in texts(d.reasons) if r.startswith("scales:"))
     assert "[128, 2×512, 192]" in note and "[128, 6144, 16]" in note and "0xFF" in note
     d = first_moe("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx950", 8, caps, builtins)
-    assert any(r.startswith("block scales:") and "[128, 2×2, 32]" in r for r in d.reasons)
+    assert any(r.startswith("block scales:") and "[128, 2×2, 32]" in r for r in texts(d.reasons))
 
 
 def test_block_fp8_shard_that_splits_scale_tiles_is_flagged(caps, builtins):
@@ -251,8 +254,8 @@ def test_block_fp8_shard_that_splits_scale_tiles_is_flagged(caps, builtins):
     'not divisible by weight quantization block_n'; SGLang runs it on AITER with padding, seeds/003)."""
     plan = plan_model(load_model("Qwen3-235B-A22B-Instruct-2507-FP8"), caps("gfx950", AITER), 8, 1,
                       backends=builtins)
-    assert any(w.startswith("caveat [scale tiles]") and "--ep 8" in w for w in plan.warnings)
+    assert any(w.startswith("caveat [scale tiles]") and "--ep 8" in w for w in texts(plan.warnings))
     ok = plan_model(load_model("Qwen3-235B-A22B-Instruct-2507-FP8"), caps("gfx950", AITER), 8, 8, backends=builtins)
-    assert not any("scale tiles" in w for w in ok.warnings)
-    assert not any("scale tiles" in w for w in plan_model(load_model("DeepSeek-V3"), caps("gfx950", AITER), 8, 1,
+    assert not any("scale tiles" in w for w in texts(ok.warnings))
+    assert not any("scale tiles" in w.text for w in plan_model(load_model("DeepSeek-V3"), caps("gfx950", AITER), 8, 1,
                                                            backends=builtins).warnings)

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from moedispatch.reason import texts
 from moedispatch.checkpoint import read_safetensors_header, scan_checkpoint
 from moedispatch.errors import ModelError
 from moedispatch.models import expand_layers, load_model
@@ -600,5 +601,5 @@ def test_prepadded_checkpoint_tells_explain_how_to_load_it(tmp_path, caps):
 
     spec = load_model(str(make_ckpt(tmp_path / "padded", _gpt_oss_cfg(inter=96), _gpt_oss_blocks(4, 64, 128))))
     plan = plan_model(spec, caps("gfx950", "0.1.15.post3"), 1, 1)
-    warning = next(w for w in plan.warnings if w.startswith("pre-padded checkpoint"))
+    warning = next(w for w in texts(plan.warnings) if w.startswith("pre-padded checkpoint"))
     assert "stored 128 wide" in warning and "96/rank" in warning and "first 96 columns" in warning

@@ -126,7 +126,7 @@ def test_explain_uses_the_plugins_padding_plan(cli, site):
     assert layer["backend"] == "acme-moe"
     assert layer["padding"] == {"hidden": 2048, "intermediate_per_rank": 128, "hidden_pad": 0,
                                 "intermediate_pad": 32, "kernel_hidden_pad": 0, "kernel_intermediate_pad": 32,
-                                "zero_fill": True}
+                                "zero_fill": True, "pad_semantics": "compute"}
     assert any("multiple of 128" in r for r in layer["reasons"])
 
 

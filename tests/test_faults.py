@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from moedispatch.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
 from moedispatch.errors import NoBackendError, PluginError
 from moedispatch.layers import MoELayer
@@ -78,9 +79,9 @@ CHECK_CASES = [
     ("str-supported", lambda: Verdict("yes", ("x",)),
      "plugin error: check() returned a Verdict whose supported is str, not a bool"),
     ("str-reasons", lambda: Verdict(True, "because"),
-     "plugin error: check() returned a Verdict whose reasons are not a tuple of str"),
+     "plugin error: check() returned a Verdict whose reasons are not a tuple of str or Reason"),
     ("int-reasons", lambda: Verdict(True, (1, 2)),
-     "plugin error: check() returned a Verdict whose reasons are not a tuple of str"),
+     "plugin error: check() returned a Verdict whose reasons are not a tuple of str or Reason"),
     ("no-reason", lambda: Verdict(False, ()), "plugin error: check() returned an unsupported Verdict with no reason"),
 ]
 
@@ -89,7 +90,7 @@ CHECK_CASES = [
 def test_check_faults_are_rejections_with_the_exact_reason(caps, name, check, reason):
     d = select_uncached(LAYER, caps("gfx942"), [Faulty(name, check=check), Good()])
     assert d.backend == "good"
-    assert d.rejection(name).reasons == (reason,)
+    assert tuple(texts(d.rejection(name).reasons)) == (reason,)
 
 
 @pytest.mark.parametrize("name, check, reason", CHECK_CASES, ids=[c[0] for c in CHECK_CASES])
@@ -108,7 +109,7 @@ PLAN_CASES = [
      "plugin error: plan_padding() returned sizes inconsistent with the layer (hidden 4096 - pad 0 != 4096 or "
      "intermediate 2048 - pad 0 != 1792)"),
     ("plan-bad-notes", lambda: Padding(hidden=4096, intermediate_per_rank=1792, notes="a note"),
-     "plugin error: plan_padding() returned a Padding whose notes are not strings"),
+     "plugin error: plan_padding() returned a Padding whose notes are not strings or Reasons"),
 ]
 
 
@@ -116,7 +117,7 @@ PLAN_CASES = [
 def test_plan_padding_faults_fall_through_to_the_next_backend(caps, name, plan, reason):
     d = select_uncached(LAYER, caps("gfx942"), [Faulty(name, plan=plan), Good()])
     assert d.backend == "good"
-    assert d.rejection(name).reasons == (reason,)
+    assert tuple(texts(d.rejection(name).reasons)) == (reason,)
     with pytest.raises(PluginError) as err:
         select_uncached(LAYER, caps("gfx942"), [Faulty(name, plan=plan), Good()], strict=True)
     assert str(err.value) == f"backend {name!r}: {reason[len('plugin error: '):]}"
@@ -125,7 +126,7 @@ def test_plan_padding_faults_fall_through_to_the_next_backend(caps, name, plan, 
 def test_only_faulty_backends_means_no_backend_with_every_reason(caps):
     with pytest.raises(NoBackendError) as err:
         select_uncached(LAYER, caps("gfx942"), [Faulty("x", check=lambda: None)])
-    assert err.value.decision.rejection("x").reasons == ("plugin error: check() returned NoneType, not a Verdict",)
+    assert tuple(texts(err.value.decision.rejection("x").reasons)) == ("plugin error: check() returned NoneType, not a Verdict",)
     assert "x: plugin error: check() returned NoneType" in str(err.value)
 
 
@@ -134,7 +135,7 @@ def test_a_hanging_check_times_out_and_selection_goes_on(caps, short_deadline):
     d = select_uncached(LAYER, caps("gfx942"), [Faulty("hangs", check=_hang), Good()])
     assert time.perf_counter() - start < 5
     assert d.backend == "good"
-    assert d.rejection("hangs").reasons == (f"plugin error: check() timed out after {TIMEOUT}s",)
+    assert tuple(texts(d.rejection("hangs").reasons)) == (f"plugin error: check() timed out after {TIMEOUT}s",)
     with pytest.raises(PluginError) as err:
         select_uncached(LAYER, caps("gfx942"), [Faulty("hangs", check=_hang), Good()], strict=True)
     assert str(err.value) == f"backend 'hangs': check() timed out after {TIMEOUT}s"
@@ -143,7 +144,7 @@ def test_a_hanging_check_times_out_and_selection_goes_on(caps, short_deadline):
 def test_a_hanging_plan_padding_times_out(caps, short_deadline):
     d = select_uncached(LAYER, caps("gfx942"), [Faulty("slowpad", plan=_hang), Good()])
     assert d.backend == "good"
-    assert d.rejection("slowpad").reasons == (f"plugin error: plan_padding() timed out after {TIMEOUT}s",)
+    assert tuple(texts(d.rejection("slowpad").reasons)) == (f"plugin error: plan_padding() timed out after {TIMEOUT}s",)
 
 
 def test_builtins_are_called_directly_third_parties_through_the_deadline(builtins):
@@ -285,7 +286,7 @@ def test_engine_api_isolates_a_faulty_registered_plugin(monkeypatch, caps):
     d = select_moe_backend(caps=caps("gfx942"), hidden_size=4096, intermediate_size=14336, num_experts=8, top_k=2,
                            tp_size=8)
     assert d.backend == "aiter-ck"
-    assert d.rejection("acme-broken").reasons == ("plugin error: check() raised RuntimeError: kaboom",)
+    assert tuple(texts(d.rejection("acme-broken").reasons)) == ("plugin error: check() raised RuntimeError: kaboom",)
     with pytest.raises(PluginError, match=r"^backend 'acme-broken': check\(\) raised RuntimeError: kaboom$"):
         select_moe_backend(caps=caps("gfx942"), strict=True, hidden_size=4096, intermediate_size=14336,
                            num_experts=8, top_k=2, tp_size=8)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from moedispatch.reason import texts
 from moedispatch import capdb, rules
 from moedispatch.capdb import target_capabilities
 from moedispatch.errors import MoedispatchError, NoBackendError
@@ -361,7 +362,7 @@ def test_fuzz_capability_db_entries(broken_db, name, data, value, delete):
                         d = select(MoELayer.build(**fields), caps, backends())
                     except NoBackendError as exc:
                         d = exc.decision
-                    crashed = [r for r in d.rejected if any(x.startswith("plugin error") for x in r.reasons)]
+                    crashed = [r for r in d.rejected if any(x.startswith("plugin error") for x in texts(r.reasons))]
                     assert not crashed, crashed
     except MoedispatchError as exc:
         one_line(exc)

@@ -65,6 +65,12 @@ def test_documented_hooks_exist():
     assert documented and set(documented) <= set(HOOKS)
 
 
+def test_reason_example_runs():
+    """The Reason section's example (kinds, sources, confidence, pad_semantics from a plugin) executes as written."""
+    (code,) = _examples("reason")
+    exec(compile(code, f"{DOC}:reason", "exec"), types.ModuleType("plugins_md_reason").__dict__)
+
+
 def test_register_backends_example_runs():
     """The hook section's example (define a backend, register it, select with it) executes as written."""
     module = types.ModuleType("plugins_md_example")
@@ -117,8 +123,8 @@ def test_documented_attributes_exist():
 
     from moedispatch import Backend, Capabilities, MoELayer, Padding
 
-    backend = {names[0] for names in _first_cells("\n## Backend\n", "\n## Verdict\n")}
-    assert backend == {"name", "preference", "description", "family", "check", "plan_padding"}
+    backend = {names[0] for names in _first_cells("\n## Backend\n", "\n## Reason\n")}
+    assert backend == {"name", "preference", "description", "family", "reference_only", "check", "plan_padding"}
     assert all(hasattr(Backend, name) for name in backend)
 
     padding = [n for names in _first_cells("\n## Padding\n", "Constructors:") for n in names]

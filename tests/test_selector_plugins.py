@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from moedispatch.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
 from moedispatch.errors import NoBackendError, PluginError, UsageError
 from moedispatch.layers import MoELayer
@@ -37,7 +38,7 @@ def plugin(*backends):
 
 def test_verdict_supported_factory_and_bool_field():
     v = Verdict.supported("fine")
-    assert v.supported is True and v.reasons == ("fine",)
+    assert v.supported is True and tuple(texts(v.reasons)) == ("fine",)
     assert Verdict.unsupported("no").supported is False
     with pytest.raises(ValueError):
         Verdict.unsupported()
@@ -46,22 +47,23 @@ def test_verdict_supported_factory_and_bool_field():
 def test_padding_none_means_unpadded_and_no_zero_fill():
     p = Padding.none(LAYER)
     assert p.to_dict() == {"hidden": 4096, "intermediate_per_rank": 1792, "hidden_pad": 0, "intermediate_pad": 0,
-                           "kernel_hidden_pad": 0, "kernel_intermediate_pad": 0, "zero_fill": False}
+                           "kernel_hidden_pad": 0, "kernel_intermediate_pad": 0, "zero_fill": False,
+                           "pad_semantics": "compute"}
 
 
 def test_outranked_backends_are_listed_with_preferences(caps):
     a, b, c = Fixed("a", 80), Fixed("b", 60), Fixed("c", 10, ok=False, reasons=("needs gfx950",))
     d = select_uncached(LAYER, caps("gfx942"), [c, b, a])
     assert d.backend == "a"
-    assert d.rejection("b").reasons[0] == "supported, outranked by a (preference 80 > 60)"
-    assert d.rejection("c").reasons == ("needs gfx950",)
+    assert d.rejection("b").reasons[0].text == "supported, outranked by a (preference 80 > 60)"
+    assert tuple(texts(d.rejection("c").reasons)) == ("needs gfx950",)
     assert [r.backend for r in d.rejected] == ["b", "c"]
 
 
 def test_equal_preference_breaks_ties_by_name_and_says_so(caps):
     d = select_uncached(LAYER, caps("gfx942"), [Fixed("zeta", 5), Fixed("alpha", 5)])
     assert d.backend == "alpha"
-    assert d.rejection("zeta").reasons[0] == "supported, outranked by alpha (preference 5 = 5, name order)"
+    assert d.rejection("zeta").reasons[0].text == "supported, outranked by alpha (preference 5 = 5, name order)"
 
 
 def test_no_backend_raises_with_every_rejection(caps):
@@ -70,7 +72,7 @@ def test_no_backend_raises_with_every_rejection(caps):
                                                Fixed("b", 2, ok=False, reasons=("r2", "r3"))])
     d = err.value.decision
     assert d.backend is None
-    assert {r.backend: r.reasons for r in d.rejected} == {"a": ("r1",), "b": ("r2", "r3")}
+    assert {r.backend: tuple(texts(r.reasons)) for r in d.rejected} == {"a": ("r1",), "b": ("r2", "r3")}
     assert "a: r1" in str(err.value) and "b: r2" in str(err.value)
 
 
@@ -82,7 +84,7 @@ def test_forced_backend_that_fails_raises_with_its_reasons_never_falls_back(caps
     assert err.value.decision.backend is None
     d = select_uncached(LAYER, caps("gfx942"), [good, Fixed("ok", 1)], force="ok")
     assert d.backend == "ok" and d.forced
-    assert d.rejection("good").reasons[0].startswith("supported, not chosen: --backend ok was forced")
+    assert d.rejection("good").reasons[0].text.startswith("supported, not chosen: --backend ok was forced")
     with pytest.raises(UsageError):
         select_uncached(LAYER, caps("gfx942"), [good], force="nope")
 
@@ -120,9 +122,9 @@ class WrongType(Backend):
 def test_plugin_errors_in_check_and_plan_padding_are_isolated(caps):
     d = select_uncached(LAYER, caps("gfx942"), [Raises(), BadPadding(), WrongType(), Fixed("fine", 1)])
     assert d.backend == "fine"
-    assert d.rejection("raises").reasons == ("plugin error: check() raised RuntimeError: boom",)
-    assert d.rejection("badpad").reasons == ("plugin error: plan_padding() returned dict, not a Padding",)
-    assert d.rejection("wrongtype").reasons == ("plugin error: check() returned bool, not a Verdict",)
+    assert tuple(texts(d.rejection("raises").reasons)) == ("plugin error: check() raised RuntimeError: boom",)
+    assert tuple(texts(d.rejection("badpad").reasons)) == ("plugin error: plan_padding() returned dict, not a Padding",)
+    assert tuple(texts(d.rejection("wrongtype").reasons)) == ("plugin error: check() returned bool, not a Verdict",)
 
 
 @pytest.mark.parametrize("backend, needle", [(Raises(), "check() raised RuntimeError: boom"),

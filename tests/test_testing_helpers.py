@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import moedispatch
+from moedispatch.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
 from moedispatch.errors import PluginError, UsageError
 from moedispatch import plugins
@@ -118,7 +119,7 @@ def test_example_backend_honours_the_contract_on_every_layer_and_target():
 def test_example_backend_rejects_with_specific_reasons(layer_, target, reason):
     """Each failed rule is a reason of its own, worded for the user."""
     verdict = moedispatch_acme.AcmeMoE().check(layer_, fake_capabilities(target))
-    assert not verdict.supported and reason in verdict.reasons
+    assert not verdict.supported and reason in texts(verdict.reasons)
 
 
 @pytest.mark.parametrize("layer_, padded, pad", [(MIXTRAL, 14336, 0), (MIXTRAL_TP8, 1792, 0), (QWEN3_TP8, 128, 32)])
@@ -214,7 +215,7 @@ def test_registered_as_context_manager_is_process_wide_and_restored():
         assert plugins.get_registry() is registry
         decision = moedispatch.select_moe_backend(MIXTRAL, fake_capabilities("gfx942"))
         assert decision.backend == "acme-moe"
-        assert decision.rejection("aiter-ck").reasons[0] == "supported, outranked by acme-moe (preference 90 > 80)"
+        assert decision.rejection("aiter-ck").reasons[0].text == "supported, outranked by acme-moe (preference 90 > 80)"
     assert plugins.get_registry() is before and "acme-moe" not in plugins.get_registry().names()
     assert moedispatch.select_moe_backend(MIXTRAL, fake_capabilities("gfx942")).backend == "aiter-ck"
 
