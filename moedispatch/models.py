@@ -154,8 +154,8 @@ _TEXT_KEYS = ("text_config", "llm_config", "language_config")
 # Families whose MoE activation is SwiGLU-OAI (gate*sigmoid(alpha*gate)*(up+1), clamped): gpt-oss (interleaved
 # gate/up) and MiniMax-M3 (separate halves; vLLM passes "swigluoai_uninterleave" to FusedMoE). Sources:
 # vllm-project/vllm@017e9f4448:vllm/transformers_utils/configs/minimax_m3.py (MiniMax-M3 text config defaults),
-# vllm-project/vllm@017e9f4448:vllm/models/minimax_m3/amd/model.py (swigluoai_uninterleave), vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py
-# (gpt-oss swiglu_limit 7.0, alpha 1.702).
+# vllm-project/vllm@017e9f4448:vllm/models/minimax_m3/amd/model.py (swigluoai_uninterleave),
+# vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py (gpt-oss swiglu_limit 7.0, alpha 1.702).
 _SWIGLUOAI_UNINTERLEAVE = ("minimax_m3", "minimax_m3_text", "minimax_m3_vl")
 _SWIGLUOAI = ("gpt_oss",)
 
@@ -326,7 +326,8 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
         raise ModelError(f"{twhere}: no layer is a MoE layer")
 
     activation, params = _activation(text, model_type, twhere)
-    has_bias = model_type in _SWIGLUOAI  # gpt-oss experts carry biases (vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py)
+    # gpt-oss experts carry biases (vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py)
+    has_bias = model_type in _SWIGLUOAI
 
     shared = text.get("n_shared_experts")
     if shared is None:
