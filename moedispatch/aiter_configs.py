@@ -512,6 +512,8 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
     if override:
         paths = _split_env_paths(override)
         files = [(p, p) for p in paths]
+        if version is None and source in (None, "installed"):
+            version = installed_aiter()[0]  # the AITER that reads the override decides the lookup model
         dispatch = _dispatch_model_for(version)
         note = ("AITER_CONFIG_FMOE replaces AITER's whole tuned set (the default tuned_fmoe.csv and every "
                 "model_configs/*tuned_fmoe*.csv are NOT merged) — https://github.com/sgl-project/sglang/pull/37072",)

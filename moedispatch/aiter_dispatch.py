@@ -66,6 +66,7 @@ __all__ = [
     "kernel_family",
     "native_inter_dims",
     "aiter_env",
+    "parse_env_args",
     "dispatch_issues",
     "evaluate_issues",
     "fhmoe_supports",
@@ -109,6 +110,20 @@ def aiter_env(environ: Mapping[str, str] | None = None, overrides: Mapping[str, 
     env.pop("AITER_LOG_LEVEL", None)
     env.update(dict(overrides or {}))
     return dict(sorted(env.items()))
+
+
+def parse_env_args(items: Iterable[str]) -> dict[str, str]:
+    """``--aiter-env KEY=VALUE`` (repeatable) → dict; a malformed item raises UsageError (one line)."""
+    from moedispatch.errors import UsageError
+
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"--aiter-env {item!r}: expected KEY=VALUE (e.g. AITER_BYPASS_TUNE_CONFIG=1)")
+        out[key] = value.strip()
+    return out
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int) -> int:

@@ -82,6 +82,14 @@ def _build_parser() -> _Parser:
     verify.add_argument("--experts", type=_positive, default=None, help="fewer experts to keep it fast")
     verify.add_argument("--tokens", type=_positive, default=8)
     verify.add_argument("--seed", type=int, default=None)
+
+    aiter_cfg = sub.add_parser("aiter-configs", help="lint AITER's tuned fused-MoE CSVs (installed AITER by default)")
+    common(aiter_cfg, target=False)
+    aiter_cfg.add_argument("--aiter-version", help="'installed' (default when AITER is installed), an AITER version "
+                           "(bundled snapshot) or a snapshot name")
+    aiter_cfg.add_argument("--configs", help="a folder of tuned CSVs (an aiter package or its configs/ folder)")
+    aiter_cfg.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
+                           help="AITER environment to assume (repeatable), e.g. AITER_CONFIG_FMOE=/a.csv")
     return parser
 
 
@@ -272,8 +280,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if all(c.get("passed") is not False for c in checks) else 1
 
 
+def _cmd_aiter_configs(args: argparse.Namespace) -> int:
+    from moedispatch.aiter_lint import run_cli
+
+    return run_cli(args, _print)
+
+
 _COMMANDS = {"explain": _cmd_explain, "probe": _cmd_probe, "backends": _cmd_backends, "models": _cmd_models,
-             "verify": _cmd_verify}
+             "verify": _cmd_verify, "aiter-configs": _cmd_aiter_configs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -286,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(f"moedispatch {version('moedispatch')}")
             return EXIT_OK
         if not args.command:
-            raise UsageError("moedispatch: a command is required (explain, probe, backends, models, verify); "
+            raise UsageError("moedispatch: a command is required (explain, probe, backends, models, verify, aiter-configs); "
                              "see moedispatch --help")
         _configure_logging(args.verbose, args.log_format, args.quiet)
         return _COMMANDS[args.command](args)
