@@ -37,7 +37,8 @@ def _positive(text: str) -> int:
 def _build_parser() -> _Parser:
     parser = _Parser(prog="moedispatch", description="Which MoE kernel is correct on an AMD GPU, per layer, and why.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log decisions (-v info, -vv debug)")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log decisions to stderr (-v info, -vv debug); default: warnings only")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     parser.add_argument("--log-format", choices=["console", "json"], default=None,
                         help="log rendering on stderr (default: console on a TTY, else JSON)")
@@ -96,10 +97,10 @@ def _build_parser() -> _Parser:
 def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> None:
     if fmt is None:
         fmt = "console" if sys.stderr.isatty() else "json"
-    # Operators: with JSON logs (explicit, or stderr is not a TTY) every decision is one INFO event
-    # (backend_selected: layer, backend, reasons, padding) so a fleet's logs can be queried; a TTY stays quiet
-    # unless -v. -q keeps only warnings.
-    level = logging.INFO if (fmt == "json" or verbose == 1) else logging.WARNING
+    # Quiet by default, whatever stderr is: the format may follow the TTY, the level never does. With -v every
+    # decision is one INFO event (backend_selected: layer, backend, reasons, padding) so a fleet's logs can be
+    # queried; -vv adds the rejections; -q keeps only warnings.
+    level = logging.INFO if verbose == 1 else logging.WARNING
     if verbose >= 2:
         level = logging.DEBUG
     if quiet:

@@ -77,8 +77,16 @@ def test_recipe_reports_where_the_engine_allocation_misses_the_kernel_alignment(
     assert not [w for w in data["warnings"] if "allocates" in w]
 
 
+def test_logs_are_quiet_by_default_even_when_stderr_is_not_a_tty(cli):
+    """Issue 16: the level never follows the TTY — without -v a non-TTY stderr gets no per-layer INFO events."""
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--tp", "8", "--format", "json")
+    assert proc.returncode == 0 and "backend_selected" not in proc.stderr
+    proc = cli("--log-format", "json", "explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--tp", "8")
+    assert "backend_selected" not in proc.stderr
+
+
 def test_json_logs_carry_one_event_per_decision(cli):
-    proc = cli("--log-format", "json", "explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--tp", "8",
+    proc = cli("-v", "--log-format", "json", "explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--tp", "8",
                "--format", "json")
     events = [json.loads(line) for line in proc.stderr.splitlines()]
     selected = [e for e in events if e["event"] == "backend_selected"]
