@@ -448,7 +448,20 @@ def _csv_dtype(label: str, fnuz: bool) -> str:
 
 
 def _lookup_rows(layer: Any, caps: Any, geo: Geometry) -> list[Any]:
-    """Tuned rows for the layer's AITER lookup key (without the token) from the target's tuned set."""
+    """Tuned rows for the layer's AITER lookup key (without the token) from the target's tuned set (cached per
+    layer signature, target and geometry: finding the installed AITER's files is the slow part)."""
+    try:
+        return list(_lookup_rows_cached(layer.signature(), caps, geo))
+    except TypeError:  # an unhashable stand-in for MoELayer/Capabilities
+        return list(_lookup_rows_uncached(layer, caps, geo))
+
+
+@functools.lru_cache(maxsize=256)
+def _lookup_rows_cached(layer: Any, caps: Any, geo: Geometry) -> tuple[Any, ...]:
+    return _lookup_rows_uncached(layer, caps, geo)
+
+
+def _lookup_rows_uncached(layer: Any, caps: Any, geo: Geometry) -> tuple[Any, ...]:
     from moedispatch import aiter_configs
 
     w, a = layer.weight, layer.act
@@ -469,7 +482,7 @@ def _lookup_rows(layer: Any, caps: Any, geo: Geometry) -> list[Any]:
     want_act = _ACT_TYPE.get(layer.activation)
     exact = [r for r in rows if r.act_type == want_act]
     # AITER looks the exact act_type up first, then a dict with act_type wildcarded (aiter/fused_moe.py).
-    return exact or list(rows)
+    return tuple(exact or rows)
 
 
 def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
