@@ -139,6 +139,7 @@ class Geometry:
     a_bytes: float
     compute: str
     gated: bool = True
+    shared: int = 0       # always-active (fused shared) experts among ``experts`` and ``top_k``
 
     @classmethod
     def of_layer(cls, layer: Any, padding: Any = None) -> "Geometry":
@@ -170,11 +171,15 @@ class Geometry:
             experts_total=int(get("expert")), top_k=int(get("topk")),
             w_bytes=_CSV_BYTES[qw] + _CSV_SCALE.get(str(get("q_type")), 0.0), a_bytes=a,
             compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a], gated=int(get("use_g1u1")) == 1,
+            shared=_fused_shared(int(get("expert")), int(get("topk"))),
         )
 
     def active_experts(self, tokens: int) -> float:
-        """Expected distinct experts of this rank touched by ``tokens`` tokens under uniform top-k routing."""
-        return self.experts * (1 - (1 - self.top_k / self.experts_total) ** tokens)
+        """Expected distinct experts of this rank touched by ``tokens`` tokens under uniform top-k routing (fused
+        shared experts are always touched)."""
+        s = self.shared
+        routed = self.experts - s
+        return s + routed * (1 - (1 - (self.top_k - s) / (self.experts_total - s)) ** tokens)
 
     def bytes_moved(self, tokens: int) -> float:
         n1 = 2 * self.inter if self.gated else self.inter
@@ -187,6 +192,12 @@ class Geometry:
     def flops(self, tokens: int) -> float:
         n1 = 2 * self.inter if self.gated else self.inter
         return 2 * tokens * self.top_k * (self.experts / self.experts_total) * self.hidden * (n1 + self.inter)
+
+
+def _fused_shared(experts: int, top_k: int) -> int:
+    """1 when a tuned row's expert count is odd (DeepSeek-V3 257/top-9, Kimi-K2 385/top-9, MiniMax-M3 129/top-5):
+    the shared expert fused into the routed set, selected by every token (derived: routed counts are even)."""
+    return 1 if experts > 8 and top_k > 1 and experts % 2 == 1 else 0
 
 
 def _peak_tflops(peaks: Mapping[str, Any], compute: str) -> float:

@@ -415,3 +415,41 @@ def test_shipped_priors_are_what_the_benchmark_fits(tmp_path):
     for a, b in zip(fresh["model"], shipped["model"]):
         assert a["coef"] == pytest.approx(b["coef"], rel=1e-3, abs=1e-3)
     assert fresh["band"] == shipped["band"]
+
+
+# -- geometry -----------------------------------------------------------------------------------------------------
+
+def test_roofline_bytes_count_the_experts_touched_and_their_scales():
+    """E·(1−(1−k/E)^M) experts read, each D·(2I + I) MXFP4 weights at 0.5 B plus one E8M0 scale per 32."""
+    pad = Padding.aligned(MINIMAX_TP8, intermediate_multiple=256)
+    geo = cost.Geometry.of_layer(MINIMAX_TP8, pad)
+    assert (geo.hidden, geo.inter, geo.w_bytes, geo.compute) == (6144, 512, 0.5 + 1 / 32, "fp4")
+    assert geo.active_experts(1) == pytest.approx(4)
+    assert geo.active_experts(64) == pytest.approx(128 * (1 - (1 - 4 / 128) ** 64))
+    weights = 4 * 6144 * (2 * 512 + 512) * (0.5 + 1 / 32)
+    acts = 6144 * 0.5 + 2 * 4 * 512 * 0.5 + 2 * 6144
+    assert geo.bytes_moved(1) == pytest.approx(weights + acts)
+    assert geo.flops(1) == 2 * 4 * 6144 * (2 * 512 + 512)
+    ep = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=8, ep=8, weight="mxfp4",
+                        act="mxfp4")
+    geo_ep = cost.Geometry.of_layer(ep)
+    assert geo_ep.active_experts(64) == pytest.approx(16 * (1 - (1 - 4 / 128) ** 64))
+    # Under EP (tp 8 = ep 8: whole 3072-wide experts) this rank computes only the assignments that land on its
+    # 16 of 128 experts.
+    assert geo_ep.inter == 3072
+    assert geo_ep.flops(64) == pytest.approx(2 * 64 * 4 * (16 / 128) * 6144 * (3 * 3072))
+    acts_ep = 64 * 6144 * 0.5 + 2 * 64 * 4 * (16 / 128) * 3072 * 0.5 + 2 * 64 * 6144
+    assert geo_ep.bytes_moved(64) == pytest.approx(geo_ep.active_experts(64) * 6144 * 3 * 3072 * (0.5 + 1 / 32)
+                                                   + acts_ep)
+
+
+def test_a_fused_shared_expert_is_read_once_not_sampled():
+    """Kimi-K2 rows have 385 experts / top-9 (384 routed + the shared one, always selected): counting the shared
+    expert as always touched keeps its 32-token row (143.2 µs) above the roofline instead of linting it out."""
+    cs = aiter_configs.load_config_set("head")
+    (row,) = [r for r in cs.rows if r.file.endswith("kimik2_fp4_tuned_fmoe.csv") and r.line == 39]
+    geo = cost.Geometry.of_row(row)
+    assert (geo.experts, geo.top_k, geo.shared) == (385, 9, 1)
+    assert geo.active_experts(32) == pytest.approx(1 + 384 * (1 - (1 - 8 / 384) ** 32))
+    clean, _ = cost.lint_rows([row], lambda r: capdb.product_peaks("MI355X"))
+    assert clean == [row]
