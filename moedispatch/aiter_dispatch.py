@@ -142,6 +142,8 @@ Q_NO, Q_TENSOR, Q_TOKEN = "QuantType.No", "QuantType.per_Tensor", "QuantType.per
 Q_1X32, Q_1X128 = "QuantType.per_1x32", "QuantType.per_1x128"
 SILU, GELU, SWIGLU, SITUV2 = ("ActivationType.Silu", "ActivationType.Gelu", "ActivationType.Swiglu",
                               "ActivationType.Situv2")
+#: ``ActivationType`` values (csrc/include/aiter_enum.h).
+_ACT_VALUE = {"No": -1, "Silu": 0, "Gelu": 1, "Swiglu": 2, "Situv2": 3}
 _ACT = {"silu": SILU, "gelu": GELU, "gelu_tanh": GELU, "swigluoai": SWIGLU, "swigluoai_uninterleave": SWIGLU,
         "swiglu": SWIGLU, "situ": SITUV2, "situv2": SITUV2}
 
@@ -443,10 +445,14 @@ class DispatchStep:
         """AITER's INFO line for this step, as ``get_2stage_cfgs`` prints it (for comparing with logs)."""
         k = key.aiter_tuple(self.bucket, self.q_dtype_a)
         if self.basis == "tuned" and self.row is not None:
-            tag = f"(kernelName1={self.row.kernel1!r}, kernelName2={self.row.kernel2 or 'nan'!r})"
+            k2 = repr(self.row.kernel2) if self.row.kernel2 else "nan"  # pandas reads an empty cell as nan
+            tag = f"(kernelName1={self.row.kernel1!r}, kernelName2={k2})"
         else:
             tag = "default"
-        return f"[fused_moe] using {'1stage' if self.stages == 1 else '2stage'} {tag} for {k}"
+        name = key.act_type.split(".")[-1]
+        act = f"<ActivationType.{name}: {_ACT_VALUE.get(name, '?')}>"  # the pybind enum's repr in the key
+        body = ", ".join(act if i == 7 else repr(v) for i, v in enumerate(k))
+        return f"[fused_moe] using {'1stage' if self.stages == 1 else '2stage'} {tag} for ({body})"
 
 
 # -- the lookup index ---------------------------------------------------------------------------------------------

@@ -1,0 +1,570 @@
+"""The offline model of AITER's fused-MoE dispatch (moedispatch.aiter_dispatch / aiter_configs / aiter_lint).
+
+Every case names where its expectation comes from: AITER's own code at the HEAD snapshot
+(https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/aiter/fused_moe.py, abbreviated FM),
+AITER's dispatcher tests (op_tests/test_fhmoe.py at the same commit), the PyPI wheel amd-aiter 0.1.7.post2.dev18, or
+dispatch lines users quoted in AITER/vLLM issues.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata as md
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moedispatch import aiter_configs as ac
+from moedispatch import aiter_dispatch as ad
+from moedispatch import models
+from moedispatch.aiter_dispatch import Assumptions, plan_dispatch, simulate
+from moedispatch.capdb import target_capabilities
+from moedispatch.errors import UsageError
+from moedispatch.layers import MoELayer, QuantSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "aiter"
+FM = "https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/aiter/fused_moe.py"
+
+
+def _installed() -> bool:
+    try:
+        md.distribution("amd-aiter")
+    except md.PackageNotFoundError:
+        return False
+    return ac.installed_aiter()[1] is not None
+
+
+needs_aiter = pytest.mark.skipif(not _installed(), reason="needs the PyPI amd-aiter wheel installed (.ci/run)")
+
+
+@pytest.fixture(scope="module")
+def head() -> ac.ConfigSet:
+    return ac.load_config_set("head")
+
+
+def moe(name: str, tp: int = 8, ep: int = 1) -> MoELayer:
+    return next(lay for lay in models.expand_layers(models.load_model(name), tp, ep) if lay.kind == "moe")
+
+
+def layer(**kw) -> MoELayer:
+    base = dict(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, activation="silu",
+                weight=QuantSpec("fp8", "block128x128", scale_dtype="fp32"),
+                act=QuantSpec("fp8", "group128", scale_dtype="fp32", dynamic=True))
+    base.update(kw)
+    return MoELayer.build(**base)
+
+
+MXFP4 = dict(weight="mxfp4", act="mxfp4")
+MI355X = ("MI355X", "0.1.20.post1")
+
+
+# -- buckets and policy (FM get_padded_M, _fused_moe_impl) ----------------------------------------------------
+
+@pytest.mark.parametrize(("m", "head_bucket", "legacy_bucket"), [
+    (1, 1, 16), (3, 4, 16), (4, 4, 16), (16, 16, 16), (17, 32, 32), (300, 512, 512), (1000, 1024, 1024),
+    (1025, 2048, 1024), (8192, 8192, 1024), (32767, 32768, 1024), (32768, 32768, 1024), (100000, 32768, 1024),
+    (131072, 131072, 1024), (500000, 131072, 1024),
+])
+def test_get_padded_m(m, head_bucket, legacy_bucket):
+    """HEAD: next power of two below 32768 then tiers 32768/131072 (FM get_padded_M); 0.1.7: ≤16 → 16, capped 1024."""
+    assert ad.get_padded_M(m) == head_bucket
+    assert ad.get_padded_M(m, "legacy") == legacy_bucket
+
+
+def _key(**kw) -> ad.DispatchKey:
+    base = dict(gfx="gfx950", cu_num=256, model_dim=6144, inter_dim=384, expert=129, topk=5, runtime_topk=5,
+                act_type=ad.SWIGLU, dtype=ad.BF16, q_dtype_w=ad.FP4, q_type=ad.Q_1X32, use_g1u1=1, doweight_stage1=0,
+                gate_mode="separated", is_ep=False)
+    base.update(kw)
+    return ad.DispatchKey(**base)
+
+
+@pytest.mark.parametrize(("key", "m", "env", "expected"), [
+    # Swiglu SEPARATED: bf16 below GPTOSS_SWIGLU_MXFP4_BF16_BOUND (256), else fp4x2.
+    (_key(), 255, {}, ad.BF16), (_key(), 256, {}, ad.FP4),
+    (_key(), 1, {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}, ad.FP4),
+    # Swiglu / INTERLEAVE: bf16 unless gfx950 and M >= AITER_BF16_FP8_MOE_BOUND (256), then fp8.
+    (_key(gate_mode="interleave"), 255, {}, ad.BF16), (_key(gate_mode="interleave"), 256, {}, ad.FP8),
+    (_key(gate_mode="interleave", gfx="gfx942"), 4096, {}, ad.BF16),
+    (_key(act_type=ad.SILU, gate_mode="interleave"), 4, {"AITER_BF16_FP8_MOE_BOUND": "0"}, ad.FP8),
+    # Silu SEPARATED MXFP4: fp4x2; a16wi4: bf16; mxfp8: fp8; SiTUv2: bf16 unless the a8w4/a4w4 switches.
+    (_key(act_type=ad.SILU), 1, {}, ad.FP4), (_key(q_dtype_w=ad.I4, act_type=ad.SILU), 1, {}, ad.BF16),
+    (_key(q_dtype_w=ad.FP8, act_type=ad.SILU), 1, {}, ad.FP8),
+    (_key(act_type=ad.SITUV2), 1, {}, ad.BF16), (_key(act_type=ad.SITUV2), 1, {"AITER_SITUV2_A8W4": "1"}, ad.FP8),
+    (_key(act_type=ad.SITUV2), 1, {"AITER_SITUV2_A4W4": "1"}, ad.FP4),
+    # Non-MX: activations take the weight dtype.
+    (_key(q_type=ad.Q_1X128, q_dtype_w=ad.FP8, act_type=ad.SILU), 1, {}, ad.FP8),
+])
+def test_activation_dtype_policy(key, m, env, expected):
+    """FM _fused_moe_impl's activation-dtype policy by token count and env."""
+    assert ad.activation_dtype(m, key, env)[0] == expected
+
+
+# -- the lookup key (engine assumptions) --------------------------------------------------------------------------
+
+def test_key_fused_shared_expert_and_ep_topk():
+    """A fused shared expert adds one expert and one top-k slot; under EP AITER HEAD looks up topk - 1
+    (FM get_2stage_cfgs `topk -= int(is_ep)`), which misses tuned rows unless the caller appends a fake slot
+    (https://github.com/ROCm/aiter/issues/3999)."""
+    caps = target_capabilities(*MI355X)
+    m3 = moe("MiniMax-M3-MXFP4")
+    plain = ad.dispatch_key(m3, caps)
+    fused = ad.dispatch_key(m3, caps, assumptions=Assumptions(fused_shared_expert=True))
+    assert (plain.expert, plain.topk) == (128, 4) and (fused.expert, fused.topk) == (129, 5)
+    ds = moe("DeepSeek-V3", tp=8, ep=8)
+    ep = ad.dispatch_key(ds, caps)
+    assert ep.is_ep and ep.expert == 32 and (ep.runtime_topk, ep.topk) == (8, 7)
+    slot = ad.dispatch_key(ds, caps, assumptions=Assumptions(ep_fake_slot=True))
+    assert (slot.runtime_topk, slot.topk) == (9, 8)
+    assert ad.dispatch_key(ds, caps, model="legacy").topk == 8  # 0.1.7 has no EP adjustment
+    assert any("aiter#3999" in line for line in Assumptions().describe(ds))
+
+
+def test_key_gate_mode_and_quant_mapping():
+    """swigluoai_uninterleave → SEPARATED (vLLM PR #46419), swigluoai → INTERLEAVE; fp8 128x128 blocks →
+    per_1x128 (FM quant_remap) with the arch's fp8 (e4m3fnuz on gfx942)."""
+    caps950 = target_capabilities(*MI355X)
+    assert ad.dispatch_key(moe("MiniMax-M3-MXFP4"), caps950).gate_mode == "separated"
+    assert ad.dispatch_key(layer(activation="swigluoai", **MXFP4), caps950).gate_mode == "interleave"
+    k942 = ad.dispatch_key(layer(), target_capabilities("MI300X", "0.1.20.post1"))
+    assert (k942.q_type, k942.q_dtype_w) == (ad.Q_1X128, ad.FP8_FNUZ)
+    with pytest.raises(UsageError):
+        ad.dispatch_key(layer(weight="mxfp6", act="bf16"), caps950)
+
+
+# -- Done when: MiniMax-M3-MXFP4 TP8 MI355X with the HEAD snapshot ----------------------------------------------
+
+def test_minimax_m3_tp8_finds_its_384_rows_unpadded(head):
+    """AITER ships tuned FlyDSL rows for MiniMax-M3 at inter_dim 384 (TP8, 129 experts = 128 + fused shared, top-5:
+    model_configs/minimax_m3_fp4_tuned_fmoe.csv, aiter #3755). Unpadded, the lookup finds them from M = 256 (fp4
+    activations); below 256 Swiglu SEPARATED runs bf16 activations, whose key has no row, and AITER routes to CK-Tile
+    — where aiter#5233 is silently wrong at inter_dim % 256 != 0. GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0 keeps fp4
+    activations and the tuned rows for every bucket."""
+    caps = target_capabilities(*MI355X)
+    m3 = moe("MiniMax-M3-MXFP4")
+    a = Assumptions(fused_shared_expert=True)
+    plan = plan_dispatch(m3, caps, configs=head, env={}, assumptions=a, tokens=(1, 4, 64, 256, 512, 8192))
+    assert plan.key.inter_dim == 384 and plan.key.model_dim == 6144
+    low, *high = plan.steps
+    assert (low.tokens, low.family, low.basis, low.activation_dtype) == ((1, 64), "cktile", "heuristic", "bf16")
+    for step in high:
+        assert step.basis == "tuned" and step.family == "flydsl" and step.activation_dtype == "mxfp4"
+        assert step.config.startswith("capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv:")
+        assert step.row.inter_dim == 384
+    assert [h.issue for h in plan.issues] == ["ROCm/aiter#5233"] and plan.issues[0].tokens == (1, 64)
+    assert dict(plan.issues[0].workaround_env) == {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}
+    fixed = plan_dispatch(m3, caps, configs=head, env={"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}, assumptions=a,
+                          tokens=(1, 4, 64))
+    assert all(s.basis == "tuned" and s.family == "flydsl" for s in fixed.steps) and not fixed.issues
+    assert ad.native_inter_dims(m3, caps, configs=head, env={}, assumptions=a) == frozenset({384, 768})
+
+
+def test_minimax_m3_rows_name_file_and_line(head):
+    """The deciding row is named as file:line and its kernels are the row's (bucket 512 → line 27)."""
+    caps = target_capabilities(*MI355X)
+    (step,) = simulate(moe("MiniMax-M3-MXFP4"), caps, configs=head, env={}, tokens=(512,),
+                       assumptions=Assumptions(fused_shared_expert=True))
+    assert step.config == "capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv:27"
+    assert step.kernels == ("flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w4", "flydsl_moe2_afp4_wfp4_bf16_t32x128x128_atomic")
+    assert step.to_dict() == {"tokens": [512, 512], "bucket": 512, "stages": 2, "family": "flydsl",
+                              "kernels": list(step.kernels), "block_m": 32, "activation_dtype": "mxfp4",
+                              "basis": "tuned", "config": step.config}
+
+
+# -- Done when: DeepSeek-V3 TP8 MI355X with the installed PyPI amd-aiter ---------------------------------------
+
+@needs_aiter
+def test_deepseek_v3_tp8_mi355x_installed_rows():
+    """amd-aiter 0.1.7.post2.dev18's aiter/configs/tuned_fmoe.csv has DeepSeek-V3 TP8 rows for cu_num 256
+    (7168x256, 256 experts, top-8, per_1x128 fp8): buckets 32…1024 name their CK 2-stage kernels and line; M ≤ 16
+    falls in bucket 16, which has no row (1-stage ASM heuristic); M = 8192 lands in the 1024 cap."""
+    caps = target_capabilities(*MI355X)
+    cs = ac.load_config_set("installed")
+    assert cs.origin == "installed" and cs.dispatch == "legacy" and len(cs.rows) == 773
+    plan = plan_dispatch(moe("DeepSeek-V3"), caps, configs=cs, env={}, tokens=(1, 4, 64, 512, 8192))
+    first, *rest = plan.steps
+    assert (first.tokens, first.bucket, first.basis, first.kernels) == (
+        (1, 4), 16, "heuristic", ("fmoe_fp8_blockscale_g1u1 (default)",))
+    lines = {s.tokens: s.config for s in rest}
+    assert lines == {(64, 64): "aiter/configs/tuned_fmoe.csv:637", (512, 512): "aiter/configs/tuned_fmoe.csv:640",
+                     (8192, 8192): "aiter/configs/tuned_fmoe.csv:641"}
+    for s in rest:
+        assert s.family == "ck" and s.stages == 2 and s.block_m == 16
+        assert s.kernels[0].startswith("moe_ck2stages_gemm1_256x16x128x256_1x4_MulABScaleExpertWeightA8W8blkscale")
+        assert s.row.cu_num == 256 and s.row.q_type == "QuantType.per_1x128"
+
+
+@needs_aiter
+def test_installed_files_win_over_the_bundled_snapshot():
+    """With AITER installed and the target's version read from its files, the installed CSVs are used."""
+    caps = target_capabilities("MI355X", ac.installed_aiter()[0], aiter_source="files:amd-aiter")
+    assert ac.config_set_for(caps).origin == "installed"
+    assert ac.config_set_for(target_capabilities(*MI355X)).origin == "bundled"
+
+
+# -- Done when: aiter#3933 flagged at its bucket -----------------------------------------------------------------
+
+def test_aiter_3933_flagged_at_bucket_4(head):
+    """DeepSeek-V4-Pro TP8 MI355X (7168x512, 384 experts, top-6, MXFP4 weights, SGLang's interleaved gate/up,
+    AITER_BF16_FP8_MOE_BOUND=0 → fp8 activations) hits the _xcd4 stage-1 row only at bucket 4 (M = 3, 4):
+    https://github.com/ROCm/aiter/issues/3933."""
+    caps = target_capabilities(*MI355X)
+    dsv4 = layer(hidden=7168, intermediate=4096, experts=384, top_k=6, **MXFP4)
+    plan = plan_dispatch(dsv4, caps, configs=head, env={"AITER_BF16_FP8_MOE_BOUND": "0"},
+                         assumptions=Assumptions(gate_mode="interleave"), tokens=(1, 2, 3, 4, 8, 64))
+    hits = [h for h in plan.issues if h.issue == "ROCm/aiter#3933"]
+    assert len(hits) == 1 and hits[0].tokens == (3, 4) and hits[0].bucket == 4
+    assert "_xcd4" in hits[0].kernel and dict(hits[0].workaround_env) == {"AITER_BYPASS_TUNE_CONFIG": "1"}
+    assert hits[0].severity == "error" and hits[0].source == "https://github.com/ROCm/aiter/issues/3933"
+    older = plan_dispatch(dsv4, target_capabilities("MI355X", "0.1.16"), configs=head,
+                          env={"AITER_BF16_FP8_MOE_BOUND": "0"}, assumptions=Assumptions(gate_mode="interleave"),
+                          tokens=(4,))
+    assert not [h for h in older.issues if h.issue == "ROCm/aiter#3933"]  # the row entered with v0.1.17
+
+
+def test_aiter_4788_flagged_with_pre_fix_rows():
+    """GLM-5.2-FP8 TP8 on MI300X with the glm5_1 rows before PR #4811 (fixture): buckets 32–256 pick the a16 16x256
+    1-stage ASM kernels that gave GSM8K 0 (https://github.com/ROCm/aiter/issues/4788); the workaround is
+    AITER_BYPASS_TUNE_CONFIG=1. At bucket 2048 the row is the 64x256 kernel the issue's log line shows."""
+    caps = target_capabilities("MI300X", "0.1.19.post2")
+    glm = layer(hidden=6144, intermediate=2048, experts=256, top_k=8)
+    env = {"AITER_CONFIG_FMOE": str(FIX / "a8w8_blockscale_tuned_fmoe_glm5_1.pre-4811.csv")}
+    a = Assumptions(fused_shared_expert=True)
+    plan = plan_dispatch(glm, caps, env=env, assumptions=a, tokens=(16, 32, 64, 200, 2048))
+    assert [(h.issue, h.tokens) for h in plan.issues] == [("ROCm/aiter#4788", (32, 64)),
+                                                          ("ROCm/aiter#4788", (200, 200))]
+    assert all(dict(h.workaround_env) == {"AITER_BYPASS_TUNE_CONFIG": "1"} for h in plan.issues)
+    last = plan.steps[-1]
+    assert last.stages == 1 and last.kernels == ("_ZN5aiter46fmoe_bf16_blockscaleFp8_g1u1_vs_ps_silu_64x256E",)
+    quoted = ad.parse_info_line("[aiter] [fused_moe] using 1stage (kernelName1='_ZN5aiter46fmoe_bf16_blockscaleFp8_"
+                                "g1u1_vs_ps_silu_64x256E', kernelName2=nan) for ('gfx942', 304, 2048)")
+    assert quoted["stages"] == last.stages and quoted["kernels"] == last.kernels
+    assert ad.parse_info_line(last.info_line(plan.key))["kernels"] == last.kernels
+    bypass = plan_dispatch(glm, caps, env={**env, "AITER_BYPASS_TUNE_CONFIG": "1"}, assumptions=a, tokens=(64,))
+    assert bypass.steps[0].basis == "heuristic" and not bypass.issues
+    fixed = plan_dispatch(glm, target_capabilities("MI300X", "0.1.20"), env=env, assumptions=a, tokens=(64,))
+    assert not fixed.issues  # PR #4811 is in v0.1.20
+
+
+# -- replays of dispatch lines users quoted -----------------------------------------------------------------------
+
+def test_replay_pr_3911_heuristic_flydsl_fallback(head, tmp_path):
+    """aiter PR #3911 quotes: `no tuned FlyDSL config for ('gfx950', 256, 1, 7168, 256, 256, 8, Silu, bf16, fp4x2,
+    fp4x2, per_1x32, ...), using heuristic FlyDSL fallback (kn1='flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w2', ...)`
+    — DeepSeek-R1 MXFP4 TP8 at E=256/top-8 when the table had only E=257/top-9 rows. Replayed with the HEAD
+    dsv3_fp4 rows minus the E=256 rows that PR added, as AITER_CONFIG_FMOE."""
+    src = ROOT / "capability_db/aiter_configs/head/model_configs/dsv3_fp4_tuned_fmoe.csv"
+    with src.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = [r for r in reader if r["expert"] != "256"]
+        fields = reader.fieldnames
+    pre = tmp_path / "dsv3_fp4_tuned_fmoe.csv"
+    with pre.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    caps = target_capabilities(*MI355X)
+    r1 = layer(hidden=7168, intermediate=2048, experts=256, top_k=8, **MXFP4)
+    (step,) = simulate(r1, caps, env={"AITER_CONFIG_FMOE": str(pre)}, tokens=(1,))
+    assert (step.basis, step.family, step.block_m) == ("heuristic", "flydsl", 32)
+    assert step.kernels[0] == "flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w2"
+    (tuned,) = simulate(r1, caps, configs=head, env={}, tokens=(1,))  # with the rows PR #3911 added
+    assert tuned.basis == "tuned" and tuned.row.expert == 256
+
+
+def test_replay_aiter_5769_default_one_stage(head):
+    """https://github.com/ROCm/aiter/issues/5769 quotes `[fused_moe] using 1stage default for ('gfx950', 256, 512,
+    256, 2048, 8, 2, Silu, bfloat16, fp8_e4m3fn, fp8_e4m3fn, QuantTyp…` (shrunk DeepSeek-V3.2, per_1x128): no row,
+    so the per_1x128 heuristic runs 1-stage ASM (token > 32, inter_dim % 128 == 0) — and the open a1_scale
+    over-read of that kernel is flagged."""
+    caps = target_capabilities(*MI355X)
+    small = layer(hidden=256, intermediate=2048, experts=8, top_k=2, tp=1)
+    plan = plan_dispatch(small, caps, configs=head, env={}, tokens=(512,))
+    (step,) = plan.steps
+    assert (step.stages, step.basis, step.bucket, step.block_m) == (1, "heuristic", 512, 32)
+    line = step.info_line(plan.key)
+    assert line.startswith("[fused_moe] using 1stage default for ('gfx950', 256, 512, 256, 2048, 8, 2, ")
+    assert [h.issue for h in plan.issues] == ["ROCm/aiter#5769"]
+
+
+def test_aiter_3471_blockscale_32x384_at_8k(head):
+    """MiniMax-M2.5 FP8 TP8/EP8 on MI350X crashed at M ≈ 8K in fmoe_bf16_blockscaleFp8_g1u1_vs_silu_32x384
+    (https://github.com/ROCm/aiter/issues/3471, vllm-project/vllm#43605): the per_1x128 heuristic 1-stage path with
+    inter_dim 1536 (a multiple of 384) and block_m 32 is flagged from 8192 tokens, with a token cap."""
+    caps = target_capabilities("MI350X", "0.1.20.post1")
+    m25 = layer(hidden=3072, intermediate=1536, experts=256, top_k=8, tp=8, ep=8)
+    plan = plan_dispatch(m25, caps, configs=head, env={}, tokens=(64, 8192))
+    hit = [h for h in plan.issues if h.issue == "ROCm/aiter#3471"]
+    assert len(hit) == 1 and hit[0].tokens == (8192, 8192) and hit[0].token_cap == 4096
+    assert any(h.issue == "ROCm/aiter#3999" for h in plan.issues)  # EP: topk 7 misses the tuned rows
+
+
+# -- AITER's own dispatcher tests: op_tests/test_fhmoe.py --------------------------------------------------------
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({}, True), ({"token_num": 2048}, True), ({"token_num": 0}, False), ({"token_num": 2049}, False),
+    ({"model_dim": 7169}, False), ({"inter_dim": 512}, False), ({"experts": 384}, False), ({"topk": 6}, False),
+    ({"hidden_pad": 128}, False), ({"intermediate_pad": 128}, False), ({"gate_mode": "separated"}, False),
+    ({"doweight_stage1": True}, False),
+])
+def test_fhmoe_config_scope(overrides, expected):
+    """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_config_scope, case for case."""
+    args = dict(token_num=1, model_dim=7168, inter_dim=384, experts=385, topk=7, hidden_pad=0, intermediate_pad=0,
+                gate_mode="interleave", doweight_stage1=False)
+    args.update(overrides)
+    token = args.pop("token_num")
+    assert ad.fhmoe_config_scope(token, **args, env={}) is expected
+
+
+@pytest.mark.parametrize(("max_tokens", "expected"), [(0, False), (1, True), (1536, True), (2048, True),
+                                                     (2049, False), (True, False)])
+def test_fhmoe_capability(max_tokens, expected):
+    """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_capability; AITER_BYPASS_TUNE_CONFIG rejects the table."""
+    assert ad.fhmoe_supports(max_tokens, env={}) is expected
+    assert ad.fhmoe_supports(1, env={"AITER_BYPASS_TUNE_CONFIG": "1"}) is False
+
+
+@pytest.mark.parametrize(("num_tokens", "stage1", "stage2"), [
+    (1, "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", "flydsl_moe2_afp8_wfp4_bf16_t32x256x128_atomic"),
+    (16, "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w2_gui_fp8", "flydsl_moe2_afp8_wfp4_bf16_t32x128x128_atomic_bnt2"),
+    (1536, "flydsl_moe1_afp8_wfp4_bf16_t64x128x256_w3_bnt0_gui", "flydsl_moe2_afp8_wfp4_bf16_t64x128x128_atomic"),
+    (2048, "flydsl_moe1_afp8_wfp4_bf16_t64x128x256_w3_bnt0_gui", "flydsl_moe2_afp8_wfp4_bf16_t64x128x128_atomic"),
+])
+def test_fhmoe_uses_dedicated_config(num_tokens, stage1, stage2):
+    """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_uses_dedicated_config."""
+    assert ad.fhmoe_lookup(ad.get_padded_M(num_tokens), env={}) == (stage1, stage2)
+
+
+@pytest.mark.parametrize("num_tokens", [768, 2049])
+def test_fhmoe_requires_exact_bucket(tmp_path, num_tokens):
+    """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_config_requires_exact_bucket: a missing bucket is no row
+    (AITER raises NotImplementedError), even with AITER_ONLINE_TUNE=1."""
+    src = ROOT / "capability_db/aiter_configs/head/tuned_fhmoe.csv"
+    missing = str(ad.get_padded_M(num_tokens))
+    with src.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = [r for r in reader if r["token"] != missing]
+        fields = reader.fieldnames
+    path = tmp_path / "gap.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    assert ad.fhmoe_lookup(int(missing), env={"AITER_ONLINE_TUNE": "1"}, path=str(path)) is None
+
+
+# -- the lookup and merge rules ---------------------------------------------------------------------------------
+
+def _write(path: Path, header: list[str], rows: list[list]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+LEGACY_HEADER = ["cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "act_type", "dtype", "q_dtype_a",
+                 "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1", "block_m", "ksplit", "us1", "kernelName1",
+                 "err1", "us2", "kernelName2", "err2", "us", "run_1stage", "tflops", "bw", "_tag"]
+CK1 = "moe_ck2stages_gemm1_256x32x64x128_1x4_MulABScale_v1_Nswizzle0_Quant4_MulRoutedWeight0_silu_F8_F8_B16"
+CK2 = "moe_ck2stages_gemm2_256x32x64x128_1x4_MulABScaleExpertWeight_v1_Nswizzle0_Quant4_MulRoutedWeight1_F8_F8_B16"
+
+
+def _row(token, act="ActivationType.Silu", k1=CK1, k2=CK2, us=50.0, tag="", cu=256):
+    return [cu, token, 7168, 256, 256, 8, act, "torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e4m3fn",
+            "QuantType.per_1x128", 1, 0, 32, 0, 20.0, k1, "0.0%", 30.0, k2, "0.0%", us, 0, 1.0, 1.0, tag]
+
+
+def test_legacy_csv_backfills_gfx_and_drops_flydsl_fallback(tmp_path):
+    """A CSV without a gfx column is backfilled from cu_num (256 → gfx950; aiter/jit/utils/chip_info.py
+    gfx_from_cu_num) and flydsl_fallback rows never decide at HEAD."""
+    p = _write(tmp_path / "tuned_fmoe.csv", LEGACY_HEADER, [_row(1, tag="flydsl_fallback", k1="cktile_a8w4_bm32"),
+                                                   _row(1, us=60.0), _row(2, cu=80)])
+    cs = ac.load_config_set(str(tmp_path), version="0.1.20")
+    assert [(r.gfx, r.gfx_backfilled) for r in cs.rows] == [("gfx950", True)] * 2 + [("gfx942", True)]
+    caps = target_capabilities(*MI355X)
+    (step,) = simulate(layer(), caps, configs=cs, env={}, tokens=(1,))
+    assert step.basis == "tuned" and step.config.endswith("tuned_fmoe.csv:3")
+
+
+def test_act_wildcard_first_row_decides(tmp_path):
+    """HEAD keys its exact dict on the ActivationType enum while the CSV holds strings, so the act-wildcard dict
+    (first row of the shape) decides: a Gelu row listed first is what a Silu layer gets [derived from FM]."""
+    p = _write(tmp_path / "tuned_fmoe.csv", LEGACY_HEADER, [_row(1, act="ActivationType.Gelu", us=10.0), _row(1)])
+    cs = ac.load_config_set(str(tmp_path), version="0.1.20")
+    (step,) = simulate(layer(), target_capabilities(*MI355X), configs=cs, env={}, tokens=(1,))
+    assert step.config.endswith("tuned_fmoe.csv:2") and any("Gelu" in n for n in step.notes)
+    legacy = ac.load_config_set(str(tmp_path), version="0.1.7")
+    (old,) = simulate(layer(), target_capabilities(*MI355X), configs=legacy, env={}, tokens=(16,))
+    assert old.basis == "heuristic"  # 0.1.7 matches str(activation) exactly and has no token-1 bucket
+
+
+def test_large_token_tier_falls_back_to_smaller_tier(tmp_path):
+    """FM _lookup_cfg: a miss at tier 131072 tries 32768."""
+    p = _write(tmp_path / "tuned_fmoe.csv", LEGACY_HEADER, [_row(32768)])
+    cs = ac.load_config_set(str(tmp_path), version="0.1.20")
+    (step,) = simulate(layer(), target_capabilities(*MI355X), configs=cs, env={}, tokens=(200000,))
+    assert step.bucket == 131072 and step.basis == "tuned" and any("32768 tier" in n for n in step.notes)
+
+
+def test_aiter_config_fmoe_replaces_the_set(head, tmp_path):
+    """AITER_CONFIG_FMOE replaces the whole default set (aiter/jit/core.py get_config_file; the trap in
+    sgl-project/sglang#37072): a shape tuned in the default set runs heuristics once the env names another file."""
+    caps = target_capabilities(*MI355X)
+    m3 = moe("MiniMax-M3-MXFP4")
+    a = Assumptions(fused_shared_expert=True)
+    assert simulate(m3, caps, configs=head, env={}, assumptions=a, tokens=(512,))[0].basis == "tuned"
+    other = ROOT / "capability_db/aiter_configs/head/model_configs/gptoss_fp4_tuned_fmoe.csv"
+    env = {"AITER_CONFIG_FMOE": str(other)}
+    plan = plan_dispatch(m3, caps, env=env, assumptions=a, tokens=(512,))
+    assert plan.steps[0].basis == "heuristic" and plan.configs.startswith("AITER_CONFIG_FMOE=")
+
+
+@pytest.mark.parametrize(("env", "family", "basis"), [
+    ({}, "flydsl", "tuned"),
+    ({"AITER_BYPASS_TUNE_CONFIG": "1"}, "flydsl", "heuristic"),
+])
+def test_bypass_tune_config(head, env, family, basis):
+    """AITER_BYPASS_TUNE_CONFIG=1 ignores tuned rows (FM get_2stage_cfgs); a Silu MXFP4 layer then takes the FlyDSL
+    heuristic (AITER_FLYDSL_FORCE defaults to 1)."""
+    caps = target_capabilities(*MI355X)
+    r1 = layer(hidden=7168, intermediate=2048, experts=256, top_k=8, **MXFP4)
+    (step,) = simulate(r1, caps, configs=head, env=env, tokens=(64,))
+    assert (step.family.split("+")[0], step.basis) == (family, basis)
+
+
+def test_flydsl_force_off_routes_mxfp4_heuristic_to_ck(head):
+    """With AITER_FLYDSL_FORCE=0 a Silu MXFP4 layer without a row is not sent to the FlyDSL heuristic; it falls
+    through to CK 2-stage (q_dtype_w fp4x2 is in the CK list)."""
+    caps = target_capabilities(*MI355X)
+    odd = layer(hidden=4096, intermediate=4096, experts=64, top_k=4, **MXFP4)
+    on = simulate(odd, caps, configs=head, env={"AITER_BYPASS_TUNE_CONFIG": "1"}, tokens=(64,))[0]
+    off = simulate(odd, caps, configs=head, env={"AITER_BYPASS_TUNE_CONFIG": "1", "AITER_FLYDSL_FORCE": "0"},
+                   tokens=(64,))[0]
+    assert on.family == "flydsl" and off.family == "ck"
+
+
+def test_consecutive_alike_counts_group(head):
+    """Consecutive token counts that decide alike become one step with a [lo, hi] range."""
+    caps = target_capabilities(*MI355X)
+    steps = simulate(layer(), caps, configs=head, env={}, tokens=(1, 2, 3, 4, 64, 128))
+    assert [s.tokens for s in steps] == [(1, 4), (64, 128)]
+    assert steps[0].buckets == (1, 2, 4) and steps[0].bucket == 1
+
+
+def test_malformed_csv_warns_with_file_and_line(tmp_path):
+    """A row with more fields than the header (pandas fails on it) or a non-numeric key gives a warning naming file
+    and line; dispatch then falls back to heuristics and says so. Never a traceback."""
+    rows = [_row(1), _row(2) + ["extra"], ["256", "x"] + _row(4)[2:]]
+    _write(tmp_path / "tuned_fmoe.csv", LEGACY_HEADER, rows)
+    cs = ac.load_config_set(str(tmp_path), version="0.1.20")
+    assert cs.broken
+    assert any(w.endswith("tuned_fmoe.csv:3: 27 fields, the header has 26") for w in cs.warnings)
+    assert any("tuned_fmoe.csv:4: bad number" in w for w in cs.warnings)
+    plan = plan_dispatch(layer(), target_capabilities(*MI355X), configs=cs, env={}, tokens=(1,))
+    assert plan.steps[0].basis == "heuristic" and any("malformed" in n for n in plan.steps[0].notes)
+    assert any("tuned_fmoe.csv:3" in w for w in plan.warnings)
+    (tmp_path / "bad").mkdir()
+    _write(tmp_path / "bad" / "tuned_fmoe.csv", ["cu_num", "token"], [[256, 1]])
+    bad = ac.load_config_set(str(tmp_path / "bad"), version="0.1.20")
+    assert bad.broken and "tuned_fmoe.csv:1: header lacks column(s)" in bad.warnings[0]
+
+
+def test_bad_input_is_one_line_usage_error(head):
+    caps = target_capabilities(*MI355X)
+    with pytest.raises(UsageError):
+        simulate(layer(), caps, configs=head, tokens=(0,))
+    with pytest.raises(UsageError):
+        simulate(layer(), caps, configs=head, tokens=())
+    with pytest.raises(UsageError):
+        ad.parse_env_args(["NOEQUALS"])
+    with pytest.raises(UsageError):
+        ac.load_config_set("/no/such/dir")
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w4", "flydsl"), ("flydsl_mxmoe_g1_a4w4_16x256x256_f16in_nt", "flydsl"),
+    ("opus_moe2_afp8_wfp4_fp8_t64x256x256_sbm64_rbn3584", "opus"), ("cktile_a8w4_bm32", "cktile"),
+    (CK1, "ck"), ("_ZN5aiter43fmoe_bf16_blockscaleFp8_g1u1_vs_silu_64x256E", "asm"),
+    ("fmoe_fp8_blockscale_g1u1 (default)", "asm"), ("", "unknown"),
+])
+def test_kernel_family(name, family):
+    """Families from AITER's kernel naming (FM dispatch on name prefixes)."""
+    assert ad.kernel_family(name) == family
+
+
+def test_dispatch_issues_toml_loads_with_sources():
+    issues = ad.dispatch_issues()
+    ids = {i.id for i in issues}
+    assert {"ROCm/aiter#3933", "ROCm/aiter#4788", "ROCm/aiter#3471", "ROCm/aiter#5233"} <= ids
+    for i in issues:
+        assert i.source.startswith("https://github.com/") and i.confidence in ("confirmed", "derived", "unconfirmed")
+
+
+def test_manifest_matches_the_bundled_files():
+    """Every bundled CSV is listed with its AITER commit, and its row count is what the manifest says."""
+    snap = ac.snapshots()["head"]
+    assert snap["commit"] == "e4048607a535ace3a2b51ded31b1c8c2d45c0879"
+    base = ROOT / "capability_db/aiter_configs/head"
+    for f in snap["files"]:
+        with (base / f["path"]).open(newline="") as fh:
+            n = sum(1 for _ in csv.DictReader(fh))
+        assert f["rows"] == n, f["path"]
+    listed = {f["path"] for f in snap["files"]}
+    on_disk = {str(p.relative_to(base)) for p in base.rglob("*.csv")} - {"tuned_fhmoe.csv"}
+    assert listed == on_disk
+
+
+# -- lint ------------------------------------------------------------------------------------------------------------
+
+def test_lint_head_snapshot(head):
+    """On the HEAD set: 598 rows share their us with another bucket of the same shape (copied timings), some rows
+    are faster than reading their weights at 8 TB/s, cu_num 256 and 304 are each shared by two products."""
+    from moedispatch import aiter_lint
+
+    report = aiter_lint.lint(head)
+    summary = dict(report.counts)
+    assert summary["rows"] == 2402 and summary["rows_copied_timing"] == 598
+    assert summary["rows_faster_than_hbm"] >= 1
+    shared = {f.message.split(" apply to ")[1].split(":")[0] for f in report.findings if f.check == "shared-cu-num"}
+    assert any("MI300X" in s and "MI325X" in s for s in shared) and any("MI355X" in s and "MI350X" in s for s in shared)
+    assert any(f.check == "shadowed" and "flydsl_fallback" in f.message for f in report.findings)
+
+
+def test_physical_floor():
+    """A 7168x256 fp8 row at token 1 with top-8 reads 8 experts' weights: 8·7168·768 bytes = 44 MB → 5.5 µs at
+    8 TB/s."""
+    from moedispatch import aiter_lint
+
+    cs_row = ac.TunedRow(file="x", line=2, gfx="gfx950", cu_num=256, token=1, model_dim=7168, inter_dim=256,
+                         expert=256, topk=8, act_type=ad.SILU, dtype=ad.BF16, q_dtype_a=ad.FP8, q_dtype_w=ad.FP8,
+                         q_type=ad.Q_1X128, use_g1u1=1, doweight_stage1=0, block_m=32, us=1.0)
+    assert aiter_lint.physical_floor_us(cs_row, 8.0) == pytest.approx(8 * 7168 * 768 / 8e12 * 1e6)
+
+
+def test_cli_aiter_configs(cli):
+    out = cli("aiter-configs", "--aiter-version", "head", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "moedispatch.aiter_configs/1" and doc["summary"]["rows"] == 2402
+    bad = cli("aiter-configs", "--aiter-version", "x!y")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    env = cli("aiter-configs", "--aiter-env", "NOPE")
+    assert env.returncode == 2 and "KEY=VALUE" in env.stderr
+
+
+def test_pure_python_and_lazy():
+    """Importing and running the model imports no aiter/torch/numpy/pandas, and importing reads no CSV."""
+    code = ("import sys; import moedispatch.aiter_dispatch as ad, moedispatch.aiter_configs as ac; "
+            "assert ac._load_cached.cache_info().currsize == 0; "
+            "from moedispatch.capdb import target_capabilities as t; from moedispatch.layers import MoELayer; "
+            "l = MoELayer.build(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight='mxfp4', "
+            "act='mxfp4'); ad.simulate(l, t('MI355X', '0.1.20'), configs=ac.load_config_set('head'), env={}); "
+            "bad = [m for m in ('aiter', 'torch', 'numpy', 'pandas') if m in sys.modules]; "
+            "assert not bad, bad")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
