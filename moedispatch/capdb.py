@@ -62,11 +62,29 @@ def _read(package: str, name: str) -> bytes:
 
 @functools.lru_cache(maxsize=None)
 def load_toml(name: str) -> dict[str, Any]:
+    """A capability_db TOML file, parsed; every ``*confidence`` value in it (at any depth) is checked at load."""
     raw = _read(_PACKAGE, name)
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CapabilityDBError(f"capability_db/{name}: not valid TOML: {exc}") from None
+    _check_confidences(doc, f"capability_db/{name}", "")
+    return doc
+
+
+def _check_confidences(node: Any, where: str, path: str) -> None:
+    """Every key named ``confidence`` or ``*_confidence`` must be one of CONFIDENCES (error names file and key)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            at = f"{path}.{key}" if path else key
+            if (key == "confidence" or key.endswith("_confidence")) and not isinstance(value, dict):
+                if value not in CONFIDENCES:
+                    raise CapabilityDBError(f"{where}: {at} = {value!r:.60} not one of {', '.join(CONFIDENCES)}")
+            else:
+                _check_confidences(value, where, at)
+    elif isinstance(node, list):
+        for n, item in enumerate(node):
+            _check_confidences(item, where, f"{path}[{n}]")
 
 
 @functools.lru_cache(maxsize=None)

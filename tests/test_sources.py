@@ -55,7 +55,8 @@ _ISSUE = r"\b[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+#\d+\b"
 _FILE = r"\b[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+@[A-Za-z0-9_.+-]+:[^\s;,)]+"
 FOLLOWABLE = re.compile(f"{_URL}|{_ISSUE}|{_FILE}")
 #: What a reference looks like without being followable: a repo-ish or path-ish slash token, a bare #N, a file name.
-PSEUDO_REF = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+|#\d+|\b[\w-]+\.(?:py|md|toml|json|csv|rst|ya?ml|cu|cuh|txt)\b")
+PSEUDO_REF = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+|#\d+"
+                        r"|\b[\w-]+\.(?:py|md|toml|json|csv|rst|ya?ml|cu|cuh|txt)\b")
 CONFIDENCES = ("confirmed", "derived", "unconfirmed")
 SOURCE_KEYS = {"source", "cite", "measured_source"}
 CONFIDENCE_KEYS = {"confidence", "measured_confidence", "partitions_confidence"}
@@ -172,7 +173,8 @@ def test_pending_is_not_stale():
 def test_the_followable_pattern():
     good = ["ROCm/aiter#5233", "vllm-project/vllm#46419 ('to avoid pad-skipping')",
             "ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py", "vllm-project/vllm@017e9f4448:vllm/envs.py (default False)",
-            "https://github.com/ROCm/aiter/pull/5232", "a16w4 in ROCm/aiter@v0.1.12:aiter/fused_moe.py; ROCm/aiter#1341",
+            "https://github.com/ROCm/aiter/pull/5232",
+            "a16w4 in ROCm/aiter@v0.1.12:aiter/fused_moe.py; ROCm/aiter#1341",
             "ROCm/aiter#5233 (open; gfx950, aiter 0.1.19); the 0.1.10 floor is inferred from the vLLM pin"]
     assert [g for g in good if unfollowable_parts(g)] == []
     bad = ["aiter_sglang.md §3.4", "vllm/envs.py", "reference seeds/004", "ROCm/aiter v0.1.14 requirements",
@@ -296,3 +298,34 @@ def test_known_issues_carry_confidence():
     assert by_id["aiter#5233"] == "confirmed"
     # vllm-project/vllm#46419 names no AITER issue, family or version range: applying it to every family is ours.
     assert by_id["vllm-pr#46419"] == "derived"
+
+
+def test_engines_toml_validates_against_its_schema_including_confidence():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "schemas" / "engines.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    doc = tomllib.loads((ROOT / "capability_db" / "engines.toml").read_text(encoding="utf-8"))
+    jsonschema.validate(doc, schema)
+    broken = copy.deepcopy(doc)
+    broken["vllm"]["backend"][0]["env"][0]["confidence"] = "probably"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+    broken = copy.deepcopy(doc)
+    del broken["caveat"][1]["source"]  # a caveat note must say where it comes from
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_every_toml_confidence_is_checked_when_the_file_loads():
+    """capdb.load_toml checks every ``confidence`` / ``*_confidence`` key at any depth (engine flags, caveats, pins,
+    peaks), so a typo fails at load naming file and key instead of silently counting as confirmed."""
+    for name in ("gpus.toml", "aiter.toml", "engines.toml", "known_issues.toml", "aiter_configs/manifest.toml"):
+        capdb.load_toml(name)
+    doc = {"vllm": {"backend": [{"env": [{"name": "X", "confidence": "maybe"}]}]}}
+    with pytest.raises(CapabilityDBError, match=r"^capability_db/engines.toml: vllm.backend\[0\].env\[0\].confidence "
+                                                r"= 'maybe' not one of confirmed, derived, unconfirmed$"):
+        capdb._check_confidences(doc, "capability_db/engines.toml", "")
+    with pytest.raises(CapabilityDBError, match=r"peak.MI300X.measured_confidence = 'C'"):
+        capdb._check_confidences({"peak": {"MI300X": {"measured_confidence": "C"}}}, "capability_db/gpus.toml", "")
+    capdb._check_confidences({"caveat": [{"confidence": "derived"}], "x": {"partitions_confidence": "derived"}},
+                             "capability_db/engines.toml", "")
