@@ -83,6 +83,8 @@ def _build_parser() -> _Parser:
     verify.add_argument("--experts", type=_positive, default=None, help="fewer experts to keep it fast")
     verify.add_argument("--tokens", type=_positive, default=8)
     verify.add_argument("--seed", type=int, default=None)
+    verify.add_argument("--backend", help="verify this backend's plan (forced, as explain's --backend; exit 3 with "
+                                          "its reasons if it cannot run the layer)")
 
     aiter_cfg = sub.add_parser("aiter-configs", help="lint AITER's tuned fused-MoE CSVs (installed AITER by default)")
     common(aiter_cfg, target=False)
@@ -251,10 +253,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if layer.kind != "moe":
             raise UsageError(f"--layer {args.layer} is a dense layer; pick a MoE layer")
     registry = get_registry()
+    if args.backend is not None and registry.get(args.backend) is None:
+        raise UsageError(f"unknown backend {args.backend!r}; registered: {', '.join(sorted(registry.names()))}")
     try:
-        decision = select(layer, caps, registry.backends)
+        decision = select(layer, caps, registry.backends, force=args.backend)
         backend, padding = decision.backend, decision.padding
     except NoBackendError as exc:
+        if args.backend is not None:  # a forced backend that cannot run: exit 3 with its reasons, never a fallback
+            raise
         backend, padding = None, exc.decision.padding
     if first_line:
         sys.stderr.write(first_line + "\n")

@@ -2,16 +2,25 @@
 
 :func:`run_verify` builds a random layer at the layer's per-rank shape (``experts`` of its experts, default
 :data:`DEFAULT_EXPERTS`), quantizes it with the checkpoint's scheme (``layer.weight`` for the weights, ``layer.act``
-for the activations entering the expert GEMMs) and returns three checks, each ``{"name", "passed", "detail"}``:
+for the activations entering the expert GEMMs) and returns four checks, each ``{"name", "passed", "detail"}``:
 
 ``padding_exact``
-    The padded plan (weights allocated at ``padding``'s sizes, pad regions zero-filled, quantized at that size) and
-    the unpadded layer, both through the emulation, must agree bitwise.
+    The plan's padded weights, read as its ``pad_semantics`` says the kernel reads them
+    (:mod:`moedispatch.numerics.padded`), against the unpadded layer through the emulation, bitwise. Pad regions the
+    plan does not zero-fill hold garbage (random values and NaN, as ``torch.empty`` may); ``compute`` reads the whole
+    padded extent, ``skip`` skips the ``kernel_*_pad`` granules and reads the rest, ``trim`` reads ``shape - pad``.
+    A failure names what is wrong (:func:`pad_read_problems`): pads not zero-filled under ``compute``, a kernel pad
+    that skips real data, or one too small that leaves garbage pads read under ``skip``/``trim``.
+``padding_alignment``
+    The allocation against the alignment the plan declares (``hidden_multiple``, ``intermediate_multiple``): a padded
+    size that is not a multiple of it, or more than one multiple beyond the minimal round-up (384 padded to 1024 where
+    the multiple is 256), fails (:func:`alignment_problems`).
 ``backend_vs_reference``
-    The selected backend against the reference. For ``emulation`` the padded-plan run is compared with an
-    independent float64 implementation of the same quantized operands (:mod:`moedispatch.numerics.reference`),
-    to float32 tolerance. For another backend the padded plan runs on it when it can run here (a runner is
-    registered and its hardware present) and is compared with the emulation; otherwise the check is **skipped**.
+    The backend against the reference. For ``emulation`` the unpadded run is compared with an independent float64
+    implementation of the same quantized operands (:mod:`moedispatch.numerics.reference`), to float32 tolerance
+    (``padding_exact`` ties the padded plan to that run bitwise). For another backend the padded plan runs on it when
+    it can run here (a runner is registered and its hardware present) and is compared with the emulation; otherwise
+    the check is **skipped**.
 ``quantization_error``
     Information only (always passes): the relative error of the quantized (QDQ) layer against a float64 layer
     without any quantization, on the same random data.
@@ -20,7 +29,8 @@ A skipped check has ``"passed": None`` and a ``detail`` starting with ``"skipped
 is the whole representation (no extra key), so JSON consumers see ``true``/``false``/``null``.
 
 Data is fresh every run (an OS-random seed, reported in the details) unless ``seed`` is given. torch is imported
-only when :func:`run_verify` runs.
+only when :func:`run_verify` runs; :func:`pad_extents`, :func:`pad_read_problems` and :func:`alignment_problems` are
+pure.
 """
 
 from __future__ import annotations
@@ -31,14 +41,15 @@ from typing import Any, Callable
 
 from moedispatch.errors import UsageError
 
-__all__ = ["run_verify", "DEFAULT_EXPERTS", "CHECK_NAMES", "BACKEND_TOLERANCE", "EMULATION_TOLERANCE"]
+__all__ = ["run_verify", "pad_extents", "pad_read_problems", "alignment_problems", "DEFAULT_EXPERTS", "CHECK_NAMES",
+           "BACKEND_TOLERANCE", "EMULATION_TOLERANCE"]
 
 #: Experts built by default (the per-rank count when smaller): enough for top-k routing to spread, small enough for
 #: the MiniMax-M3 TP8 shape to verify on a CPU in seconds.
 DEFAULT_EXPERTS = 8
 #: Weight elements the default (no ``--experts``) run builds at most.
 DEFAULT_ELEMENT_BUDGET = 60_000_000
-CHECK_NAMES = ("padding_exact", "backend_vs_reference", "quantization_error")
+CHECK_NAMES = ("padding_exact", "padding_alignment", "backend_vs_reference", "quantization_error")
 #: float32 vs float64 on the same quantized operands: relative (Frobenius) error bound.
 EMULATION_TOLERANCE = 1e-5
 #: A GPU kernel (bf16 outputs and intermediates, other summation order) vs the emulation.
@@ -47,6 +58,72 @@ BACKEND_TOLERANCE = 2e-2
 
 def _check(name: str, passed: bool | None, detail: str) -> dict:
     return {"name": name, "passed": passed, "detail": detail}
+
+
+def pad_extents(padding: Any) -> tuple[int, int]:
+    """``(hidden, intermediate)`` extents of the padded weights the kernel reads under ``padding.pad_semantics``:
+    the padded sizes for ``compute`` (pad arguments ignored), the padded sizes less the kernel pads for ``skip`` and
+    ``trim`` (never below 0)."""
+    semantics = getattr(padding, "pad_semantics", "compute")
+    if semantics == "compute":
+        return padding.hidden, padding.intermediate_per_rank
+    return (max(padding.hidden - padding.kernel_hidden_pad, 0),
+            max(padding.intermediate_per_rank - padding.kernel_intermediate_pad, 0))
+
+
+def _span(lo: int, hi: int) -> str:
+    return f"{lo}" if hi - lo == 1 else f"{lo}..{hi - 1}"
+
+
+def pad_read_problems(hidden: int, intermediate: int, padding: Any) -> list[str]:
+    """What is wrong with the way the kernel reads ``padding`` for a layer of logical ``hidden`` x ``intermediate``
+    (per rank), one sentence each; empty when the kernel reads exactly the logical data plus zero-filled pads."""
+    semantics = getattr(padding, "pad_semantics", "compute")
+    hk, ik = pad_extents(padding)
+    hp, ip = padding.hidden, padding.intermediate_per_rank
+    problems = []
+    if semantics == "compute":
+        read = [f"{what} {_span(real, padded)}" for what, real, padded in
+                (("hidden", hidden, hp), ("intermediate", intermediate, ip)) if padded > real]
+        if read and not padding.zero_fill:
+            problems.append(f"pad regions not zero-filled under 'compute': the kernel computes over the whole padded "
+                            f"extent, pads ({', '.join(read)}) included, and they hold whatever torch.empty left "
+                            f"there (allocate with torch.zeros, or plan zero_fill)")
+        return problems
+    for field, what, real, padded, extent, pad in (
+            ("kernel_hidden_pad", "hidden", hidden, hp, hk, padding.kernel_hidden_pad),
+            ("kernel_intermediate_pad", "intermediate", intermediate, ip, ik, padding.kernel_intermediate_pad)):
+        allocated = padded - real
+        if extent < real:
+            problems.append(f"{field} {pad} skips real {what} columns {_span(extent, real)} under '{semantics}' (the "
+                            f"allocated {what} pad is {allocated}; a kernel pad must not exceed it)")
+        elif extent > real and not padding.zero_fill:
+            problems.append(f"{field} {pad} leaves {what} pad columns {_span(real, extent)} read under "
+                            f"'{semantics}' (the allocated {what} pad is {allocated}) and the plan does not "
+                            f"zero-fill them")
+    return problems
+
+
+def alignment_problems(hidden: int, intermediate: int, padding: Any) -> tuple[list[str], str]:
+    """``(problems, summary)`` of the allocation against the plan's declared ``hidden_multiple`` /
+    ``intermediate_multiple``: a padded size that is not a multiple of its alignment, or that lies more than one
+    multiple beyond the minimal round-up, is a problem."""
+    problems, parts = [], []
+    for field, what, real, padded in (("hidden_multiple", "hidden", hidden, padding.hidden),
+                                      ("intermediate_multiple", "intermediate/rank", intermediate,
+                                       padding.intermediate_per_rank)):
+        multiple = max(int(getattr(padding, field, 1) or 1), 1)
+        minimal = -(-real // multiple) * multiple
+        parts.append(f"{what} {real}->{padded} ({field} {multiple}, minimal round-up {minimal})")
+        if padded == real:
+            continue
+        if padded % multiple:
+            problems.append(f"{what} padded {real}->{padded}, not a multiple of the declared {field} {multiple}")
+        elif padded - minimal > multiple:
+            problems.append(f"{what} padded {real}->{padded}: {padded - minimal} beyond the minimal round-up {minimal} "
+                            f"to the declared {field} {multiple}, more than one multiple (the extra pad costs "
+                            f"memory and bandwidth; declare the alignment the kernel needs)")
+    return problems, "; ".join(parts)
 
 
 def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = None, tokens: int = 8,
@@ -66,7 +143,7 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     if experts is None:
         # Keep the default run well under a minute on a 2-core CPU: at most ~60 M weight elements (4 experts of
         # MiniMax-M3 at TP1, 8 at TP8), never fewer experts than top-k routes to.
-        per_expert = 3 * layer.hidden * max(padding.intermediate_per_rank, layer.intermediate_per_rank)
+        per_expert = 3 * max(padding.hidden, layer.hidden) * max(padding.intermediate_per_rank, layer.intermediate_per_rank)
         experts = max(layer.top_k, min(DEFAULT_EXPERTS, DEFAULT_ELEMENT_BUDGET // max(per_expert, 1)))
     n_exp = min(experts, layer.experts_per_rank)
     if n_exp < 1:
@@ -78,11 +155,13 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     import torch  # noqa: PLC0415 - verify is the only command that needs torch
 
     from moedispatch.numerics.moe import activation_layout, dequantize_weight, quantize_w13, quantize_weight
+    from moedispatch.numerics.padded import fill_pad_garbage_, padded_kernel_moe, split_gate_up
     from moedispatch.numerics.reference import reference_moe, rel_err, staged_compare
     from moedispatch.numerics.routing import softmax_topk
     from moedispatch.numerics.runner import EmulationRunner, RunnerUnavailable, get_runner
 
     hp, ip = padding.hidden, padding.intermediate_per_rank
+    semantics = getattr(padding, "pad_semantics", "compute")
     layout = activation_layout(layer.activation)
     wdesc, adesc = layer.weight.describe(), layer.act.describe()
     shape_txt = (f"{tokens} tokens, {n_exp} of {layer.experts_per_rank} experts (top-{top_k}), hidden {h}, "
@@ -100,7 +179,8 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     logits = torch.randn(tokens, n_exp, generator=gen)
     topk_weights, topk_ids = softmax_topk(logits, top_k)
 
-    # Padded allocation, zero-filled, each gate/up half padded at its end (or pad rows at the end, interleaved).
+    # Padded allocation with zero pads, each gate/up half padded at its end (or pad rows at the end, interleaved),
+    # quantized at that size as a loader fills a padded buffer; pads the plan does not zero-fill get garbage below.
     w13p = torch.zeros(n_exp, 2 * ip, hp)
     if layout == "interleaved":
         w13p[:, :2 * i, :h] = w13
@@ -109,7 +189,7 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
         w13p[:, ip:ip + i, :h] = w13[:, i:]
     w2p = torch.zeros(n_exp, hp, ip)
     w2p[:, :h, :i] = w2
-    xp = torch.zeros(tokens, hp)
+    xp = torch.zeros(tokens, hp)  # hidden-state pads are zeros: engines pad activations with F.pad
     xp[:, :h] = x
     b13p = b2p = None
     if b13 is not None:
@@ -125,45 +205,77 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     q13, q2 = quantize_w13(w13, layer.weight, layout=layout), quantize_weight(w2, layer.weight)
     q13p, q2p = quantize_w13(w13p, layer.weight, layout=layout), quantize_weight(w2p, layer.weight)
 
-    say(f"verify layer {layer.index}: emulation, unpadded and padded plan (activations {adesc})")
+    say(f"verify layer {layer.index}: emulation of the unpadded layer (activations {adesc})")
     unpadded = EmulationRunner(layer).prepare({"w13": q13, "w2": q2, "bias13": b13, "bias2": b2}, None)
-    out_u = unpadded.run(x, topk_weights, topk_ids)
-    padded = EmulationRunner(layer).prepare({"w13": q13p, "w2": q2p, "bias13": b13p, "bias2": b2p}, padding)
     inter: dict = {}
-    out_p = padded.run(xp, topk_weights, topk_ids, intermediates=inter)
+    out_u = unpadded.run(x, topk_weights, topk_ids, intermediates=inter)
     checks = []
 
-    # (a) padded vs unpadded, bitwise
-    pad_txt = (f"padded plan (hidden {h}->{hp}, intermediate/rank {i}->{ip}, zero-filled)" if padding.padded
-               else "plan has no padding; allocated and original sizes agree")
-    same = bool(torch.equal(out_p[:, :h], out_u))
-    pad_cols_zero = bool((out_p[:, h:] == 0).all()) if hp > h else True
-    if same and pad_cols_zero:
-        checks.append(_check("padding_exact", True, f"{pad_txt} and unpadded layer agree bitwise through the "
+    # (a) the padded plan as the kernel reads it vs the unpadded layer, bitwise
+    hk, ik = pad_extents(padding)
+    say(f"verify layer {layer.index}: padded plan read as '{semantics}' (hidden 0..{hk - 1}, intermediate "
+        f"0..{ik - 1} of {hp}x{ip})")
+    gate_p, up_p = split_gate_up(q13p, layout)
+    w2f = dequantize_weight(q2p).clone()
+    bias_gate = bias_up = bias2 = None
+    if b13p is not None:
+        halves = (b13p[:, 0::2], b13p[:, 1::2]) if layout == "interleaved" else (b13p[:, :ip], b13p[:, ip:])
+        bias_gate, bias_up = (t.clone(memory_format=torch.contiguous_format) for t in halves)
+        bias2 = b2p.clone()
+    filled = []
+    if padding.padded and not padding.zero_fill:
+        filled = fill_pad_garbage_(gate_p, up_p, w2f, hidden=h, intermediate=i,
+                                   gen=torch.Generator().manual_seed(seed + 1), bias_gate=bias_gate,
+                                   bias_up=bias_up, bias2=bias2)
+    out_k = padded_kernel_moe(xp, gate_p, up_p, w2f, topk_weights, topk_ids, hidden=h, intermediate=i,
+                              hidden_extent=hk, intermediate_extent=ik, activation_scheme=layer.act,
+                              activation=layer.activation, activation_params=layer.activation_params,
+                              bias_gate=bias_gate, bias_up=bias_up, bias2=bias2)
+    del gate_p, up_p, w2f
+    if semantics == "compute":
+        reads = f"'compute': the kernel computes over the whole padded extent {hp}x{ip}"
+    else:
+        reads = (f"'{semantics}': kernel pads hidden {padding.kernel_hidden_pad}, intermediate "
+                 f"{padding.kernel_intermediate_pad}, so the kernel reads hidden {hk}, intermediate {ik} of {hp}x{ip}")
+    fill_txt = ("pads zero-filled" if padding.zero_fill or not padding.padded
+                else "pads not zero-filled, so they hold garbage (random values and NaN) here")
+    pad_txt = (f"padded plan (hidden {h}->{hp}, intermediate/rank {i}->{ip}; {fill_txt}) read as {reads}"
+               if padding.padded else f"plan has no padding (allocated and original sizes agree) read as {reads}")
+    problems = pad_read_problems(h, i, padding)
+    same = bool(torch.equal(out_k, out_u))
+    if same and not problems:
+        checks.append(_check("padding_exact", True, f"{pad_txt}: agrees bitwise with the unpadded layer through the "
                                                     f"emulation on {shape_txt}; seed {seed}"))
     else:
-        diff = float((out_p[:, :h] - out_u).abs().max())
-        checks.append(_check("padding_exact", False,
-                             f"{pad_txt} differs from the unpadded layer: max |diff| {diff:.3e}"
-                             + ("" if pad_cols_zero else "; output pad columns are not zero") + f"; seed {seed}"))
+        diff = (out_k - out_u).abs()
+        if same:
+            numeric = "the random data happened to hide it this time (outputs agree bitwise)"
+        elif bool(torch.isnan(out_k).any()):
+            numeric = f"the output differs from the unpadded layer: NaN in {int(torch.isnan(out_k).sum())} values"
+        else:
+            numeric = (f"the output differs from the unpadded layer: max |diff| {float(diff.max()):.3e}, relative "
+                       f"error {rel_err(out_k, out_u):.2e}")
+        what = "; ".join(problems) if problems else "the padded plan does not reproduce the unpadded layer"
+        checks.append(_check("padding_exact", False, f"{what}. {pad_txt}; {numeric}; seed {seed}"))
 
-    # (b) selected backend vs reference
+    # (b) the allocation against the declared alignment
+    misaligned, summary = alignment_problems(h, i, padding)
+    checks.append(_check("padding_alignment", not misaligned,
+                         "; ".join(misaligned) if misaligned
+                         else f"{summary}: within one multiple of the minimal round-up"))
+
+    # (c) the backend vs the reference
     if backend == "emulation":
         say(f"verify layer {layer.index}: float64 reference of the same quantized operands")
-        d13 = dequantize_weight(q13p)
-        if layout == "interleaved":
-            d13 = d13[:, :2 * i, :h]
-        else:
-            d13 = torch.cat([d13[:, :i, :h], d13[:, ip:ip + i, :h]], dim=1)
-        d2 = dequantize_weight(q2p)[:, :h, :i]
-        res = staged_compare(out_p, inter, d13, d2, topk_weights, topk_ids, activation=layer.activation,
+        d13, d2 = dequantize_weight(q13), dequantize_weight(q2)
+        res = staged_compare(out_u, inter, d13, d2, topk_weights, topk_ids, activation=layer.activation,
                              activation_params=layer.activation_params, layout=layout, bias13=b13, bias2=b2,
                              activation_scheme=layer.act)
         del d13, d2
         ok = res["a2_exact"] and res["h_err"] <= EMULATION_TOLERANCE and res["out_err"] <= EMULATION_TOLERANCE
         checks.append(_check(
             "backend_vs_reference", ok,
-            f"emulation (padded plan) vs an independent float64 MoE on the same quantized operands: relative error "
+            f"emulation vs an independent float64 MoE on the same quantized operands: relative error "
             f"{res['out_err']:.2e} at the output, {res['h_err']:.2e} after the activation (tolerance "
             f"{EMULATION_TOLERANCE:.0e}); intermediate activation QDQ "
             + ("reproduced exactly" if res["a2_exact"] else "NOT reproduced")))
@@ -178,12 +290,12 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
             say(f"verify layer {layer.index}: running {backend}")
             runner.prepare({"w13": q13p, "w2": q2p, "bias13": b13p, "bias2": b2p}, padding)
             got = runner.run(xp, topk_weights, topk_ids)
-            err = rel_err(got.detach().to("cpu", torch.float32)[:, :h], out_p[:, :h])
+            err = rel_err(got.detach().to("cpu", torch.float32)[:, :h], out_u)
             checks.append(_check("backend_vs_reference", err <= BACKEND_TOLERANCE,
                                  f"{backend} vs emulation on the padded plan: relative error {err:.2e} "
                                  f"(tolerance {BACKEND_TOLERANCE:.0e})"))
 
-    # (c) quantization error, information
+    # (d) quantization error, information
     say(f"verify layer {layer.index}: float64 unquantized reference")
     ref, _ = reference_moe(x, w13, w2, topk_weights, topk_ids, activation=layer.activation,
                            activation_params=layer.activation_params, layout=layout, bias13=b13, bias2=b2)
