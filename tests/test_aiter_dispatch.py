@@ -568,3 +568,19 @@ def test_pure_python_and_lazy():
             "assert not bad, bad")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_issue_predicates_bucket_version_and_stage(head):
+    """An issue keyed on a bucket hits only that bucket; a version range outside the plan's AITER never hits; a
+    stage-restricted regex looks only at that stage's kernel."""
+    caps = target_capabilities(*MI355X)
+    plan = plan_dispatch(layer(), caps, configs=head, env={}, tokens=(1, 4, 64))
+    raw = [ad.dispatch_token(m, plan.key, head, env={}) for m in (1, 4, 64)]
+    base = dict(id="x#1", title="t", source="https://github.com/x/y/issues/1", status="open", kernel=".",
+                effect="e", workaround="w", confidence="confirmed", severity="error")
+    only4 = ad.DispatchIssue(**base, buckets=(4,))
+    assert [h.bucket for h in ad.evaluate_issues(raw, plan.key, "0.1.20", [only4])] == [4]
+    old = ad.DispatchIssue(**base, aiter="<0.1.10")
+    assert ad.evaluate_issues(raw, plan.key, "0.1.20", [old]) == ()
+    stage2 = ad.DispatchIssue(**{**base, "kernel": "gemm1"}, stage=2)
+    assert ad.evaluate_issues(raw, plan.key, "0.1.20", [stage2]) == ()
