@@ -123,7 +123,7 @@ class KnownIssue:
 
 _EFFECTS = ("wrong_output", "crash", "hang", "slow", "unsupported")
 _PRED_KEYS = {"gfx", "weight", "act", "activation", "has_bias", "inter_mod", "inter_in", "unpadded_inter_in",
-              "kernel_inter_pad_gt", "model_type", "tokens", "weight_granularity"}
+              "kernel_inter_pad_gt", "model_type", "tokens", "weight_granularity", "pad_semantics"}
 _FIX_KEYS = {"pad_intermediate_to", "kernel_intermediate_pad", "route", "reject", "caveat"}
 _CONFIDENCES = ("confirmed", "derived", "unconfirmed")
 
@@ -132,7 +132,7 @@ _CONFIDENCES = ("confirmed", "derived", "unconfirmed")
 _STR_LIST, _INT_LIST = "an array of strings", "an array of integers"
 _PRED_TYPES: dict[str, str] = {
     "gfx": _STR_LIST, "weight": _STR_LIST, "act": _STR_LIST, "activation": _STR_LIST, "model_type": _STR_LIST,
-    "weight_granularity": _STR_LIST, "has_bias": "a boolean", "inter_mod": "a positive integer",
+    "weight_granularity": _STR_LIST, "pad_semantics": _STR_LIST, "has_bias": "a boolean", "inter_mod": "a positive integer",
     "inter_in": _INT_LIST, "unpadded_inter_in": _INT_LIST, "kernel_inter_pad_gt": "a non-negative integer",
     "tokens": _INT_LIST,
 }
@@ -261,6 +261,10 @@ def _matches(issue: KnownIssue, layer: MoELayer, caps: Capabilities, padding: Pa
              kernel_inter_pad: int) -> bool:
     inter = padding.intermediate_per_rank
     for key, value in issue.predicate:
+        if key == "pad_semantics":  # how the planned kernel reads its pads (Padding.pad_semantics)
+            if padding.pad_semantics not in value:
+                return False
+            continue
         test = _PRED_TESTS.get(key)  # "tokens" is decided at run time: reported as a caveat, never matched here
         if test is not None and not test(value, layer, caps, inter, kernel_inter_pad):
             return False
@@ -372,8 +376,12 @@ class RuleBackend(Backend):
         return []
 
     def scheme_failure(self, layer: MoELayer, caps: Capabilities) -> Reason | None:
-        """A specific reason replacing the generic "no kernel for weights × activations" one, or None."""
-        return None
+        """A specific reason replacing the generic "no kernel for weights × activations" one, or None.
+
+        Default: a known issue of this backend (capability_db/known_issues.toml) that matches the unpadded layer
+        and rejects — the table, not the plugin, holds facts such as "Triton's MXFP4 MoE skips activation QDQ"."""
+        blocking = evaluate_issues(self.name, layer, caps, Padding.none(layer)).blocking
+        return blocking[0] if blocking else None
 
     def pad_semantics_for(self, layer: MoELayer, caps: Capabilities, kernel_hidden_pad: int,
                           kernel_intermediate_pad: int) -> str:

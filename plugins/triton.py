@@ -8,9 +8,6 @@ read in vLLM main 017e9f4448. Padding follows ``K = w.shape - pad``.
 from __future__ import annotations
 
 from moedispatch import hookimpl
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
 from moedispatch.rules import Combo, RuleBackend
 
 _V = "vllm-project/vllm@017e9f4448"
@@ -51,15 +48,8 @@ class Triton(RuleBackend):
     }
     bias_supported = True
 
-    def scheme_failure(self, layer: MoELayer, caps: Capabilities) -> Reason | None:
-        if layer.weight.dtype == "mxfp4" and layer.act.quantized:
-            return Reason(f"Triton's MXFP4 MoE is W4A16 (bf16 activations): it does not apply the checkpoint's "
-                          f"{layer.act.describe()} activation quantization, so its output is not what the checkpoint "
-                          f"prescribes ('TRITON_UNFUSED does not apply activation QDQ'; W4A8 runs on AITER's a8w4, "
-                          f"not here)", "failed",
-                          "https://github.com/vllm-project/vllm/pull/46142; https://github.com/vllm-project/vllm/pull/46419",
-                          "vllm#46142")
-        return None
+    # Triton's MXFP4 MoE is W4A16: a checkpoint that quantizes activations is rejected through the known-issue table
+    # (vllm#46142 in capability_db/known_issues.toml), not by a rule hard-coded here.
 
 
 @hookimpl
