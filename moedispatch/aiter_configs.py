@@ -45,6 +45,7 @@ __all__ = [
     "tuned_rows",
     "snapshots",
     "installed_aiter",
+    "installed_config_warnings",
     "gfx_from_cu_num",
     "parse_csv",
 ]
@@ -571,6 +572,19 @@ def config_set_for(caps: Any, env: Mapping[str, str] | None = None) -> ConfigSet
         if pkg is not None:
             return load_config_set("installed", env=env, version=inst_version)
     return load_config_set(None, env=env, version=version)
+
+
+def installed_config_warnings() -> tuple[str, ...]:
+    """For the probe: ``file:line: problem`` for every malformed line in the installed AITER's tuned fmoe CSVs
+    (empty when AITER is not installed or its CSVs are clean). Never raises."""
+    try:
+        _version, pkg = installed_aiter()
+        if pkg is None:
+            return ()
+        cs = load_config_set("installed")
+    except Exception:  # noqa: BLE001 - the probe must not crash on a broken install
+        return ()
+    return cs.warnings + ((cs.merge_error,) if cs.merge_error else ())
 
 
 def tuned_rows(*, model_dim: int | None = None, inter_dim: int | None = None, expert: int | None = None,

@@ -938,6 +938,25 @@ class DispatchPlan:
                 seen.append(s.family)
         return tuple(seen)
 
+    def table_lines(self) -> list[str]:
+        """Human lines for explain's table: one per step, then issues, assumptions and warnings."""
+        lines = []
+        for s in self.steps:
+            toks = f"{s.tokens[0]}" if s.tokens[0] == s.tokens[1] else f"{s.tokens[0]}–{s.tokens[1]}"
+            why = f"tuned {s.config}" if s.basis == "tuned" else "heuristic"
+            lines.append(f"tokens {toks} (bucket {'/'.join(map(str, s.buckets or (s.bucket,)))}): {s.family} "
+                         f"{s.stages}-stage {' + '.join(s.kernels)}, block_m {s.block_m}, activations "
+                         f"{s.activation_dtype} — {why}")
+        for h in self.issues:
+            toks = f"{h.tokens[0]}" if h.tokens[0] == h.tokens[1] else f"{h.tokens[0]}–{h.tokens[1]}"
+            fix = ", ".join(f"{k}={v}" for k, v in h.workaround_env)
+            cap = f"; cap --max-num-batched-tokens at {h.token_cap}" if h.token_cap else ""
+            lines.append(f"{h.severity} {h.issue} at tokens {toks} (bucket {h.bucket}, {h.kernel}): {h.effect}. "
+                         f"Workaround: {h.workaround}{' [' + fix + ']' if fix else ''}{cap} ({h.source})")
+        lines += [f"assumes {a}" for a in self.assumptions]
+        lines += [f"warning {w}" for w in self.warnings]
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         return {"layer": self.layer_index, "aiter_dispatch": [s.to_dict() for s in self.steps],
                 "key": self.key.to_dict(), "tokens": list(self.tokens), "aiter_env": dict(self.env),
@@ -984,7 +1003,8 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
     if idx.duplicates:
         warnings.append(f"{idx.duplicates} tuned rows repeat a lookup key; AITER keeps the first"
                         + (" — pandas to_dict('index') raises on them in 0.1.7" if cs.dispatch == "legacy" else ""))
-    version = caps.aiter_version or cs.version
+    # The installed AITER is what runs when its files are planned for; otherwise the target's version.
+    version = cs.version if cs.origin == "installed" else (caps.aiter_version or cs.version)
     if cs.dispatch == "head" and version and cs.origin != "bundled":
         from packaging.version import InvalidVersion, Version
 
@@ -994,6 +1014,11 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
                                 f"releases lack the gfx key / act wildcard / 32768 tiers)")
         except InvalidVersion:
             pass
+    if key.q_type == Q_1X32 and key.q_dtype_w in (FP4, FP8) and key.gfx != "gfx950":
+        # fp4x2/MX kernels (FlyDSL mixed_moe, CK-Tile a16w4, ASM MXfp4) use gfx950 scaled MFMA; the gfx942 ASM
+        # table has no MXfp4 code object and the fp4 quant cannot emit fp4x2 there (sgl-project/sglang#35525).
+        warnings.append(f"AITER's MX (per_1x32) fused-MoE kernels need gfx950; on {key.gfx} this dispatch fails at "
+                        "run time (derived: " + SRC_FUSED_MOE + ", https://github.com/sgl-project/sglang/pull/35525)")
     hits = evaluate_issues(raw, key, version)
     return DispatchPlan(layer_index=layer.index, steps=steps, key=key, tokens=counts,
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,
