@@ -584,3 +584,18 @@ def test_issue_predicates_bucket_version_and_stage(head):
     assert ad.evaluate_issues(raw, plan.key, "0.1.20", [old]) == ()
     stage2 = ad.DispatchIssue(**{**base, "kernel": "gemm1"}, stage=2)
     assert ad.evaluate_issues(raw, plan.key, "0.1.20", [stage2]) == ()
+
+
+@pytest.mark.parametrize("token", [32, 64])
+def test_replay_op_tests_bm16_tiled_scale_boundary(head, token):
+    """op_tests/test_moe_2stage.py::test_bm16_tiled_scale_boundary at the HEAD snapshot: get_2stage_cfgs for
+    (7168, 512, 385 experts, top-7, per_1x32 fp8 x fp4x2, Silu, INTERLEAVE) at M = 32 and 64 picks block_m 16 and
+    these two FlyDSL kernels. Here: DeepSeek-V4-Pro TP8 with a fused shared expert, interleaved gate/up and
+    AITER_BF16_FP8_MOE_BOUND=0 (fp8 activations), as the test runs it."""
+    caps = target_capabilities(*MI355X)
+    dsv4 = layer(hidden=7168, intermediate=4096, experts=384, top_k=6, **MXFP4)
+    (step,) = simulate(dsv4, caps, configs=head, env={"AITER_BF16_FP8_MOE_BOUND": "0"}, tokens=(token,),
+                       assumptions=Assumptions(fused_shared_expert=True, gate_mode="interleave"))
+    assert step.block_m == 16 and step.basis == "tuned" and step.q_dtype_a == ad.FP8
+    assert step.kernels == ("flydsl_moe1_afp8_wfp4_bf16_t16x128x256_w3_gui_fp8",
+                            "flydsl_moe2_afp8_wfp4_bf16_t16x256x256_atomic")
