@@ -169,7 +169,19 @@ def fit_group(key, members, peaks):
     feats = FEATURES[key[0]]
     xs = [cost.model_features(feats, s.geo, s.m, s.cu, peaks[(s.gfx, s.cu)]) for s in members]
     ys = [math.log(s.us) for s in members]
+    if feats == "arch" and len({s.cu for s in members}) == 1:
+        # One CU count only (gfx950: 256): the log(cu) term is not identifiable, so it must not extrapolate.
+        return feats, fit_l1([x[:-1] for x in xs], ys) + [0.0]
     return feats, fit_l1(xs, ys)
+
+
+def floors_of(samples):
+    """Per-call latency floor per (gfx, cu) and per gfx (cu 0): the fastest clean tuned row."""
+    out = {}
+    for s in samples:
+        for key in ((s.gfx, s.cu), (s.gfx, 0)):
+            out[key] = min(out.get(key, math.inf), s.us)
+    return out
 
 
 def fit_models(samples, peaks, reuse=None, touched=frozenset()):
@@ -186,7 +198,7 @@ def fit_models(samples, peaks, reuse=None, touched=frozenset()):
     return models
 
 
-def priors_doc(models, bands, interp_band, generic, provenance):
+def priors_doc(models, bands, interp_band, generic, provenance, floors=None):
     doc = {
         "schema": "moedispatch.cost_priors/1",
         "provenance": provenance,
@@ -196,6 +208,7 @@ def priors_doc(models, bands, interp_band, generic, provenance):
         "generic": generic,
         "backend": BACKENDS,
         "reference": [{"gfx": g, "cu": c, "product": p} for (g, c), p in sorted(REFERENCE.items())],
+        "floor": [{"gfx": g, "cu": c, "us": round(us, 4)} for (g, c), us in sorted((floors or {}).items())],
         "model": [],
         "band": [],
     }
@@ -234,7 +247,8 @@ def lofo(samples, peaks, full, base_doc):
         held = [s for s in samples if s.file == f]
         touched = frozenset(k for k, members in all_groups.items() if any(s.file == f for s in members))
         models = fit_models(train, peaks, reuse=full, touched=touched)
-        doc = dict(base_doc, model=priors_doc(models, {}, {}, {}, {})["model"], band=[])
+        doc = dict(base_doc, model=priors_doc(models, {}, {}, {}, {})["model"], band=[],
+                   floor=priors_doc({}, {}, {}, {}, {}, floors_of(train))["floor"])
         priors = cost.parse_priors(doc)
         for s in held:
             tm, tc = cost.roofline_us(s.geo, s.m, peaks[(s.gfx, s.cu)])
@@ -294,13 +308,14 @@ def main(argv=None) -> int:
                   "token bucket) if >= 12 rows, arch_cu = (gfx, cu) if >= 150, arch = gfx if >= 40; bands = p10/p90 "
                   "of leave-one-model-file-out residuals of the level that answered",
     }
-    base_doc = priors_doc(full, {}, interp_band, generic, provenance)
+    floors = floors_of(samples)
+    base_doc = priors_doc(full, {}, interp_band, generic, provenance, floors)
     lofo_errs, res = lofo(samples, peaks, full, base_doc)
     bands = {k: band_of(v) for k, v in res.items() if len(v) >= 20}
     naive, careful = baselines(samples, peaks)
 
     if args.fit:
-        doc = priors_doc(full, bands, interp_band, generic, provenance)
+        doc = priors_doc(full, bands, interp_band, generic, provenance, floors)
         path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "capability_db",
                                         "cost_priors.toml")
         with open(path, "w", encoding="utf-8") as fh:
@@ -355,7 +370,7 @@ def _to_toml(doc) -> str:
         out.append(f"[backend.{name}]")
         out += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
         out.append("")
-    for array in ("reference", "band", "model"):
+    for array in ("reference", "floor", "band", "model"):
         for entry in doc[array]:
             out.append(f"[[{array}]]")
             out += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]

@@ -453,3 +453,54 @@ def test_a_fused_shared_expert_is_read_once_not_sampled():
     assert geo.active_experts(32) == pytest.approx(1 + 384 * (1 - (1 - 8 / 384) ** 32))
     clean, _ = cost.lint_rows([row], lambda r: capdb.product_peaks("MI355X"))
     assert clean == [row]
+
+
+def test_no_call_is_predicted_below_the_per_call_latency_floor(mi355x):
+    """A tiny layer at one token is bounded by the fastest clean tuned row on gfx950 (about 14.7 µs), not by its
+    few bytes; the floor ships in the priors with the arch and CU count it was measured on."""
+    tiny = MoELayer.build(hidden=128, intermediate=32, experts=8, top_k=1, weight="bf16", act="bf16")
+    (c,) = cost.predict(tiny, mi355x, backend_family="aiter-ck", tokens=1)
+    floor = cost.load_priors().floors[("gfx950", 256)]
+    assert 10 < floor < 20
+    assert c.us == pytest.approx(floor) and "latency floor" in c.detail
+
+
+@pytest.mark.parametrize("target", ["MI300X", "MI308X", "MI355X", "MI350P"])
+def test_more_tokens_never_take_less_time(target):
+    """Priors are per token bucket; the roofline prediction still never decreases as tokens grow."""
+    caps = fake_capabilities(target)
+    layers = [MINIMAX_TP8, DSV4, MoELayer.build(hidden=256, intermediate=64, experts=8, top_k=2, weight="bf16",
+                                                act="bf16"),
+              MoELayer.build(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight="fp8", act="fp8")]
+    tokens = tuple(sorted({int(1.5 ** i) for i in range(28)}))
+    for layer in layers:
+        for backend in ("triton", "acme-moe"):
+            us = [c.us for c in cost.predict(layer, caps, backend_family=backend, tokens=tokens)]
+            assert us == sorted(us), (target, layer.hidden, backend)
+
+
+# gpt-oss-120b MXFP4 at TP1, padded 2880 -> 3072 (vLLM's MXFP4 round-up to 256): gptoss_fp4_tuned_fmoe.csv tunes
+# this shape from 256 tokens up only.
+GPTOSS = MoELayer.build(hidden=2880, intermediate=2880, experts=128, top_k=4, weight="mxfp4", act="mxfp4",
+                        activation="swigluoai")
+GPTOSS_PAD = Padding.aligned(GPTOSS, hidden_multiple=256, intermediate_multiple=256)
+
+
+def test_beyond_the_tuned_range_the_nearest_row_anchors_the_roofline(mi355x):
+    """Below the smallest tuned bucket (gpt-oss at 64 tokens) and above the largest (MiniMax-M3 at 50k tokens) the
+    nearest tuned row is scaled, so the prediction stays on the right side of it; the bars stay the roofline's."""
+    cs = aiter_configs.config_set_for(mi355x)
+    rows = {r.token: r.us for r in aiter_configs.tuned_rows(
+        config_set=cs, model_dim=3072, inter_dim=3072, expert=128, topk=4, gfx="gfx950", cu_num=256,
+        q_dtype_a=FP4, q_dtype_w=FP4)}
+    assert min(rows) == 256
+    low_side, at256 = cost.predict(GPTOSS, mi355x, backend_family="aiter-flydsl", padding=GPTOSS_PAD,
+                                   tokens=(64, 256))
+    assert at256.basis == "tuned" and at256.us == rows[256]
+    assert low_side.basis == "roofline" and low_side.us <= rows[256] and "256 tokens" in low_side.detail
+
+    last = max(r.token for r in _rows(MINIMAX_TP4, mi355x))
+    top, beyond = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=(last, 50000))
+    work = lambda t: sum(cost.roofline_us(cost.Geometry.of_layer(MINIMAX_TP4), t, capdb.product_peaks("MI355X")))
+    assert beyond.us == pytest.approx(top.us * work(50000) / work(last))
+    assert _width(beyond) > _width(top)
