@@ -8,6 +8,7 @@ Public API (pure Python; nothing is read or computed at import time)::
     cost.total([costs] * 57)  # the model's MoE time per token count (decode step, prefill chunk)
     cost.compare(a, b)        # "faster" | "slower" | "tie" (bars separate or not)
     cost.reason("aiter-flydsl", a, "triton", b)   # "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"
+    cost.padding_overhead(layer, caps, backend_family="aiter-flydsl", padding=p, tokens=(4096,))  # ((4096, 0.21),)
 
 How one prediction is made, in order (``Cost.basis`` says which step answered):
 
@@ -52,6 +53,7 @@ __all__ = [
     "compare",
     "reason",
     "format_cost",
+    "padding_overhead",
     "backend_kind",
     "bucket_of",
     "interpolate",
@@ -754,6 +756,17 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
             detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"
         out.append(Cost(m, us, min(low, us), max(high, us), "roofline", detail))
     return tuple(out)
+
+
+def padding_overhead(layer: Any, caps: Any, *, backend_family: str, padding: Any,
+                     tokens: Iterable[int] | int = DEFAULT_TOKENS) -> tuple[tuple[int, float], ...]:
+    """What a padding costs: ``((tokens, extra), ...)`` with ``extra`` = padded / unpadded − 1 (``0.29`` = 29%
+    slower), both predicted on the roofline path (tuned rows exist for one of the two shapes at most, so mixing bases
+    would compare a measurement with a model). For a what-if line such as "pad 384→512 costs +21% at 4096 tokens".
+    """
+    plain = predict(layer, caps, backend_family=backend_family, tokens=tokens, rows=())
+    padded = predict(layer, caps, backend_family=backend_family, tokens=tokens, rows=(), padding=padding)
+    return tuple((a.tokens, b.us / a.us - 1) for a, b in zip(plain, padded))
 
 
 # -- totals and ranking ------------------------------------------------------------------------------------------

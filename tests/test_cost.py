@@ -504,3 +504,34 @@ def test_beyond_the_tuned_range_the_nearest_row_anchors_the_roofline(mi355x):
     work = lambda t: sum(cost.roofline_us(cost.Geometry.of_layer(MINIMAX_TP4), t, capdb.product_peaks("MI355X")))
     assert beyond.us == pytest.approx(top.us * work(50000) / work(last))
     assert _width(beyond) > _width(top)
+
+
+def test_padding_overhead_is_bounded_by_the_padded_work(mi355x):
+    """MiniMax-M3 TP8, 384→512 per rank: the intermediate work grows by 1/3, so the predicted extra time is positive
+    and at most a third, at decode and at prefill alike."""
+    pad = Padding.aligned(MINIMAX_TP8, intermediate_multiple=256)
+    overhead = cost.padding_overhead(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl", padding=pad,
+                                     tokens=(1, 64, 4096, 32768))
+    assert [t for t, _ in overhead] == [1, 64, 4096, 32768]
+    assert all(0 < extra <= 1 / 3 + 1e-9 for _, extra in overhead), overhead
+    assert cost.padding_overhead(MINIMAX_TP8, mi355x, backend_family="triton", padding=Padding.none(MINIMAX_TP8),
+                                 tokens=64) == ((64, 0.0),)
+
+
+def test_priors_validate_against_their_schema():
+    """capability_db/cost_priors.toml validates against docs/schemas/cost_priors.schema.json, which is not vacuous."""
+    import copy
+    import tomllib
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "schemas" / "cost_priors.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    doc = tomllib.loads((ROOT / "capability_db" / "cost_priors.toml").read_text())
+    jsonschema.validate(doc, schema)
+    for mutate in (lambda d: d["band"][0].update(low=1.2),
+                   lambda d: next(m for m in d["model"] if m["level"] == "bucket").pop("bucket"),
+                   lambda d: d["backend"]["triton"].pop("source"), lambda d: d["provenance"].update(commit="HEAD")):
+        broken = copy.deepcopy(doc)
+        mutate(broken)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, schema)
