@@ -34,7 +34,7 @@ import csv
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 __all__ = [
     "TunedRow",
@@ -75,9 +75,12 @@ def gfx_from_cu_num(cu_num: int) -> str | None:
     return _LEGACY_CU_NUM_TO_GFX.get(cu_num)
 
 
-@dataclass(frozen=True)
-class TunedRow:
-    """One tuned fused-MoE row. ``file`` is the path as shown to users, ``line`` the 1-based line in that file."""
+class TunedRow(NamedTuple):
+    """One tuned fused-MoE row. ``file`` is the path as shown to users, ``line`` the 1-based line in that file.
+
+    A NamedTuple (immutable, hashable) rather than a dataclass: thousands are built per load and tuple construction
+    is an order of magnitude cheaper.
+    """
 
     file: str
     line: int
@@ -111,7 +114,7 @@ class TunedRow:
     bw: float | None = None
     tag: str = ""
     gfx_backfilled: bool = False
-    defects: tuple[str, ...] = field(default=(), compare=False)
+    defects: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -195,6 +198,28 @@ def _num(text: str, kind: type) -> Any:
     return value
 
 
+def _int(text: str, name: str | None) -> int | None:
+    """A key integer as pandas reads it (``"32"``, ``"32.0"``); empty → ValueError naming the column (or None)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if text == "" or text.lower() == "nan":
+        if name is None:
+            return None
+        raise ValueError(f"empty {name}")
+    value = float(text)
+    if value != int(value):
+        raise ValueError(f"{text!r} is not an integer")
+    return int(value)
+
+
+def _flt(text: str) -> float | None:
+    if text == "" or text.lower() == "nan":
+        return None
+    return float(text)
+
+
 def parse_csv(path: str, display: str, *, dispatch: str = "head") -> tuple[list[TunedRow], list[str]]:
     """Parse one tuned fmoe CSV. Returns (rows, problems); each problem is ``display:line: what``.
 
@@ -220,7 +245,12 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head") -> tuple[list[
         if missing:
             return [], [f"{display}:1: header lacks column(s) {', '.join(missing)}"]
         col = {name: i for i, name in enumerate(header)}
-        has_gfx = "gfx" in col
+        i_gfx, i_ksplit, i_run1, i_us1, i_us2, i_us, i_k1, i_k2, i_err1, i_err2, i_tag, i_xbf16, i_flat, \
+            i_tflops, i_bw = (col.get(n, -1) for n in ("gfx", "ksplit", "run_1stage", "us1", "us2", "us",
+                                                       "kernelName1", "kernelName2", "err1", "err2", "_tag", "xbf16",
+                                                       "flat", "tflops", "bw"))
+        int_cols = [(col[n], n) for n in _INT_KEYS]
+        info_cols = (("xbf16", int, i_xbf16), ("flat", int, i_flat), ("tflops", float, i_tflops), ("bw", float, i_bw))
         while True:
             try:
                 values = next(reader)
@@ -240,22 +270,15 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head") -> tuple[list[
             short = len(values) if len(values) < len(header) else 0
             if short:
                 values = values + [""] * (len(header) - len(values))
-
-            def get(name: str, default: str = "") -> str:
-                i = col.get(name)
-                return values[i].strip() if i is not None else default
-
+            values = [v.strip() for v in values]
             try:
-                ints = {name: _num(get(name), int) for name in _INT_KEYS}
-                if any(v is None for v in ints.values()):
-                    empty = [n for n, v in ints.items() if v is None]
-                    raise ValueError(f"empty {', '.join(empty)}")
-                block_m = _num(get("block_m"), int)
-                if block_m is None:
-                    raise ValueError("empty block_m")
-                ksplit = _num(get("ksplit", "0"), int) or 0
-                run_1stage = _num(get("run_1stage", "0"), int) or 0
-                us1, us2, us = (_num(get(n), float) for n in ("us1", "us2", "us"))
+                ints = dict(zip(_INT_KEYS, [_int(values[i], n) for i, n in int_cols]))
+                block_m = _int(values[col["block_m"]], "block_m")
+                ksplit = _int(values[i_ksplit], None) or 0 if i_ksplit >= 0 else 0
+                run_1stage = _int(values[i_run1], None) or 0 if i_run1 >= 0 else 0
+                us1 = _flt(values[i_us1]) if i_us1 >= 0 else None
+                us2 = _flt(values[i_us2]) if i_us2 >= 0 else None
+                us = _flt(values[i_us]) if i_us >= 0 else None
             except ValueError as exc:
                 problems.append(f"{display}:{line}: bad number ({exc})")
                 continue
@@ -263,8 +286,11 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head") -> tuple[list[
             # are shifted (a column missing, e.g. flat) still loads there; keep it and record the defect for lint.
             defects: list[str] = []
             lenient: dict[str, Any] = {}
-            for name, kind in (("xbf16", int), ("flat", int), ("tflops", float), ("bw", float)):
-                raw = get(name, "0" if kind is int else "")
+            for name, kind, i in info_cols:
+                raw = values[i] if i >= 0 else ("0" if kind is int else "")
+                if kind is int and raw in ("0", "1", ""):
+                    lenient[name] = int(raw or 0)
+                    continue
                 try:
                     lenient[name] = _num(raw, kind)
                 except ValueError:
@@ -276,25 +302,24 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head") -> tuple[list[
                                    f"(columns shifted?)")
             if short:
                 defects.append(f"{short} field(s) for {len(header)} columns (pandas fills the rest with NaN)")
-            for name in ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type"):
-                if not get(name):
-                    problems.append(f"{display}:{line}: empty {name}")
-                    break
-            else:
-                gfx = get("gfx") if has_gfx else ""
-                backfilled = False
-                if gfx in ("", "0", "nan", "None"):
-                    gfx = gfx_from_cu_num(ints["cu_num"]) if dispatch == "head" else None
-                    backfilled = dispatch == "head"
-                rows.append(TunedRow(
-                    file=display, line=line, gfx=gfx or None, block_m=block_m, ksplit=ksplit,
-                    act_type=get("act_type"), dtype=get("dtype"), q_dtype_a=get("q_dtype_a"),
-                    q_dtype_w=get("q_dtype_w"), q_type=get("q_type"), us1=us1, kernel1=get("kernelName1"),
-                    err1=get("err1"), us2=us2, kernel2=get("kernelName2"), err2=get("err2"), us=us,
-                    run_1stage=run_1stage, xbf16=lenient["xbf16"] or 0, flat=lenient["flat"] or 0,
-                    tflops=lenient["tflops"], bw=lenient["bw"], tag=get("_tag"), gfx_backfilled=backfilled,
-                    defects=tuple(defects), **ints,
-                ))
+            strs = [values[col[n]] for n in ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type")]
+            if not all(strs):
+                names = ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type")
+                problems.append(f"{display}:{line}: empty {names[[bool(x) for x in strs].index(False)]}")
+                continue
+            gfx = values[i_gfx] if i_gfx >= 0 else ""
+            backfilled = False
+            if gfx in ("", "0", "nan", "None"):
+                gfx = gfx_from_cu_num(ints["cu_num"]) if dispatch == "head" else None
+                backfilled = dispatch == "head"
+            rows.append(TunedRow(
+                display, line, gfx or None, ints["cu_num"], ints["token"], ints["model_dim"], ints["inter_dim"],
+                ints["expert"], ints["topk"], strs[0], strs[1], strs[2], strs[3], strs[4], ints["use_g1u1"],
+                ints["doweight_stage1"], block_m, ksplit, us1, values[i_k1], values[i_err1] if i_err1 >= 0 else "",
+                us2, values[i_k2] if i_k2 >= 0 else "", values[i_err2] if i_err2 >= 0 else "", us, run_1stage,
+                lenient["xbf16"] or 0, lenient["flat"] or 0, lenient["tflops"], lenient["bw"],
+                values[i_tag] if i_tag >= 0 else "", backfilled, tuple(defects),
+            ))
     return rows, problems
 
 
