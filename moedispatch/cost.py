@@ -7,7 +7,8 @@ Public API (pure Python; nothing is read or computed at import time)::
     costs[1].to_dict()        # {"tokens": 64, "us": 85.0, "low": 82.4, "high": 93.5, "basis": "tuned"}
     cost.total([costs] * 57)  # the model's MoE time per token count (decode step, prefill chunk)
     cost.compare(a, b)        # "faster" | "slower" | "tie" (bars separate or not)
-    cost.reason("aiter-flydsl", a, "triton", b)   # "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"
+    cost.reason("aiter-flydsl", a, "triton", b)
+    # -> "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"
     cost.padding_overhead(layer, caps, backend_family="aiter-flydsl", padding=p, tokens=(4096,))  # ((4096, 0.21),)
 
 How one prediction is made, in order (``Cost.basis`` says which step answered):
@@ -18,14 +19,16 @@ How one prediction is made, in order (``Cost.basis`` says which step answered):
    ``csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py``). Rows come from ``dispatch`` (the AITER dispatch model's
    per-bucket entries), ``rows``, or a lookup in :func:`moedispatch.aiter_configs.config_set_for`.
 3. ``interpolated`` — clean rows of the same tuned shape exist at a lower and a higher token count: log-log
-   interpolation between the two neighbours.
+   interpolation between the two neighbours, along the roofline work ``t_mem + t_cmp`` (:func:`interpolate`).
+   Outside the tuned token range the nearest row is scaled by the priors' ratio (basis ``roofline``).
 4. ``roofline`` — everything else: expected distinct experts touched ``E·(1−(1−k/E)^M)`` × expert weight bytes
    (scales included, padded sizes when a padding is given) + activations, over the product's datasheet HBM bandwidth
    (gpus.toml ``[peak.*]``); useful FLOPs over the peak for the activation dtype; then the efficiency priors of
    capability_db/cost_priors.toml (log-linear in those terms, per (arch, CU count, token bucket), fit on lint-clean
    tuned rows by ``benchmarks/bench_cost_model.py --fit``) turn the roofline into a time, never below the per-call
-   latency floor (the fastest clean tuned row of that arch and CU count). Bars are leave-one-model-out residual quantiles (p10–p90). Triton, emulation and third-party
-   backends get this AITER roofline times their own factor band (``[backend.*]`` in the priors, with sources).
+   latency floor (the fastest clean tuned row of that arch and CU count) and never less for more tokens. Bars are
+   leave-one-model-out residual quantiles (p10–p90). Triton, emulation and third-party backends get this AITER
+   roofline times their own factor band (``[backend.*]`` in the priors, with sources).
 
 Every prediction is at or above the datasheet roofline ``max(t_mem, t_cmp)`` for the bytes it must read and the
 FLOPs it must do (nothing runs faster than the datasheet peaks).
@@ -120,7 +123,8 @@ _COMPUTE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "fp8", "mxfp8"
 # AITER CSV spellings (aiter/utility/base_tuner.py dtype2bpe_dict counts fp4x2 as 1 byte per *logical* element,
 # which overstates bytes; real storage is half a byte).
 _CSV_BYTES = {"torch.bfloat16": 2.0, "torch.float16": 2.0, "torch.float8_e4m3fn": 1.0, "torch.float8_e4m3fnuz": 1.0,
-              "torch.int8": 1.0, "torch.float4_e2m1fn_x2": 0.5, "torch.int4": 0.5, "torch.uint32": 0.5}
+              "torch.int8": 1.0, "torch.float4_e2m1fn_x2": 0.5, "torch.int4": 0.5,
+              "torch.uint32": 0.5}  # uint32: eight packed int4 values
 _CSV_SCALE = {"QuantType.per_1x32": 1 / 32, "QuantType.per_1x128": 4 / (128 * 128)}
 
 
@@ -147,10 +151,12 @@ class Geometry:
     def of_layer(cls, layer: Any, padding: Any = None) -> "Geometry":
         """From a :class:`~moedispatch.layers.MoELayer` and, optionally, its :class:`~moedispatch.backend.Padding`."""
         w = layer.weight
-        scale = 0.0
+        scale = 0.0   # scale bytes per weight element: E8M0 per 32 (MX), bf16 per group, fp32 per block
         if w.quantized:
-            if w.is_mx or w.group_size:
-                scale = 1 / (w.group_size or 32)
+            if w.is_mx:
+                scale = 1 / 32
+            elif w.group_size:
+                scale = (1 if w.scale_dtype == "e8m0" else 2) / w.group_size
             elif w.block:
                 scale = 4 / (w.block[0] * w.block[1])
         return cls(
@@ -305,7 +311,12 @@ def lint_rows(rows: Iterable[Any], peaks_for: Callable[[Any], Mapping[str, Any] 
             continue
         peaks = peaks_for(r)
         if peaks is not None:
-            tm, tc = roofline_us(Geometry.of_row(r), int(_row_get(r, "token")), peaks)
+            try:
+                geo = Geometry.of_row(r)
+            except (UsageError, KeyError, ValueError, TypeError, AttributeError) as exc:
+                rejected.append((r, f"cannot read the row's shape ({exc})"))
+                continue
+            tm, tc = roofline_us(geo, int(_row_get(r, "token")), peaks)
             if us < max(tm, tc):
                 rejected.append((r, f"us={us:g} is faster than the datasheet roofline ({max(tm, tc):.1f} µs)"))
                 continue
@@ -823,8 +834,8 @@ def compare(a_costs: Sequence[Cost], b_costs: Sequence[Cost]) -> str:
 
 def reason(a_name: str, a_costs: Sequence[Cost], b_name: str, b_costs: Sequence[Cost],
            tokens: int | None = None) -> str:
-    """``"aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"`` — at ``tokens``, else at the token
-    count where the bars are furthest apart (the first common one when none separate)."""
+    """``"aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"``: at ``tokens``, else at the
+    token count where the bars are furthest apart (the first common one when none separate)."""
     pairs = _pairs(a_costs, b_costs)
     if not pairs:
         return f"{a_name} vs {b_name}: no common token count"
