@@ -97,6 +97,7 @@ AITER_ENV: dict[str, str] = {
     "AITER_XBFLOAT16": "1: gfx950 per_1x128 heuristic 1-stage runs the xbf16 (bf16-input) ASM variant",
     "AITER_USE_NT": "non-temporal loads override (-1 auto)",
     "AITER_FORCE_A8W4": "gfx1250 only: fp8 activations instead of fp4",
+    "AITER_MOE_A8W4_BYPASS_QUANT": "1 (debug): a8w4/mxfp8 paths skip activation quantization and use unit scales",
     "CU_NUM": "overrides the CU count AITER keys its lookup on (aiter/jit/utils/chip_info.py get_cu_num)",
 }
 _ENV_PREFIXES = ("AITER_",)
@@ -1019,6 +1020,12 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
         # table has no MXfp4 code object and the fp4 quant cannot emit fp4x2 there (sgl-project/sglang#35525).
         warnings.append(f"AITER's MX (per_1x32) fused-MoE kernels need gfx950; on {key.gfx} this dispatch fails at "
                         "run time (derived: " + SRC_FUSED_MOE + ", https://github.com/sgl-project/sglang/pull/35525)")
+    if env_d.get("AITER_MOE_A8W4_BYPASS_QUANT", "0") == "1" and key.q_type == Q_1X32 and any(
+            s.q_dtype_a in (FP8, FP8_FNUZ) for s in raw):
+        # fused_moe_2stages: "Debug bypass: skip real quant, feed unit scales" (a1 = hidden_states.to(fp8)).
+        warnings.append("AITER_MOE_A8W4_BYPASS_QUANT=1 is a debug switch: the fp8-activation (a8w4/mxfp8) steps cast "
+                        "activations to fp8 with unit scales instead of quantizing them — wrong output for real "
+                        f"weights ({SRC_FUSED_MOE})")
     hits = evaluate_issues(raw, key, version)
     return DispatchPlan(layer_index=layer.index, steps=steps, key=key, tokens=counts,
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,

@@ -599,3 +599,17 @@ def test_replay_op_tests_bm16_tiled_scale_boundary(head, token):
     assert step.block_m == 16 and step.basis == "tuned" and step.q_dtype_a == ad.FP8
     assert step.kernels == ("flydsl_moe1_afp8_wfp4_bf16_t16x128x256_w3_gui_fp8",
                             "flydsl_moe2_afp8_wfp4_bf16_t16x256x256_atomic")
+
+
+def test_a8w4_bypass_quant_is_flagged(head):
+    """AITER_MOE_A8W4_BYPASS_QUANT=1 makes fused_moe_2stages skip activation quantization and feed unit scales
+    (FM "Debug bypass"): a plan whose steps run fp8 activations on MX weights warns."""
+    caps = target_capabilities(*MI355X)
+    dsv4 = layer(hidden=7168, intermediate=4096, experts=384, top_k=6, **MXFP4)
+    env = {"AITER_BF16_FP8_MOE_BOUND": "0", "AITER_MOE_A8W4_BYPASS_QUANT": "1"}
+    plan = plan_dispatch(dsv4, caps, configs=head, env=env, assumptions=Assumptions(gate_mode="interleave"),
+                         tokens=(64,))
+    assert any("AITER_MOE_A8W4_BYPASS_QUANT" in w for w in plan.warnings)
+    clean = plan_dispatch(dsv4, caps, configs=head, env={"AITER_BF16_FP8_MOE_BOUND": "0"},
+                          assumptions=Assumptions(gate_mode="interleave"), tokens=(64,))
+    assert not any("BYPASS_QUANT" in w for w in clean.warnings)
