@@ -69,6 +69,7 @@ __all__ = [
     "parse_env_args",
     "dispatch_issues",
     "evaluate_issues",
+    "pad_hazards",
     "fhmoe_supports",
     "fhmoe_lookup",
     "fhmoe_config_scope",
@@ -1026,7 +1027,7 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
         warnings.append("AITER_MOE_A8W4_BYPASS_QUANT=1 is a debug switch: the fp8-activation (a8w4/mxfp8) steps cast "
                         "activations to fp8 with unit scales instead of quantizing them — wrong output for real "
                         f"weights ({SRC_FUSED_MOE})")
-    hits = evaluate_issues(raw, key, version)
+    hits = evaluate_issues(raw, key, version) + pad_hazards(raw, key, padding, has_bias=layer.has_bias)
     return DispatchPlan(layer_index=layer.index, steps=steps, key=key, tokens=counts,
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,
                         dispatch_model=cs.dispatch, aiter_version=version, warnings=tuple(warnings),
@@ -1199,6 +1200,51 @@ def evaluate_issues(steps: Iterable[DispatchStep], key: DispatchKey, aiter_versi
                                  effect=issue.effect, workaround=issue.workaround,
                                  workaround_env=issue.workaround_env, token_cap=issue.token_cap,
                                  source=issue.source, confidence=issue.confidence, severity=issue.severity))
+    return tuple(hits)
+
+
+def pad_hazards(steps: Iterable[DispatchStep], key: DispatchKey, padding: "Padding | None", *,
+                has_bias: bool = False) -> tuple[IssueHit, ...]:
+    """Steps whose kernels would read padded weights the plan does not make safe.
+
+    * ASM and classic CK take no pad arguments and compute over the padded extent: pad regions must be zero
+      (https://github.com/ROCm/aiter/issues/5413).
+    * FlyDSL drops the pads when a bias is passed (FM ``_get_padding_for_flydsl`` returns (0, 0)): same.
+    * CK-Tile skips whole granules only (``intermediate_pad // 64 * 64``, ``hidden_pad // 128 * 128`` in FM): a
+      remainder is computed over, so it must be zero.
+    """
+    if padding is None or padding.zero_fill:
+        return ()
+    ipad, hpad = padding.kernel_intermediate_pad, padding.kernel_hidden_pad
+    apad_i, apad_h = padding.intermediate_pad, padding.hidden_pad
+    if not (apad_i or apad_h):
+        return ()
+    hits: list[IssueHit] = []
+    for step in steps:
+        fams = set(step.family.split("+"))
+        why = None
+        if fams & {"ck", "asm"}:
+            why = ("ASM/CK kernels take no pad arguments and compute over the padded extent, so the pad regions must "
+                   "be zero", "https://github.com/ROCm/aiter/issues/5413")
+        elif "flydsl" in fams and has_bias and (ipad or hpad):
+            why = ("FlyDSL drops the pad arguments when a bias is passed and computes over the padded extent",
+                   f"{SRC_FUSED_MOE} (_get_padding_for_flydsl)")
+        elif "cktile" in fams and (ipad % 64 or hpad % 128 or ipad < apad_i or hpad < apad_h):
+            why = ("CK-Tile skips only whole 64-wide N / 128-wide K granules of the pads it is given; the rest is "
+                   "computed over", f"{SRC_FUSED_MOE} (cktile_moe_stage1/2 n_pad_zeros, k_pad_zeros)")
+        elif "flydsl" in fams and (ipad < apad_i or hpad < apad_h):
+            why = ("FlyDSL skips only the pads it is passed (inter_dim_pad/model_dim_pad); the rest is computed over",
+                   f"{SRC_FUSED_MOE} (_flydsl_stage1_wrapper)")
+        if why is None:
+            continue
+        prev = hits[-1] if hits else None
+        if prev and prev.issue == "pad-not-zeroed" and prev.effect.startswith(why[0]):
+            hits[-1] = replace(prev, tokens=(prev.tokens[0], step.tokens[1]))
+            continue
+        hits.append(IssueHit(issue="pad-not-zeroed", tokens=step.tokens, bucket=step.bucket,
+                             kernel=" + ".join(step.kernels), effect=why[0] + "; the plan does not zero-fill them",
+                             workaround="allocate the padded weights (and scales) with zeros", workaround_env=(),
+                             token_cap=None, source=why[1], confidence="derived", severity="error"))
     return tuple(hits)
 
 

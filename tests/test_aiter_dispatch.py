@@ -613,3 +613,19 @@ def test_a8w4_bypass_quant_is_flagged(head):
     clean = plan_dispatch(dsv4, caps, configs=head, env={"AITER_BF16_FP8_MOE_BOUND": "0"},
                           assumptions=Assumptions(gate_mode="interleave"), tokens=(64,))
     assert not any("BYPASS_QUANT" in w for w in clean.warnings)
+
+
+def test_pad_hazard_when_the_picked_kernel_computes_over_pads(head):
+    """A plan that pads intermediate 384 → 512 without zero-fill is unsafe wherever AITER picks a kernel that
+    computes over the pad (ASM/CK: https://github.com/ROCm/aiter/issues/5413); zero-fill clears it."""
+    from moedispatch.backend import Padding
+
+    caps = target_capabilities(*MI355X)
+    ds = layer(intermediate=3072)  # 384 per rank at TP8, fp8 128x128 blocks: CK/ASM family
+    pad = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=128, kernel_intermediate_pad=0)
+    plan = plan_dispatch(ds, caps, configs=head, env={}, padding=pad, tokens=(1, 64))
+    hz = [h for h in plan.issues if h.issue == "pad-not-zeroed"]
+    assert hz and hz[0].tokens == (1, 64) and plan.key.inter_dim == 512
+    zeroed = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=128, zero_fill=True)
+    assert not [h for h in plan_dispatch(ds, caps, configs=head, env={}, padding=zeroed, tokens=(1, 64)).issues
+                if h.issue == "pad-not-zeroed"]
