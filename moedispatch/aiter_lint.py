@@ -7,6 +7,8 @@ Checks (each finding names the rows as ``file:line``):
 * ``faster-than-hbm`` — ``us`` below the time to read, at the GPU's peak HBM bandwidth, the weights of the experts
   the tuner's (uniform, ``torch.randn``) routing activates: ``E·(1-(1-k/E)^M)`` experts × expert bytes (fp4 at ½ byte
   plus 1/32 byte of E8M0 scale per element). Physically impossible; the row cannot be used as a measurement.
+* ``faster-than-compute`` — ``us`` below the time for the row's useful FLOPs (``2·M·k·D·(n1+I)``) at the most
+  generous datasheet peak for its operand dtypes.
 * ``shared-cu-num`` — rows keyed on a ``cu_num`` that two products share (304: MI300X and MI325X; 256: MI350X and
   MI355X): AITER applies them to both, whichever one they were tuned on.
 * ``shadowed`` — rows AITER can never pick: a repeated lookup key (AITER keeps the first), an act-type duplicate
@@ -29,7 +31,8 @@ from typing import Any, Callable, Mapping
 from moedispatch import aiter_configs as _cfg
 from moedispatch.aiter_configs import ConfigSet, TunedRow
 
-__all__ = ["Finding", "LintReport", "lint", "render", "run_cli", "HBM_TB_S", "physical_floor_us"]
+__all__ = ["Finding", "LintReport", "lint", "render", "run_cli", "HBM_TB_S", "PEAK_TFLOPS", "physical_floor_us",
+           "compute_floor_us"]
 
 #: Peak HBM bandwidth (TB/s) per product, from AMD's datasheets, used when gpus.toml has none.
 HBM_TB_S: dict[str, tuple[float, str, str]] = {
@@ -41,6 +44,11 @@ HBM_TB_S: dict[str, tuple[float, str, str]] = {
     "MI355X": (8.0, "https://github.com/ROCm/rocm-docs/blob/0276a76499b5ae1bd16ffc94030d0756a6a8409e/docs/reference/"
                     "gpu-arch/mi350.rst", "confirmed"),
     "MI308X": (5.3, "no public datasheet; assumed equal to MI300X (same HBM3 stacks)", "unconfirmed"),
+}
+#: Dense peak matrix throughput (TFLOP/s: bf16, fp8, fp4) from the same datasheets; MI308X has none public.
+PEAK_TFLOPS: dict[str, tuple[float, float, float | None]] = {
+    "MI300X": (1307.4, 2614.9, None), "MI325X": (1307.4, 2614.9, None),
+    "MI350X": (2300.0, 4600.0, 9200.0), "MI355X": (2516.6, 5033.2, 10066.3),
 }
 _BW_KEYS = ("hbm_tb_s", "hbm_bandwidth_tb_s", "memory_bandwidth_tb_s", "peak_hbm_tb_s", "bandwidth_tb_s")
 
@@ -143,6 +151,45 @@ def _impossible(cs: ConfigSet) -> list[Finding]:
     return out
 
 
+def compute_floor_us(row: TunedRow, product: str) -> float | None:
+    """Microseconds for the row's useful FLOPs (2·M·k·D·(n1+I)) at the product's most generous peak for its
+    operand dtypes (a lower bound: real kernels also read weights and pad tiles)."""
+    peaks = PEAK_TFLOPS.get(product)
+    if peaks is None:
+        return None
+    dts = {row.q_dtype_a, row.q_dtype_w}
+    if dts & {"torch.float4_e2m1fn_x2"} and peaks[2]:
+        tf = peaks[2]
+    elif dts & {"torch.float8_e4m3fn", "torch.float8_e4m3fnuz", "torch.int8", "torch.float4_e2m1fn_x2",
+                "torch.int4", "torch.uint32"}:
+        tf = peaks[1]
+    else:
+        tf = peaks[0]
+    n1 = 2 * row.inter_dim if row.use_g1u1 else row.inter_dim
+    flops = 2.0 * row.token * row.topk * row.model_dim * (n1 + row.inter_dim)
+    return flops / (tf * 1e12) * 1e6
+
+
+def _compute(cs: ConfigSet) -> list[Finding]:
+    prods = _products_by_cu()
+    out = []
+    for r in cs.rows:
+        if r.us is None or r.us <= 0 or r.gfx is None:
+            continue
+        names = [p[0] for p in prods.get((r.gfx, r.cu_num), []) if p[0] in PEAK_TFLOPS]
+        floors = [(compute_floor_us(r, n), n) for n in names]
+        floors = [(f, n) for f, n in floors if f is not None]
+        if not floors:
+            continue
+        floor, name = min(floors)  # the fastest product sharing the cu_num
+        if r.us < floor:
+            out.append(Finding("faster-than-compute", "error",
+                               f"us={r.us:g} at token {r.token} is below {floor:.1f} us, the time for its useful "
+                               f"FLOPs at {name}'s peak for these dtypes", (r.where,), HBM_TB_S[name][1],
+                               HBM_TB_S[name][2]))
+    return out
+
+
 def _shared_cu(cs: ConfigSet) -> list[Finding]:
     prods = _products_by_cu()
     rows_by: dict[tuple, list[TunedRow]] = defaultdict(list)
@@ -240,7 +287,7 @@ def _malformed(cs: ConfigSet) -> list[Finding]:
 def lint(cs: ConfigSet, env: Mapping[str, str] | None = None) -> LintReport:
     """Run every check on ``cs`` (``env``: the AITER env, for the override check)."""
     env = dict(env or {})
-    findings = _malformed(cs) + _copied(cs) + _impossible(cs) + _shared_cu(cs) + _shadowed(cs, env)
+    findings = _malformed(cs) + _copied(cs) + _impossible(cs) + _compute(cs) + _shared_cu(cs) + _shadowed(cs, env)
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order.get(f.severity, 3), f.check))
     counts: dict[str, int] = defaultdict(int)
@@ -249,6 +296,7 @@ def lint(cs: ConfigSet, env: Mapping[str, str] | None = None) -> LintReport:
     rows_copied = sum(len(f.rows) for f in findings if f.check == "copied-timing")
     summary = [("rows", len(cs.rows)), ("files", len(cs.files)), ("rows_copied_timing", rows_copied),
                ("rows_faster_than_hbm", sum(1 for f in findings if f.check == "faster-than-hbm")),
+               ("rows_faster_than_compute", sum(1 for f in findings if f.check == "faster-than-compute")),
                ("findings", len(findings))]
     return LintReport(cs, tuple(findings), tuple(summary))
 

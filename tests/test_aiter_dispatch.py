@@ -629,3 +629,15 @@ def test_pad_hazard_when_the_picked_kernel_computes_over_pads(head):
     zeroed = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=128, zero_fill=True)
     assert not [h for h in plan_dispatch(ds, caps, configs=head, env={}, padding=zeroed, tokens=(1, 64)).issues
                 if h.issue == "pad-not-zeroed"]
+
+
+def test_compute_floor():
+    """Useful FLOPs 2·M·k·D·(n1+I) at the fp8 peak: a per_1x128 7168x256 row at M=32768, top-8 needs
+    2·32768·8·7168·768 / 5033.2 TF = 574 µs on MI355X."""
+    from moedispatch import aiter_lint
+
+    row = ac.TunedRow(file="x", line=2, gfx="gfx950", cu_num=256, token=32768, model_dim=7168, inter_dim=256,
+                      expert=256, topk=8, act_type=ad.SILU, dtype=ad.BF16, q_dtype_a=ad.FP8, q_dtype_w=ad.FP8,
+                      q_type=ad.Q_1X128, use_g1u1=1, doweight_stage1=0, block_m=64, us=1.0)
+    assert aiter_lint.compute_floor_us(row, "MI355X") == pytest.approx(2 * 32768 * 8 * 7168 * 768 / 5033.2e12 * 1e6)
+    assert aiter_lint.compute_floor_us(row, "MI308X") is None
