@@ -273,14 +273,18 @@ def resolve_target(target: str) -> tuple[str, str | None, int | None]:
     if text.lower().startswith(("gfx", "amdgcn")):
         gfx = normalize_gfx(text)
         if gfx not in arch:
-            raise TargetError(f"unknown GPU arch {text!r}; known: {', '.join(sorted(arch))}")
+            from moedispatch._suggest import did_you_mean
+
+            raise TargetError(f"unknown GPU arch {text!r}{did_you_mean(text, arch)}; known: {', '.join(sorted(arch))}")
         product = arch[gfx]["products"][0]
         return gfx, product["name"], product["compute_units"]
     key = re.sub(r"[\s_-]", "", text.lower())
     found = _product_index().get(key)
     if found is None:
         names = sorted(p["name"] for e in arch.values() for p in e["products"])
-        raise TargetError(f"unknown target {text!r}; use a gfx name ({', '.join(sorted(arch))}) or a product "
+        from moedispatch._suggest import did_you_mean
+
+        raise TargetError(f"unknown target {text!r}{did_you_mean(text, [*arch, *names])}; use a gfx name ({', '.join(sorted(arch))}) or a product "
                           f"({', '.join(names)})")
     gfx, product = found
     return gfx, product["name"], product["compute_units"]

@@ -12,6 +12,7 @@ import logging
 import sys
 from typing import Sequence
 
+from moedispatch._suggest import did_you_mean
 from moedispatch.errors import MoedispatchError, NoBackendError, PluginError, UsageError
 
 __all__ = ["main"]
@@ -36,7 +37,8 @@ def _positive(text: str) -> int:
 
 def _build_parser() -> _Parser:
     parser = _Parser(prog="moedispatch", description="Which MoE kernel is correct on an AMD GPU, per layer, and why.")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--version", action="store_true",
+                        help="print the version, the capability_db snapshot and the releases it knows, and exit")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log decisions to stderr (-v info, -vv debug); default: warnings only")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
@@ -50,7 +52,8 @@ def _build_parser() -> _Parser:
         p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         p.add_argument("--log-format", choices=["console", "json"], default=argparse.SUPPRESS,
                        help=argparse.SUPPRESS)
-        p.add_argument("--format", choices=["table", "json"], default="table")
+        p.add_argument("--format", choices=["table", "json"], default="table",
+                       help="table for people (default), json for programs (only JSON on stdout)")
         if target:
             p.add_argument("--target", help="GPU arch or product: gfx942, gfx950, MI300X, MI355X, …")
             p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3, or 'none')")
@@ -58,9 +61,10 @@ def _build_parser() -> _Parser:
     explain = sub.add_parser("explain", help="plan every layer of a model and say why")
     explain.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
     common(explain)
-    explain.add_argument("--tp", type=_positive, default=1)
-    explain.add_argument("--ep", type=_positive, default=1)
-    explain.add_argument("--backend", help="force one backend (raises with its reasons if it cannot run)")
+    explain.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
+    explain.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
+    explain.add_argument("--backend", help="force one backend (exit 3 with its reasons if it cannot run)")
+    explain.add_argument("--brief", action="store_true", help="one line per group of identical layers")
     explain.add_argument("--recipe", choices=["vllm", "sglang"], help="print an engine launch recipe")
     explain.add_argument("--engine-version", help="engine release the recipe targets (default: newest known)")
     explain.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
@@ -75,14 +79,14 @@ def _build_parser() -> _Parser:
     common(models, target=False)
 
     verify = sub.add_parser("verify", help="check a layer's plan numerically through emulation (needs torch)")
-    verify.add_argument("--model", required=True)
+    verify.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
     common(verify)
-    verify.add_argument("--tp", type=_positive, default=1)
-    verify.add_argument("--ep", type=_positive, default=1)
+    verify.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
+    verify.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
     verify.add_argument("--layer", type=int, default=None, help="layer index (default: first MoE layer)")
     verify.add_argument("--experts", type=_positive, default=None, help="fewer experts to keep it fast")
-    verify.add_argument("--tokens", type=_positive, default=8)
-    verify.add_argument("--seed", type=int, default=None)
+    verify.add_argument("--tokens", type=_positive, default=8, help="tokens routed through the layer (default 8)")
+    verify.add_argument("--seed", type=int, default=None, help="random seed of the layer's weights and inputs")
     verify.add_argument("--backend", help="verify this backend's plan (forced, as explain's --backend; exit 3 with "
                                           "its reasons if it cannot run the layer)")
 
@@ -135,6 +139,35 @@ def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> No
     logger.propagate = False
 
 
+def _check_backend(name: str | None, registry: object) -> None:
+    if name is not None and registry.get(name) is None:  # type: ignore[attr-defined]
+        names = sorted(registry.names())  # type: ignore[attr-defined]
+        raise UsageError(f"unknown backend {name!r}{did_you_mean(name, names)}; registered: {', '.join(names)}")
+
+
+def _version_text() -> str:
+    from importlib.metadata import version
+
+    from moedispatch import capdb
+
+    lines = [f"moedispatch {version('moedispatch')}"]
+    try:
+        known = capdb.aiter_db()["known_versions"]
+        lines.append(f"capability_db: AITER {min(known, key=capdb.parse_aiter_version)} … "
+                     f"{capdb.default_aiter_version()} ({len(known)} releases; default {capdb.default_aiter_version()})")
+        engines = capdb.load_toml("engines.toml")
+        for engine in ("vllm", "sglang"):
+            if engine in engines:
+                lines.append(f"capability_db: {engine} through {engines[engine].get('newest', '?')}")
+        snapshots = capdb.load_toml("aiter_configs/manifest.toml").get("snapshot", {})
+        for name, snap in snapshots.items():
+            lines.append(f"capability_db: AITER tuned-CSV snapshot {name!r}: ROCm/aiter@{str(snap.get('commit', '?'))[:10]}"
+                         f" ({snap.get('date', '?')})")
+    except MoedispatchError as exc:  # a broken install still prints the version
+        lines.append(f"capability_db: unreadable ({exc})")
+    return "\n".join(lines)
+
+
 def _print(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -150,8 +183,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     caps, first_line = resolve_capabilities(args.target, args.aiter_version)
     registry = get_registry(strict=args.strict_plugins)
-    if args.backend is not None and registry.get(args.backend) is None:
-        raise UsageError(f"unknown backend {args.backend!r}; registered: {', '.join(sorted(registry.names()))}")
+    _check_backend(args.backend, registry)
     warnings = ([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
                       strict=args.strict_plugins, warnings=warnings)
@@ -162,7 +194,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     elif args.format == "json":
         _print(render_json(plan))
     else:
-        _print(render_table(plan, first_line=first_line))
+        _print(render_table(plan, first_line=first_line, brief=args.brief))
     if not plan.ok:
         missing = [d for d in plan.decisions if not d.ok]
         first = missing[0]
@@ -253,8 +285,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if layer.kind != "moe":
             raise UsageError(f"--layer {args.layer} is a dense layer; pick a MoE layer")
     registry = get_registry()
-    if args.backend is not None and registry.get(args.backend) is None:
-        raise UsageError(f"unknown backend {args.backend!r}; registered: {', '.join(sorted(registry.names()))}")
+    _check_backend(args.backend, registry)
     try:
         decision = select(layer, caps, registry.backends, force=args.backend)
         backend, padding = decision.backend, decision.padding
@@ -302,9 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = _build_parser()
         args = parser.parse_args(argv)
         if args.version:
-            from importlib.metadata import version
-
-            _print(f"moedispatch {version('moedispatch')}")
+            _print(_version_text())
             return EXIT_OK
         if not args.command:
             raise UsageError("moedispatch: a command is required (explain, probe, backends, models, verify, aiter-configs); "

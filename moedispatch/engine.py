@@ -38,7 +38,7 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     if target is not None:
         return capdb.target_capabilities(target, aiter_version), None
     if env_target is not None:
-        return capdb.target_capabilities(env_target, aiter_version, target_source="flag"), None
+        return capdb.target_capabilities(env_target, aiter_version, target_source="env"), None
     from moedispatch.probe import capabilities_from_probe, probe
 
     caps = capabilities_from_probe(probe(), aiter_version=aiter_version)

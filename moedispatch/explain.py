@@ -10,7 +10,7 @@ import json
 from typing import Sequence
 
 from moedispatch.decision import Decision
-from moedispatch.plan import SCHEMA, Plan, padded_bytes, plan_model, plan_to_json
+from moedispatch.plan import SCHEMA, Plan, layer_span, padded_bytes, plan_model, plan_to_json
 from moedispatch.plan import _ranges  # noqa: F401 - re-exported for older callers
 from moedispatch.reason import Reason
 
@@ -44,7 +44,22 @@ def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
                          subsequent_indent=" " * len(indent) + "  ") or [indent]
 
 
-def render_table(plan: Plan, *, first_line: str | None = None) -> str:
+#: Why the plan assumes its AITER version (the provenance of ``aiter_version``), for the target line.
+_AITER_WHY = {"default": "default: the newest capability_db knows", "flag": "--aiter-version",
+              "env": "MOEDISPATCH_TARGET", "probe": "installed"}
+
+
+def _brief_line(d: Decision, span: str, count: str) -> str:
+    layer, p = d.layer, d.padding
+    if layer.kind == "dense":
+        return f"{span} ({count}) → dense MLP"
+    pad = (f"pad hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
+           f"{p.intermediate_per_rank} ({p.pad_semantics})" if p.padded else "no padding")
+    extra = f"; {len(d.warnings)} warning(s)" if d.warnings else ""
+    return f"{span} ({count}) → {d.backend or 'NO BACKEND'}: {pad}{extra}"
+
+
+def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = False) -> str:
     caps = plan.caps
     lines: list[str] = []
     if first_line:
@@ -53,24 +68,22 @@ def render_table(plan: Plan, *, first_line: str | None = None) -> str:
     if caps.compute_units:
         target += f", {caps.compute_units} CUs"
     target += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
+    target += f" ({_AITER_WHY.get(caps.source_of('aiter_version') or '', caps.source_of('aiter_version') or '?')})"
     lines.append(f"model   {plan.model.name} ({plan.model.source}"
                  + (f", {plan.model.architecture}" if plan.model.architecture else "") + ")")
     lines.append(f"target  {target} [{caps.source}]")
     lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
                  f" plan fingerprint {plan.fingerprint}")
     lines.append("")
-    groups: list[list[Decision]] = []
-    for d in plan.decisions:
-        if groups and groups[-1][-1].group_key() == d.group_key() and groups[-1][-1].layer.index + 1 == d.layer.index:
-            groups[-1].append(d)
-        else:
-            groups.append([d])
-    for group in groups:
+    for group in plan.groups():
         d = group[0]
         layer = d.layer
         idx = [g.layer.index for g in group]
-        span = f"layer {idx[0]}" if len(idx) == 1 else f"layers {idx[0]}–{idx[-1]}"
+        span = layer_span(idx)
         count = f"{len(idx)} {'MoE' if layer.kind == 'moe' else 'dense'}"
+        if brief:
+            lines.append(_brief_line(d, span, count))
+            continue
         if layer.kind == "dense":
             lines.append(f"{span} ({count}) → dense MLP, no MoE backend "
                          f"(hidden {layer.hidden}, intermediate {layer.intermediate})")

@@ -599,5 +599,8 @@ def load_model(ref: str) -> ModelSpec:
     if os.sep in ref or ref.startswith((".", "~")) or ref.endswith(".json"):
         raise ModelError(f"{ref}: no such file or folder")
     known = sorted(e["name"] for e in builtin_models())
-    raise ModelError(f"unknown model {ref!r}: not a built-in name, folder, config.json or cached HF repo id "
+    from moedispatch._suggest import did_you_mean
+
+    raise ModelError(f"unknown model {ref!r}{did_you_mean(ref, known)}: not a built-in name, folder, config.json or "
+                     "cached HF repo id "
                      f"(built-in: {', '.join(known)})")

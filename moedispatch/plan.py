@@ -19,7 +19,8 @@ from moedispatch.models import ModelSpec, expand_layers
 from moedispatch.reason import Reason, texts
 from moedispatch.selector import select
 
-__all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "SCHEMA"]
+__all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "group_entry", "layer_span",
+           "SCHEMA"]
 
 SCHEMA = "moedispatch.explain/1"
 log = get_logger(__name__)
@@ -45,6 +46,14 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The explain JSON document (schema ``moedispatch.explain/1``)."""
         return plan_to_json(self)
+
+    def groups(self) -> tuple[tuple[Decision, ...], ...]:
+        """Layers whose decisions are identical, across non-adjacent layers, in order of first appearance
+        (Llama-4-Maverick's 24 MoE layers alternate with dense ones: one group of 24)."""
+        by_key: dict[tuple, list[Decision]] = {}
+        for d in self.decisions:
+            by_key.setdefault(d.group_key(), []).append(d)
+        return tuple(tuple(g) for g in by_key.values())
 
     @property
     def fingerprint(self) -> str:
@@ -187,6 +196,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "target": plan.caps.target_dict(),
         "parallel": {"tp": plan.tp, "ep": plan.ep},
         "layers": [layer_entry(d) for d in plan.decisions],
+        "groups": [group_entry(g) for g in plan.groups()],
         "warnings": texts(plan.warnings),
         "warning_details": [w.to_dict() for w in plan.warnings],
         "padded_bytes": sum(extra for _, extra in totals),
@@ -194,6 +204,25 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
     }
 
 
+
+
+def group_entry(group: Sequence[Decision]) -> dict[str, Any]:
+    """The JSON ``groups`` entry: the layers that share one decision, and that decision's headline fields."""
+    d = group[0]
+    return {"layers": [g.layer.index for g in group], "kind": d.layer.kind, "backend": d.backend,
+            "padding": d.padding.to_dict() if d.layer.kind == "moe" else None,
+            "warnings": texts(d.warnings)}
+
+
+def layer_span(indices: Sequence[int]) -> str:
+    """``layer 3`` / ``layers 3–59`` / ``layers 1,3,…,47`` (an arithmetic progression) / ``layers 0–2, 7, 9``."""
+    idx = list(indices)
+    if len(idx) == 1:
+        return f"layer {idx[0]}"
+    step = idx[1] - idx[0]
+    if len(idx) > 3 and step > 1 and all(b - a == step for a, b in zip(idx, idx[1:])):
+        return f"layers {idx[0]},{idx[1]},…,{idx[-1]}"
+    return f"layers {_ranges(idx)}"
 
 
 def _ranges(indices: Sequence[int]) -> str:
