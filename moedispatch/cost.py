@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from moedispatch.errors import CapabilityDBError, UsageError
@@ -478,42 +478,64 @@ def _csv_dtype(label: str, fnuz: bool) -> str:
             "mxfp4": "torch.float4_e2m1fn_x2", "int4": "torch.int4"}.get(label, label)
 
 
-def _lookup_rows(layer: Any, caps: Any, geo: Geometry) -> list[Any]:
-    """Tuned rows for the layer's AITER lookup key (without the token) from the target's tuned set (cached per
-    layer signature, target and geometry: finding the installed AITER's files is the slow part)."""
+def _plan(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
+    """The AITER dispatch model's plan for the layer (no AITER environment: a library reads no env vars), or None
+    when AITER cannot take the layer at all (then no tuned row can apply). Cached per layer signature."""
     try:
-        return list(_lookup_rows_cached(layer.signature(), caps, geo))
-    except TypeError:  # an unhashable stand-in for MoELayer/Capabilities
-        return list(_lookup_rows_uncached(layer, caps, geo))
+        return _plan_cached(layer.signature(), caps, padding, tokens)
+    except TypeError:  # unhashable stand-ins
+        return _plan_uncached(layer, caps, padding, tokens)
 
 
 @functools.lru_cache(maxsize=256)
-def _lookup_rows_cached(layer: Any, caps: Any, geo: Geometry) -> tuple[Any, ...]:
-    return _lookup_rows_uncached(layer, caps, geo)
+def _plan_cached(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
+    return _plan_uncached(layer, caps, padding, tokens)
 
 
-def _lookup_rows_uncached(layer: Any, caps: Any, geo: Geometry) -> tuple[Any, ...]:
+def _plan_uncached(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
+    from moedispatch import aiter_dispatch
+
+    try:
+        return aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env={}, padding=padding)
+    except UsageError:
+        return None
+
+
+def _shape_rows(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
+    """Every tuned row of the dispatch key's shape (any token) with activations ``q_dtype_a``, exact act_type
+    first as AITER looks it up (then the act-wildcarded dict, ``aiter/fused_moe.py`` ``get_2stage_cfgs``)."""
+    try:
+        return _shape_rows_cached(key, caps, q_dtype_a)
+    except TypeError:  # unhashable stand-ins
+        return _shape_rows_uncached(key, caps, q_dtype_a)
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_rows_cached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
+    return _shape_rows_uncached(key, caps, q_dtype_a)
+
+
+def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
     from moedispatch import aiter_configs
 
-    w, a = layer.weight, layer.act
-    if w.is_mx or w.group_size == 32:
-        q_type = "QuantType.per_1x32"
-    elif w.block == (128, 128):
-        q_type = "QuantType.per_1x128"
-    elif not w.quantized:
-        q_type = "QuantType.No"
-    else:
-        q_type = _Q_TYPE.get(w.granularity or "", "")
-    fnuz = getattr(caps, "fp8_format", None) == "e4m3fnuz"
-    cs = aiter_configs.config_set_for(caps)
     rows = aiter_configs.tuned_rows(
-        config_set=cs, model_dim=geo.hidden, inter_dim=geo.inter, expert=layer.experts_per_rank, topk=layer.top_k,
-        gfx=caps.gfx, cu_num=caps.compute_units, q_dtype_w=_csv_dtype(w.dtype, fnuz),
-        q_dtype_a=_csv_dtype(a.dtype, fnuz), q_type=q_type)
-    want_act = _ACT_TYPE.get(layer.activation)
-    exact = [r for r in rows if r.act_type == want_act]
-    # AITER looks the exact act_type up first, then a dict with act_type wildcarded (aiter/fused_moe.py).
+        config_set=aiter_configs.config_set_for(caps), model_dim=key.model_dim, inter_dim=key.inter_dim,
+        expert=key.expert, topk=key.topk, gfx=key.gfx, cu_num=key.cu_num, dtype=key.dtype, q_dtype_a=q_dtype_a,
+        q_dtype_w=key.q_dtype_w, q_type=key.q_type, use_g1u1=key.use_g1u1, doweight_stage1=key.doweight_stage1)
+    exact = [r for r in rows if r.act_type == key.act_type]
     return tuple(exact or rows)
+
+
+def _key_geometry(layer: Any, padding: Any, key: Any) -> Geometry:
+    """The layer's geometry as AITER runs it: a fused shared expert (key.expert = experts + 1) is one more expert,
+    always selected."""
+    geo = Geometry.of_layer(layer, padding)
+    fused = max(0, int(getattr(key, "expert", layer.experts_per_rank)) - layer.experts_per_rank)
+    if not fused:
+        return geo
+    return Geometry(hidden=geo.hidden, inter=geo.inter, experts=geo.experts + fused,
+                    experts_total=geo.experts_total + fused, top_k=geo.top_k + fused, w_bytes=geo.w_bytes,
+                    a_bytes=geo.a_bytes, compute=geo.compute, gated=geo.gated, shared=fused)
 
 
 def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
@@ -685,10 +707,13 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     :param padding: the :class:`~moedispatch.backend.Padding` the backend runs with (padded sizes are what it reads
         and computes, and what AITER's tuned lookup keys on); None = unpadded.
     :param tokens: token counts (tokens entering the layer on this rank: decode batch size, prefill chunk).
-    :param dispatch: the AITER dispatch model's per-bucket entries for this layer (objects or dicts with ``basis``
-        and ``row`` or ``config`` = ``file:line``); their tuned rows are used as they are.
-    :param rows: tuned rows of this layer's exact lookup key (any token), if the caller already has them; when
-        neither ``dispatch`` nor ``rows`` is given, the target's tuned set is searched.
+    :param dispatch: what AITER runs for this layer: a :class:`moedispatch.aiter_dispatch.DispatchPlan` (its key —
+        padded dims, fused shared expert, EP top-k — and per-token activation dtype pick the tuned shape; pass the
+        plan explain already built, with its ``--aiter-env``), or an iterable of dispatch entries (objects or dicts
+        with ``basis`` and ``row`` or ``config`` = ``file:line``) whose tuned rows are used as they are. None: the
+        plan is simulated here with no AITER environment variables.
+    :param rows: tuned rows of this layer's exact lookup key (any token), if the caller already has them (they win
+        over ``dispatch``).
     :param pm: a pluggy PluginManager with the ``moe_cost`` hookspec (or a callable with the hook's arguments): a
         plugin's answer wins, with basis ``plugin``.
     :returns: one :class:`Cost` per token count.
@@ -706,21 +731,52 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     geo = Geometry.of_layer(layer, padding)
     peaks, _product = _target_peaks(caps)
 
-    table: dict[int, tuple[float, str]] = {}
-    skipped: list[str] = []
+    # Tuned rows per token count: {m: rows of the shape AITER looks up for m}. One shape for every m, except where
+    # the dispatch model's activation-dtype policy changes q_dtype_a with M (then the geometry follows it too).
+    shapes: dict[int, list[Any]] = {}
+    geos: dict[int, Geometry] = {}
     if kind == "aiter" and getattr(caps, "aiter_version", None) is not None:
-        found = (_rows_from_dispatch(dispatch, caps) if dispatch is not None
-                 else list(rows) if rows is not None else _lookup_rows(layer, caps, geo))
-        found = [r for r in found if not _row_get(r, "tag")]
-        clean, rejected = lint_rows(found, lambda r: peaks)
-        skipped = [f"{_row_get(r, 'where', '?')}: {why}" for r, why in rejected]
-        for r in clean:
-            t = int(_row_get(r, "token"))
-            table.setdefault(t, (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "tuned row")))
-    known = sorted(table)
+        if rows is not None:
+            given = list(rows)
+            shapes = {m: given for m in tokens}
+        elif dispatch is not None and not hasattr(dispatch, "steps"):
+            given = _rows_from_dispatch(dispatch, caps)
+            shapes = {m: given for m in tokens}
+        else:
+            plan = dispatch if dispatch is not None else _plan(layer, caps, padding, tokens)
+            if plan is not None:
+                geo = _key_geometry(layer, padding, plan.key)
+                for m in tokens:
+                    step = next((st for st in plan.steps if st.tokens[0] <= m <= st.tokens[1]), None)
+                    q_a = getattr(step, "q_dtype_a", "") if step is not None else ""
+                    found = list(_shape_rows(plan.key, caps, q_a)) if q_a else []
+                    if q_a in _CSV_BYTES:
+                        a = _CSV_BYTES[q_a]
+                        geos[m] = replace(geo, a_bytes=a, compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a])
+                    if step is not None and step.basis == "tuned" and step.row is not None \
+                            and step.row not in found:
+                        found.append(step.row)   # the act-wildcard or a smaller tier's row
+                    shapes[m] = found
+    tables: dict[int, tuple[dict[int, tuple[float, str]], list[str]]] = {}
+
+    def table_for(m: int) -> tuple[dict[int, tuple[float, str]], list[str]]:
+        found = [r for r in shapes.get(m, ()) if not _row_get(r, "tag")]
+        cache_key = id(shapes.get(m))
+        if cache_key not in tables:
+            clean, rejected = lint_rows(found, lambda r: peaks)
+            t: dict[int, tuple[float, str]] = {}
+            for r in clean:
+                t.setdefault(int(_row_get(r, "token")),
+                             (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "tuned row")))
+            tables[cache_key] = (t, [f"{_row_get(r, 'where', '?')}: {why}" for r, why in rejected])
+        return tables[cache_key]
 
     out: list[Cost] = []
+    layer_geo = geo
     for m in tokens:
+        geo = geos.get(m, layer_geo)
+        table, skipped = table_for(m)
+        known = sorted(table)
         if peaks is not None:
             tm, tc = roofline_us(geo, m, peaks)
             floor = max(tm, tc)

@@ -4,6 +4,7 @@ validated data, and a plugin can declare its own cost."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -25,9 +26,10 @@ from moedispatch.testing import fake_capabilities
 ROOT = Path(__file__).resolve().parents[1]
 
 # MiniMax-M3 MXFP4 as AITER tuned it at TP4 (shared expert fused: 129 experts, top-5):
-# capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv (ROCm/aiter@e4048607).
+# capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv (ROCm/aiter@e4048607). AITER's
+# activation-dtype policy (moedispatch.aiter_dispatch) runs its MXFP4 activations, and so these rows, from 256 tokens.
 MINIMAX_TP4 = MoELayer.build(hidden=6144, intermediate=3072, experts=129, top_k=5, tp=4, weight="mxfp4",
-                             act="mxfp4", activation="swigluoai")
+                             act="mxfp4", activation="swigluoai_uninterleave")
 # The same model at TP8 as moedispatch plans it: 384/rank padded to 512, no tuned row for 128 experts / top-4.
 MINIMAX_TP8 = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=8, weight="mxfp4",
                              act="mxfp4", activation="swigluoai_uninterleave")
@@ -63,15 +65,34 @@ def _width(c: Cost) -> float:
 def test_exact_tuned_row_is_the_prediction(mi355x):
     """Where the tuned CSV has the layer's shape and token bucket, the prediction is that row's us (basis tuned)."""
     rows = {r.token: r for r in _rows(MINIMAX_TP4, mi355x)}
-    assert {1, 64, 4096} <= set(rows)
-    costs = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=(1, 64, 4096))
+    assert {256, 4096, 32768} <= set(rows)
+    costs = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=(256, 4096, 32768))
     for c in costs:
         assert c.basis == "tuned"
         assert c.us == rows[c.tokens].us
         assert c.low <= c.us <= c.high
         assert rows[c.tokens].where in c.detail
-    assert costs[1].to_dict() == {"tokens": 64, "us": rows[64].us, "low": round(costs[1].low, 4),
+    assert costs[1].to_dict() == {"tokens": 4096, "us": rows[4096].us, "low": round(costs[1].low, 4),
                                   "high": round(costs[1].high, 4), "basis": "tuned"}
+
+
+def test_the_dispatch_plan_decides_which_rows_apply(mi355x):
+    """The real MiniMax-M3 layer (128 experts, top-4) reaches the 129/top-5 rows only with the shared expert fused
+    into the routed call (an engine choice the dispatch plan records); its roofline then reads that expert too."""
+    from moedispatch import aiter_dispatch
+
+    layer = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=4, weight="mxfp4", act="mxfp4",
+                           activation="swigluoai_uninterleave", shared_experts=1, shared_intermediate=3072)
+    plain = cost.predict(layer, mi355x, backend_family="aiter-flydsl", tokens=(4096,))
+    assert plain[0].basis == "roofline"
+    fused = aiter_dispatch.plan_dispatch(layer, mi355x, tokens=(1, 4096), env={},
+                                         assumptions=aiter_dispatch.Assumptions(fused_shared_expert=True))
+    assert (fused.key.expert, fused.key.topk) == (129, 5)
+    one, big = cost.predict(layer, mi355x, backend_family="aiter-flydsl", tokens=(1, 4096), dispatch=fused)
+    assert (big.basis, big.us) == ("tuned", {r.token: r.us for r in _rows(MINIMAX_TP4, mi355x)}[4096])
+    assert one.basis == "roofline"   # AITER runs bf16 activations at one token: no a4w4 row applies
+    assert cost.predict(layer, mi355x, backend_family="aiter-flydsl", tokens=(1, 4096)) != (one, big)
+    assert cost._key_geometry(layer, None, fused.key).shared == 1
 
 
 def test_rows_and_dispatch_entries_are_used_as_given(mi355x):
@@ -99,8 +120,8 @@ def test_only_aiter_backends_use_tuned_rows(mi355x):
 def test_interpolation_is_monotone_and_between_the_neighbours(mi355x):
     """Between two tuned buckets the prediction moves monotonically from one row's time to the other's."""
     rows = {r.token: r.us for r in _rows(MINIMAX_TP4, mi355x)}
-    for lo, hi in ((2, 4), (32, 64), (1024, 2048)):
-        tokens = tuple(range(lo + 1, hi)) if hi - lo < 40 else tuple(range(lo + 1, hi, 97))
+    for lo, hi in ((256, 512), (1024, 2048), (8192, 16384)):
+        tokens = tuple(range(lo + 1, hi, max(1, (hi - lo) // 23)))
         costs = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=tokens)
         assert all(c.basis == "interpolated" for c in costs)
         us = [rows[lo]] + [c.us for c in costs] + [rows[hi]]
@@ -128,7 +149,9 @@ def test_decode_never_below_the_hbm_roofline(target, backend):
               MoELayer.build(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight="fp8", act="fp8"),
               MoELayer.build(hidden=2880, intermediate=2880, experts=128, top_k=4, weight="bf16", act="bf16")]
     for layer in layers:
-        geo = cost.Geometry.of_layer(layer)
+        # The bytes it must read: every touched expert's weights and scales, activations at their smallest (AITER
+        # may quantize them to MXFP4 on the way in).
+        geo = dataclasses.replace(cost.Geometry.of_layer(layer), a_bytes=0.5)
         for c in cost.predict(layer, caps, backend_family=backend, tokens=(1, 2, 8, 32, 64)):
             t_mem, _ = cost.roofline_us(geo, c.tokens, peaks)
             assert c.low >= t_mem * (1 - 1e-9) and c.us >= t_mem * (1 - 1e-9), (target, backend, layer, c)
@@ -139,7 +162,7 @@ def test_a_row_faster_than_physically_possible_is_not_believed(mi355x):
     rows = _rows(DSV4, mi355x, q_dtype_a="torch.float8_e4m3fn")
     at32 = [r for r in rows if r.token == 32]
     assert at32 and at32[0].us == pytest.approx(82.08)
-    (c,) = cost.predict(DSV4, mi355x, backend_family="aiter-flydsl", tokens=32)
+    (c,) = cost.predict(DSV4, mi355x, backend_family="aiter-flydsl", tokens=32, rows=rows)
     t_mem, t_cmp = cost.roofline_us(cost.Geometry.of_layer(DSV4), 32, capdb.product_peaks("MI355X"))
     assert c.us >= max(t_mem, t_cmp) > at32[0].us
     assert c.basis in ("interpolated", "roofline")
@@ -161,7 +184,7 @@ def test_lint_catches_timings_copied_across_buckets():
 
 def test_bars_widen_as_the_basis_weakens(mi355x):
     """tuned < interpolated < roofline (AITER) < roofline (triton, emulation, unknown plugin backend)."""
-    tuned, interp, roof = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=(64, 48, 100))
+    tuned, interp = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=(4096, 3000))
     assert (tuned.basis, interp.basis) == ("tuned", "interpolated")
     (roof,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl",
                            padding=Padding.aligned(MINIMAX_TP8, intermediate_multiple=256), tokens=64)
@@ -176,7 +199,8 @@ def test_bars_widen_as_the_basis_weakens(mi355x):
 def test_triton_and_emulation_are_slower_than_aiter_by_their_field_ratios(mi355x):
     """Triton ×1.7 (vLLM #56945), emulation ×20 (vLLM PR #50817) on the same roofline; each says its source."""
     pad = Padding.aligned(MINIMAX_TP8, intermediate_multiple=256)
-    (aiter,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl", padding=pad, tokens=1)
+    # The AITER roofline on the layer's own dtypes (rows=(): no dispatch plan, whose activation policy may differ).
+    (aiter,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl", padding=pad, tokens=1, rows=())
     (triton,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="triton", padding=pad, tokens=1)
     (emu,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="emulation", padding=pad, tokens=1)
     assert triton.us == pytest.approx(aiter.us * 1.7)
@@ -490,12 +514,12 @@ def test_beyond_the_tuned_range_the_nearest_row_anchors_the_roofline(mi355x):
     """Below the smallest tuned bucket (gpt-oss at 64 tokens) and above the largest (MiniMax-M3 at 50k tokens) the
     nearest tuned row is scaled, so the prediction stays on the right side of it; the bars stay the roofline's."""
     cs = aiter_configs.config_set_for(mi355x)
-    rows = {r.token: r.us for r in aiter_configs.tuned_rows(
-        config_set=cs, model_dim=3072, inter_dim=3072, expert=128, topk=4, gfx="gfx950", cu_num=256,
-        q_dtype_a=FP4, q_dtype_w=FP4)}
+    shape = aiter_configs.tuned_rows(config_set=cs, model_dim=3072, inter_dim=3072, expert=128, topk=4, gfx="gfx950",
+                                     cu_num=256, q_dtype_a=FP4, q_dtype_w=FP4)
+    rows = {r.token: r.us for r in shape}
     assert min(rows) == 256
     low_side, at256 = cost.predict(GPTOSS, mi355x, backend_family="aiter-flydsl", padding=GPTOSS_PAD,
-                                   tokens=(64, 256))
+                                   tokens=(64, 256), rows=shape)
     assert at256.basis == "tuned" and at256.us == rows[256]
     assert low_side.basis == "roofline" and low_side.us <= rows[256] and "256 tokens" in low_side.detail
 
@@ -535,3 +559,13 @@ def test_priors_validate_against_their_schema():
         mutate(broken)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, schema)
+
+
+def test_act_type_wildcard_rows_are_the_shape_too(mi355x):
+    """AITER retries the lookup with the activation wildcarded (aiter/fused_moe.py get_2stage_cfgs): a SiLU layer of
+    a shape tuned only with Swiglu runs those rows, so its neighbours interpolate as well."""
+    silu = dataclasses.replace(MINIMAX_TP4, activation="silu")
+    between, exact = cost.predict(silu, mi355x, backend_family="aiter-ck", tokens=(3000, 4096))
+    rows = {r.token: r.us for r in _rows(MINIMAX_TP4, mi355x)}
+    assert (exact.basis, exact.us) == ("tuned", rows[4096])
+    assert between.basis == "interpolated" and rows[2048] < between.us < rows[4096]
