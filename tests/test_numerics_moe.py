@@ -144,6 +144,93 @@ def test_padded_equals_unpadded_bitwise(scheme, act):
     assert torch.equal(got_narrow, ref)
 
 
+def _kernel_operands(d, layout, hp, ip, wspec):
+    """Padded float gate/up/w2 and bias halves as the kernel would hold them (zero pads, quantized at that size)."""
+    from moedispatch.numerics.padded import split_gate_up
+
+    w13p, w2p, b13p, b2p, xp = _pad_layer(d, layout, hp, ip)
+    gate, up = split_gate_up(quantize_w13(w13p, wspec, layout=layout), layout)
+    w2f = dequantize_weight(quantize_weight(w2p, wspec)).clone()
+    bg = bu = None
+    if b13p is not None:
+        bg, bu = ((b13p[:, 0::2], b13p[:, 1::2]) if layout == "interleaved" else (b13p[:, :ip], b13p[:, ip:]))
+        bg, bu = bg.contiguous().clone(), bu.contiguous().clone()
+    return dict(gate=gate, up=up, w2=w2f, bias_gate=bg, bias_up=bu, bias2=b2p, xp=xp)
+
+
+def _kernel(ops, d, extents, act, aspec, h, i):
+    from moedispatch.numerics.padded import padded_kernel_moe
+
+    return padded_kernel_moe(ops["xp"], ops["gate"], ops["up"], ops["w2"], d["wts"], d["ids"], hidden=h,
+                             intermediate=i, hidden_extent=extents[0], intermediate_extent=extents[1],
+                             activation_scheme=aspec, activation=act, activation_params=params(act),
+                             bias_gate=ops["bias_gate"], bias_up=ops["bias_up"], bias2=ops["bias2"])
+
+
+@pytest.mark.parametrize("scheme", ["mxfp4-w4a4", "fp8-block", "fp8-tensor", "fp8fnuz-channel-token", "int4-w4a16",
+                                    "bf16", "mxfp6-e3m2"])
+@pytest.mark.parametrize("act", ["swigluoai", "swigluoai_uninterleave", "silu", "gelu"])
+def test_padded_kernel_equals_fused_moe_bitwise_over_zero_pads(scheme, act):
+    """Over zero pads the kernel view gives fused_moe's unpadded result bitwise at every extent from the logical
+    size to the whole padded size (what 'compute', 'skip' and 'trim' read)."""
+    wspec, aspec = SCHEMES[scheme]
+    h, i, hp, ip = 80, 40, 128, 64  # partial MX blocks and fp8 tiles in the pads
+    d = make(13, bias=True, h=h, i=i)
+    layout = activation_layout(act)
+    ref = fused_moe(d["x"], quantize_w13(d["w13"], wspec, layout=layout), quantize_weight(d["w2"], wspec), d["wts"],
+                    d["ids"], weight_scheme=wspec, activation_scheme=aspec, activation=act,
+                    activation_params=params(act), bias13=d["b13"], bias2=d["b2"])
+    ops = _kernel_operands(d, layout, hp, ip, wspec)
+    for extents in ((hp, ip), (h, i), (h + 16, ip), (hp, i + 8)):
+        got = _kernel(ops, d, extents, act, aspec, h, i)
+        assert got.shape == (T, h) and torch.equal(got, ref), extents
+
+
+@pytest.mark.parametrize("act", ["swigluoai", "silu"])
+def test_padded_kernel_reads_garbage_only_where_its_extent_reaches(act):
+    """Garbage pads leave the logical extent exact; reading any of them (either axis) or stopping short of the
+    logical size changes the output."""
+    from moedispatch.numerics.padded import fill_pad_garbage_
+
+    wspec, aspec = SCHEMES["mxfp4-w4a16"]
+    h, i, hp, ip = 96, 64, 128, 96
+    d = make(17, bias=True, h=h, i=i)
+    layout = activation_layout(act)
+    ops = _kernel_operands(d, layout, hp, ip, wspec)
+    ref = _kernel(ops, d, (h, i), act, aspec, h, i)
+    filled = fill_pad_garbage_(ops["gate"], ops["up"], ops["w2"], hidden=h, intermediate=i,
+                               gen=torch.Generator().manual_seed(1), bias_gate=ops["bias_gate"],
+                               bias_up=ops["bias_up"], bias2=ops["bias2"])
+    assert filled == ["gate/up rows and w2 columns 64..95 (intermediate pad)",
+                      "gate/up columns and w2 rows 96..127 (hidden pad)"]
+    assert torch.isnan(ops["gate"][:, i, 0]).all() and torch.isnan(ops["w2"][:, 0, i]).all()
+    assert not torch.isnan(ops["gate"][:, :i, :h]).any() and not torch.isnan(ops["w2"][:, :h, :i]).any()
+    assert torch.equal(_kernel(ops, d, (h, i), act, aspec, h, i), ref)
+    for extents in ((hp, ip), (hp, i), (h, ip), (h + 1, i), (h, i + 1)):
+        assert torch.isnan(_kernel(ops, d, extents, act, aspec, h, i)).any(), extents
+    for extents in ((h - 32, i), (h, i - 16)):
+        short = _kernel(ops, d, extents, act, aspec, h, i)
+        assert not torch.isnan(short).any() and not torch.equal(short, ref), extents
+
+
+def test_padded_kernel_garbage_with_finite_values_still_shows_through_intermediate_pads():
+    """Without the NaN marker, random garbage in the intermediate pads (gate/up rows and w2 columns) still changes
+    the output: the check does not rest on NaN alone."""
+    from moedispatch.numerics.padded import fill_pad_garbage_
+
+    wspec, aspec = SCHEMES["bf16"]
+    h, i, hp, ip = 96, 64, 96, 96
+    d = make(19, h=h, i=i)
+    ops = _kernel_operands(d, "halves", hp, ip, wspec)
+    ref = _kernel(ops, d, (h, i), "silu", aspec, h, i)
+    fill_pad_garbage_(ops["gate"], ops["up"], ops["w2"], hidden=h, intermediate=i,
+                      gen=torch.Generator().manual_seed(2))
+    for t in (ops["gate"], ops["up"], ops["w2"]):
+        t.nan_to_num_(nan=3.0)
+    got = _kernel(ops, d, (hp, ip), "silu", aspec, h, i)
+    assert torch.isfinite(got).all() and rel_err(got, ref) > 0.1
+
+
 def test_nonzero_pad_is_rejected():
     d = make(1)
     hp, ip = 128, 96
