@@ -7,15 +7,16 @@ smaller token tiers, then hard-coded heuristics (the 1-stage ASM table, block_m,
 under environment overrides. This module replays that logic in pure Python (no aiter, torch, numpy or pandas; the
 CSVs are read lazily by :mod:`moedispatch.aiter_configs`).
 
-Two dispatch models are implemented, chosen by the AITER version of the tuned set:
-
-* ``head`` — ROCm/aiter ``e4048607`` (2026-08-22, after v0.1.20.post1), used for AITER ≥ 0.1.8:
-  https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/aiter/fused_moe.py
-  (``_fused_moe_impl`` activation-dtype policy, ``get_padded_M``, ``get_2stage_cfgs``, ``get_block_size_M``,
-  ``get_ksplit``, ``fused_moe_1stage_dict``). Releases between 0.1.8 and 0.1.20 differ in details (e.g. no ``gfx``
-  key before mid-2026, no act wildcard in 0.1.13.post1); those plans say so (confidence ``derived``).
-* ``legacy`` — the PyPI wheel amd-aiter 0.1.7.post2.dev18 (``aiter/fused_moe.py`` in the wheel): no ``gfx`` key,
-  ``str(activation)`` exact match only, ``get_padded_M`` capped at 1024 with every M ≤ 16 in bucket 16.
+The lookup is modelled per AITER release (:class:`Rules`, :func:`lookup_rules`), as ``aiter/fused_moe.py`` reads
+at each tag: the token buckets (``get_padded_M`` changed at v0.1.8, v0.1.9, v0.1.12 and v0.1.14), whether the key
+holds ``gfx`` (v0.1.16+), whether it holds ``str(activation)`` (exact act match: ≤ v0.1.13 and v0.1.18) or the pybind
+enum (no exact match: v0.1.14–v0.1.17, v0.1.19+), the act wildcard (v0.1.14+), the EP top-k strip (v0.1.16+) and the
+activation-dtype policy (bound 512 ≤ v0.1.13, 256 after; SEPARATED/INTERLEAVE rules from v0.1.14). The heuristic
+fallbacks are modelled twice: on HEAD —
+https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/aiter/fused_moe.py (``get_2stage_cfgs``,
+``get_block_size_M``, ``get_ksplit``, ``fused_moe_1stage_dict``; used for every release ≥ 0.1.8, said so in the
+plan's warnings) — and on the PyPI wheel amd-aiter 0.1.7.post2.dev18 (``aiter/fused_moe.py`` in the wheel). Tuned
+rows come from the installed AITER or the bundled snapshot (:mod:`moedispatch.aiter_configs`).
 
 Public API (all pure, frozen, cached where it matters)::
 
@@ -62,6 +63,8 @@ __all__ = [
     "dispatch_key",
     "dispatch_token",
     "get_padded_M",
+    "Rules",
+    "lookup_rules",
     "activation_dtype",
     "kernel_family",
     "native_inter_dims",
@@ -287,7 +290,7 @@ def _quant(layer: "MoELayer", gfx: str) -> tuple[str, str]:
 
 def dispatch_key(layer: "MoELayer", caps: "Capabilities", *, padding: "Padding | None" = None,
                  assumptions: Assumptions | None = None, env: Mapping[str, str] | None = None,
-                 model: str = "head") -> DispatchKey:
+                 model: "str | Rules" = "head") -> DispatchKey:
     """The lookup key for ``layer`` on ``caps`` (padded dims from ``padding`` when given)."""
     from moedispatch.errors import UsageError
 
@@ -308,7 +311,7 @@ def dispatch_key(layer: "MoELayer", caps: "Capabilities", *, padding: "Padding |
     routed = layer.top_k + (1 if a.fused_shared_expert else 0)
     is_ep = layer.ep > 1
     runtime = routed + (1 if (is_ep and a.ep_fake_slot) else 0)
-    looked_up = runtime - (1 if (is_ep and model == "head") else 0)
+    looked_up = runtime - (1 if (is_ep and lookup_rules(model).ep_strip) else 0)
     return DispatchKey(
         gfx=caps.gfx, cu_num=cu,
         model_dim=padding.hidden if padding else layer.hidden,
@@ -320,20 +323,105 @@ def dispatch_key(layer: "MoELayer", caps: "Capabilities", *, padding: "Padding |
     )
 
 
+# -- lookup rules per AITER release ---------------------------------------------------------------------------
+
+_TAG = "https://github.com/ROCm/aiter/blob/{tag}/aiter/fused_moe.py"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How one AITER release builds and matches its lookup key (read in ``aiter/fused_moe.py`` at each tag).
+
+    ``padded_m``: ``v017`` (M ≤ 16 → 16, next power of two, 1024 cap), ``v08`` (≤16 → 16, pow2 < 1024, 1024 < 2048,
+    2048 < 16384, else 16384), ``v09`` (as v08 but M ≤ 16 → next power of two), ``cap32768`` (pow2 below 32768, else
+    32768), ``tiers`` (pow2 below 32768, tiers 32768/131072 with fallback to smaller tiers). ``act_exact``: the key
+    holds ``str(activation)`` so the exact dict can match (False where it holds the pybind enum). ``act_policy``:
+    ``v017`` (per_1x32 → fp4x2, else the weight dtype), ``swiglu512`` (Swiglu MXFP4 bf16 below 512, fp8 from 512 on
+    gfx950), ``head`` (SEPARATED / INTERLEAVE / SiTUv2 rules). ``heuristics``: ``v017`` or ``head``.
+    """
+
+    name: str
+    padded_m: str
+    gfx_key: bool
+    act_exact: bool
+    act_wildcard: bool
+    ep_strip: bool
+    act_policy: str
+    bound_env: str | None
+    bound_default: int
+    drop_fallback_rows: bool
+    heuristics: str
+    source: str
+
+
+_RULES: tuple[tuple[str, Rules], ...] = (
+    ("<0.1.8", Rules("v0.1.7", "v017", False, True, False, False, "v017", None, 512, False, "v017",
+                     _TAG.format(tag="v0.1.7"))),
+    ("<0.1.9", Rules("v0.1.8", "v08", False, True, False, False, "v017", None, 512, False, "head",
+                     _TAG.format(tag="v0.1.8"))),
+    ("<0.1.12", Rules("v0.1.9–v0.1.11", "v09", False, True, False, False, "swiglu512", None, 512, False, "head",
+                      _TAG.format(tag="v0.1.10.post2"))),
+    ("<0.1.13", Rules("v0.1.12", "cap32768", False, True, False, False, "swiglu512", None, 512, True, "head",
+                      _TAG.format(tag="v0.1.12"))),
+    ("<0.1.14", Rules("v0.1.13", "cap32768", False, True, False, False, "swiglu512", "AITER_BF16_FP8_BOUND", 512,
+                      True, "head", _TAG.format(tag="v0.1.13.post1"))),
+    ("<0.1.16", Rules("v0.1.14–v0.1.15", "tiers", False, False, True, False, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
+                      True, "head", _TAG.format(tag="v0.1.15.post3"))),
+    ("<0.1.18", Rules("v0.1.16–v0.1.17", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
+                      True, "head", _TAG.format(tag="v0.1.17"))),
+    ("<0.1.19", Rules("v0.1.18", "tiers", True, True, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
+                      "head", _TAG.format(tag="v0.1.18"))),
+)
+HEAD_RULES = Rules("HEAD e4048607 (v0.1.19+)", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND",
+                   256, True, "head", SRC_FUSED_MOE)
+LEGACY_RULES = _RULES[0][1]
+
+
+def lookup_rules(version: "str | Rules | None") -> Rules:
+    """The :class:`Rules` of an AITER version (``head``/``legacy`` and None accepted: HEAD / the 0.1.7 rules)."""
+    if isinstance(version, Rules):
+        return version
+    if version in (None, "head"):
+        return HEAD_RULES
+    if version == "legacy":
+        return LEGACY_RULES
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        public = Version(Version(str(version)).public)
+    except InvalidVersion:
+        return HEAD_RULES
+    for spec, rules in _RULES:
+        if SpecifierSet(spec).contains(public, prereleases=True):
+            return rules
+    return HEAD_RULES
+
+
 # -- token buckets and the activation-dtype policy -------------------------------------------------------------
 
 _TIERS = (32768, 131072)  # _PADDED_M_TIERS (HEAD)
 
 
-def get_padded_M(M: int, model: str = "head") -> int:
-    """AITER's token bucket. HEAD: next power of two below 32768, then the tiers 32768 / 131072. Legacy (0.1.7):
-    every M ≤ 16 → 16, next power of two below 1024, 1024 above."""
-    if model == "legacy":
+def _pow2(M: int) -> int:
+    return 1 if M <= 1 else 1 << (M - 1).bit_length()
+
+
+def get_padded_M(M: int, model: "str | Rules" = "head") -> int:
+    """AITER's token bucket (``get_padded_M``) under a release's rules (``model``: ``head``, ``legacy``, a version
+    or :class:`Rules`). HEAD: next power of two below 32768, then the tiers 32768 / 131072. 0.1.7: every M ≤ 16 →
+    16, next power of two below 1024, 1024 above."""
+    style = lookup_rules(model).padded_m
+    if style in ("v017", "v08", "v09"):
         if 1 <= M <= 16:
-            return 16
+            return 16 if style in ("v017", "v08") else _pow2(M)
         if M < 1024:
-            return 1 << (M - 1).bit_length() if M > 0 else 1
-        return 1024
+            return _pow2(M)
+        if style == "v017":
+            return 1024
+        return 1024 if M < 2048 else 2048 if M < 16384 else 16384
+    if style == "cap32768":
+        return _pow2(M) if M < 32768 else 32768
     if M < _TIERS[0]:
         return 1 if M <= 1 else 1 << (M - 1).bit_length()
     for tier in reversed(_TIERS):
@@ -343,13 +431,24 @@ def get_padded_M(M: int, model: str = "head") -> int:
 
 
 def activation_dtype(M: int, key: DispatchKey, env: Mapping[str, str] | None = None,
-                     model: str = "head") -> tuple[str, str]:
-    """(q_dtype_a, why) — ``_fused_moe_impl``'s activation dtype for ``M`` tokens (HEAD), or the 0.1.7 rule."""
+                     model: "str | Rules" = "head") -> tuple[str, str]:
+    """(q_dtype_a, why) — ``_fused_moe_impl``'s activation dtype for ``M`` tokens under a release's rules."""
     env = env or {}
-    if model == "legacy":
+    rules = lookup_rules(model)
+    if rules.act_policy == "v017":
         if key.q_type == Q_1X32:
-            return FP4, "per_1x32 quantizes activations to fp4x2 (0.1.7)"
-        return (FP8 if key.q_dtype_w == U32 else key.q_dtype_w), "activations take the weight dtype (0.1.7)"
+            return FP4, f"per_1x32 quantizes activations to fp4x2 ({rules.name})"
+        return (FP8 if key.q_dtype_w == U32 else key.q_dtype_w), f"activations take the weight dtype ({rules.name})"
+    if rules.act_policy == "swiglu512" and key.q_type == Q_1X32:
+        if key.q_dtype_w == I4:
+            return BF16, "a16wi4: int4 weights run with bf16 activations"
+        if key.act_type == SWIGLU:
+            bound = _env_int(env, rules.bound_env, rules.bound_default) if rules.bound_env else rules.bound_default
+            if key.gfx != "gfx950" or M < bound:
+                return BF16, f"Swiglu MXFP4: bf16 below {rules.bound_env or 'the bound'}={bound} or off gfx950 " \
+                             f"({rules.name}, M={M})"
+            return FP8, f"Swiglu MXFP4 on gfx950: fp8 from {rules.bound_env or 'the bound'}={bound} ({rules.name})"
+        return FP4, f"per_1x32: fp4x2 activations ({rules.name})"
     q_a = FP8 if key.q_dtype_w == U32 else key.q_dtype_w
     why = "activations take the weight dtype"
     if key.q_type == Q_1X32:
@@ -480,8 +579,8 @@ def _index(cs: ConfigSet) -> _Index:
     fallback: dict[tuple, list[TunedRow]] = {}
     dups = 0
     for row in cs.rows:
-        if cs.dispatch == "head" and row.tag == "flydsl_fallback":
-            continue  # HEAD drops flydsl_fallback rows before building either dict
+        if row.tag == "flydsl_fallback":
+            continue  # counted separately; releases that drop them never see them (see _first)
         k = row.key(with_gfx=False)
         bucket = primary.setdefault(k, [])
         if any(r.gfx == row.gfx for r in bucket):
@@ -493,41 +592,42 @@ def _index(cs: ConfigSet) -> _Index:
     return idx
 
 
-def _first(rows: list[TunedRow] | None, gfx: str, model: str) -> TunedRow | None:
+def _first(rows: list[TunedRow] | None, gfx: str, rules: Rules) -> TunedRow | None:
     for row in rows or ():
-        if model == "legacy" or row.gfx in (gfx, None):
+        if not rules.gfx_key or row.gfx in (gfx, None):
             return row
     return None
 
 
-def _lookup(cs: ConfigSet, key: DispatchKey, token: int, q_a: str, model: str) -> tuple[TunedRow | None, list[str]]:
-    """The row AITER's lookup returns, with notes on how."""
+def _lookup(cs: ConfigSet, key: DispatchKey, token: int, q_a: str, model: "str | Rules") -> tuple[
+        TunedRow | None, list[str]]:
+    """The row AITER's lookup returns under a release's rules, with notes on how.
+
+    Exact first (only where the key holds ``str(activation)``; at HEAD it holds the pybind ``ActivationType``
+    while the CSV holds strings such as ``"ActivationType.Silu"``, so the exact dict cannot match — derived from
+    get_2stage_cfgs ``keys[7] = activation``), then the act-wildcard dict (first row of the shape in merge order),
+    then smaller token tiers."""
+    rules = lookup_rules(model)
     idx = _index(cs)
     notes: list[str] = []
-    k = key.aiter_tuple(token, q_a, with_gfx=False)
-    if model == "legacy":
-        return _first(idx.primary.get(k), key.gfx, model), notes
-    # HEAD: the exact key holds the pybind ActivationType object while the CSV holds strings such as
-    # "ActivationType.Silu", so the exact dict cannot match; the act-wildcard dict decides (first row of the shape
-    # in merge order). Derived from get_2stage_cfgs (keys[7] = activation, not str(activation)).
     tokens = [token]
-    if token > _TIERS[0]:
+    if rules.padded_m == "tiers" and token > _TIERS[0]:
         tokens += [t for t in reversed(_TIERS[:_TIERS.index(token)])] if token in _TIERS else []
     for t in tokens:
-        kw = key.aiter_tuple(t, q_a, with_gfx=False)
-        kw = kw[:6] + (_WILDCARD,) + kw[7:]
-        row = _first(idx.fallback.get(kw), key.gfx, model)
+        k = key.aiter_tuple(t, q_a, with_gfx=False)
+        exact = _first(idx.primary.get(k), key.gfx, rules)
+        row = exact if rules.act_exact else None
+        if row is None and rules.act_wildcard:
+            row = _first(idx.fallback.get(k[:6] + (_WILDCARD,) + k[7:]), key.gfx, rules)
+            if row is not None and row.act_type != key.act_type:
+                notes.append(f"the first row of this shape is a {row.act_type.split('.')[-1]} row ({row.where}) and "
+                             f"AITER's exact lookup cannot match the {key.act_type.split('.')[-1]} row"
+                             + (f" at {exact.where}" if exact else "")
+                             + (" (it keys on the ActivationType enum, the CSV on strings)" if not rules.act_exact
+                                else "") + ": the act-wildcard match decides [derived]")
         if row is not None:
             if t != token:
                 notes.append(f"no row at tier {token}; AITER falls back to the {t} tier")
-            exact = _first(idx.primary.get(key.aiter_tuple(t, q_a, with_gfx=False)), key.gfx, model)
-            if row.act_type != key.act_type:
-                notes.append(f"the first row of this shape is a {row.act_type.split('.')[-1]} row "
-                             f"({row.where}) and AITER's exact lookup cannot match the "
-                             f"{key.act_type.split('.')[-1]} row"
-                             + (f" at {exact.where}" if exact else "")
-                             + " (it keys on the ActivationType enum, the CSV on strings): the act-wildcard match "
-                             "decides [derived]")
             return row, notes
     return None, notes
 
@@ -623,13 +723,13 @@ _MXMOE_BM = re.compile(r"_(\d+)x\d+x\d+")
 
 
 def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[str, str],
-                   a: Assumptions) -> DispatchStep:
-    token = get_padded_M(M)
-    q_a, why_a = activation_dtype(M, key, env, "head")
+                   a: Assumptions, rules: Rules = HEAD_RULES) -> DispatchStep:
+    token = get_padded_M(M, rules)
+    q_a, why_a = activation_dtype(M, key, env, rules)
     notes = [why_a]
     row: TunedRow | None = None
     if cs is not None and not cs.broken:
-        row, more = _lookup(cs, key, token, q_a, "head")
+        row, more = _lookup(cs, key, token, q_a, rules)
         notes += more
     bypass = _env_int(env, "AITER_BYPASS_TUNE_CONFIG", 0) != 0
     if row is not None:
@@ -766,13 +866,13 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
 
 
 def _dispatch_legacy(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[str, str],
-                     a: Assumptions) -> DispatchStep:
-    token = get_padded_M(M, "legacy")
-    q_a, why_a = activation_dtype(M, key, env, "legacy")
+                     a: Assumptions, rules: Rules = LEGACY_RULES) -> DispatchStep:
+    token = get_padded_M(M, rules)
+    q_a, why_a = activation_dtype(M, key, env, rules)
     notes = [why_a]
     row = None
     if cs is not None and not cs.broken:
-        row, more = _lookup(cs, key, token, q_a, "legacy")
+        row, more = _lookup(cs, key, token, q_a, rules)
         notes += more
     if cs is not None and cs.broken:
         notes.append("the tuned set has malformed lines: modelled with heuristics only")
@@ -825,16 +925,17 @@ def _dispatch_legacy(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mappin
 
 
 def dispatch_token(M: int, key: DispatchKey, config_set: ConfigSet | None, *, env: Mapping[str, str] | None = None,
-                   assumptions: Assumptions | None = None, model: str | None = None) -> DispatchStep:
+                   assumptions: Assumptions | None = None, model: "str | Rules | None" = None) -> DispatchStep:
     """What AITER runs for exactly ``M`` tokens (one ungrouped step)."""
     if not isinstance(M, int) or isinstance(M, bool) or M < 1:
         from moedispatch.errors import UsageError
 
         raise UsageError(f"token counts must be positive integers, got {M!r}")
-    model = model or (config_set.dispatch if config_set is not None else "head")
+    rules = lookup_rules(model if model is not None else
+                         (config_set.version if config_set is not None and config_set.version else None))
     a = assumptions or Assumptions()
-    fn = _dispatch_legacy if model == "legacy" else _dispatch_head
-    return fn(M, key, config_set, dict(env or {}), a)
+    fn = _dispatch_legacy if rules.heuristics == "v017" else _dispatch_head
+    return fn(M, key, config_set, dict(env or {}), a, rules)
 
 
 def _group(steps: list[DispatchStep]) -> tuple[DispatchStep, ...]:
@@ -994,28 +1095,23 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
     env_d = aiter_env() if env is None else {str(k): str(v) for k, v in env.items()}
     cs = configs or _cfg.config_set_for(caps, env_d)
     a = (assumptions or Assumptions()).resolve(layer)
-    key = dispatch_key(layer, caps, padding=padding, assumptions=a, env=env_d, model=cs.dispatch)
+    # The installed AITER is what runs when its files are planned for; otherwise the target's version.
+    version = cs.version if cs.origin == "installed" else (caps.aiter_version or cs.version)
+    rules = lookup_rules(version)
+    key = dispatch_key(layer, caps, padding=padding, assumptions=a, env=env_d, model=rules)
     counts = _tokens(tokens)
-    raw = [dispatch_token(m, key, cs, env=env_d, assumptions=a, model=cs.dispatch) for m in counts]
+    raw = [dispatch_token(m, key, cs, env=env_d, assumptions=a, model=rules) for m in counts]
     steps = _group(raw)
-    warnings = list(cs.warnings)
+    warnings = list(cs.notes) + list(cs.warnings)
     if cs.merge_error:
         warnings.append(cs.merge_error)
     idx = _index(cs)
     if idx.duplicates:
         warnings.append(f"{idx.duplicates} tuned rows repeat a lookup key; AITER keeps the first"
-                        + (" — pandas to_dict('index') raises on them in 0.1.7" if cs.dispatch == "legacy" else ""))
-    # The installed AITER is what runs when its files are planned for; otherwise the target's version.
-    version = cs.version if cs.origin == "installed" else (caps.aiter_version or cs.version)
-    if cs.dispatch == "head" and version and cs.origin != "bundled":
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            if Version(Version(version).public) < Version("0.1.20"):
-                warnings.append(f"AITER {version} modelled with the HEAD e4048607 dispatch rules (derived: older "
-                                f"releases lack the gfx key / act wildcard / 32768 tiers)")
-        except InvalidVersion:
-            pass
+                        + (" — pandas to_dict('index') raises on them in 0.1.7" if rules is LEGACY_RULES else ""))
+    if rules is not HEAD_RULES and rules.heuristics == "head":
+        warnings.append(f"AITER {version}: key, buckets and activation policy follow {rules.name} ({rules.source}); "
+                        f"the heuristic fallbacks are modelled on HEAD e4048607 (derived)")
     if key.q_type == Q_1X32 and key.q_dtype_w in (FP4, FP8) and key.gfx != "gfx950":
         # fp4x2/MX kernels (FlyDSL mixed_moe, CK-Tile a16w4, ASM MXfp4) use gfx950 scaled MFMA; the gfx942 ASM
         # table has no MXfp4 code object and the fp4 quant cannot emit fp4x2 there (sgl-project/sglang#35525).
@@ -1030,7 +1126,7 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
     hits = evaluate_issues(raw, key, version) + pad_hazards(raw, key, padding, has_bias=layer.has_bias)
     return DispatchPlan(layer_index=layer.index, steps=steps, key=key, tokens=counts,
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,
-                        dispatch_model=cs.dispatch, aiter_version=version, warnings=tuple(warnings),
+                        dispatch_model=rules.name, aiter_version=version, warnings=tuple(warnings),
                         issues=hits)
 
 
@@ -1053,18 +1149,20 @@ def native_inter_dims(layer: "MoELayer", caps: "Capabilities", *, configs: Confi
     """
     env_d = aiter_env() if env is None else dict(env)
     cs = configs or _cfg.config_set_for(caps, env_d)
-    key = dispatch_key(layer, caps, assumptions=assumptions, env=env_d, model=cs.dispatch)
+    version = cs.version if cs.origin == "installed" else (caps.aiter_version or cs.version)
+    rules = lookup_rules(version)
+    key = dispatch_key(layer, caps, assumptions=assumptions, env=env_d, model=rules)
     dims = set()
     for row in cs.rows:
-        if row.tag == "flydsl_fallback" and cs.dispatch == "head":
+        if row.tag == "flydsl_fallback" and rules.drop_fallback_rows:
             continue
-        if cs.dispatch == "head" and row.gfx not in (key.gfx, None):
+        if rules.gfx_key and row.gfx not in (key.gfx, None):
             continue
         if (row.cu_num, row.model_dim, row.expert, row.topk, row.dtype, row.q_dtype_w, row.q_type,
                 row.use_g1u1, row.doweight_stage1) == (key.cu_num, key.model_dim, key.expert, key.topk, key.dtype,
                                                        key.q_dtype_w, key.q_type, key.use_g1u1,
                                                        key.doweight_stage1):
-            if cs.dispatch == "legacy" and row.act_type != key.act_type:
+            if not rules.act_wildcard and row.act_type != key.act_type:
                 continue
             dims.add(row.inter_dim)
     return frozenset(dims)

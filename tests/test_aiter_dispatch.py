@@ -391,16 +391,46 @@ def test_legacy_csv_backfills_gfx_and_drops_flydsl_fallback(tmp_path):
     assert step.basis == "tuned" and step.config.endswith("tuned_fmoe.csv:3")
 
 
-def test_act_wildcard_first_row_decides(tmp_path):
-    """HEAD keys its exact dict on the ActivationType enum while the CSV holds strings, so the act-wildcard dict
-    (first row of the shape) decides: a Gelu row listed first is what a Silu layer gets [derived from FM]."""
-    p = _write(tmp_path / "tuned_fmoe.csv", LEGACY_HEADER, [_row(1, act="ActivationType.Gelu", us=10.0), _row(1)])
-    cs = ac.load_config_set(str(tmp_path), version="0.1.20")
-    (step,) = simulate(layer(), target_capabilities(*MI355X), configs=cs, env={}, tokens=(1,))
-    assert step.config.endswith("tuned_fmoe.csv:2") and any("Gelu" in n for n in step.notes)
-    legacy = ac.load_config_set(str(tmp_path), version="0.1.7")
-    (old,) = simulate(layer(), target_capabilities(*MI355X), configs=legacy, env={}, tokens=(16,))
-    assert old.basis == "heuristic"  # 0.1.7 matches str(activation) exactly and has no token-1 bucket
+@pytest.mark.parametrize(("version", "line"), [
+    ("0.1.20.post1", 2),   # key holds the pybind enum: only the act wildcard can match → first row (Gelu)
+    ("0.1.15.post3", 2),   # same since v0.1.14
+    ("0.1.18", 3),         # v0.1.18's key holds str(activation): the exact Silu row matches
+    ("0.1.13.post1", 3),   # str(activation), no wildcard
+    ("0.1.7", 3),
+])
+def test_act_match_per_release(tmp_path, version, line):
+    """Whether a Silu layer gets the Gelu row listed first depends on the release: HEAD (and v0.1.14–v0.1.17,
+    v0.1.19+) keys its exact dict on the ActivationType enum while the CSV holds strings, so the act-wildcard dict
+    decides [derived]; v0.1.18 and ≤ v0.1.13 key on str(activation) (aiter/fused_moe.py at each tag)."""
+    _write(tmp_path / "tuned_fmoe.csv", LEGACY_HEADER, [_row(16, act="ActivationType.Gelu", us=10.0), _row(16)])
+    caps = target_capabilities("MI355X", version)
+    cs = ac.load_config_set(str(tmp_path), version=version)
+    (step,) = simulate(layer(), caps, configs=cs, env={}, tokens=(16,))
+    assert step.config.endswith(f"tuned_fmoe.csv:{line}")
+    assert any("Gelu" in n for n in step.notes) == (line == 2)
+
+
+@pytest.mark.parametrize(("version", "m", "bucket"), [
+    ("0.1.7", 3, 16), ("0.1.8", 3, 16), ("0.1.9", 3, 4), ("0.1.10.post2", 5000, 2048), ("0.1.11", 20000, 16384),
+    ("0.1.12", 100000, 32768), ("0.1.13.post1", 200000, 32768), ("0.1.15.post3", 200000, 131072),
+    ("0.1.20.post1", 3, 4),
+])
+def test_padded_m_per_release(version, m, bucket):
+    """get_padded_M as written at each tag (v0.1.7, v0.1.8, v0.1.10.post2, v0.1.12, v0.1.13.post1, v0.1.15.post3)."""
+    assert ad.get_padded_M(m, version) == bucket
+
+
+def test_ep_strip_and_bound_per_release():
+    """`topk -= int(is_ep)` arrived in v0.1.16 (aiter PR #3377); ≤ v0.1.13 bf16/fp8 bound was 512
+    (AITER_BF16_FP8_BOUND), from v0.1.14 256 (AITER_BF16_FP8_MOE_BOUND)."""
+    caps = target_capabilities(*MI355X)
+    ds = moe("DeepSeek-V3", tp=8, ep=8)
+    assert ad.dispatch_key(ds, caps, model="0.1.15.post3").topk == 8
+    assert ad.dispatch_key(ds, caps, model="0.1.16").topk == 7
+    key = _key(gate_mode="interleave")
+    assert ad.activation_dtype(300, key, {}, "0.1.13.post1")[0] == ad.BF16
+    assert ad.activation_dtype(300, key, {"AITER_BF16_FP8_BOUND": "256"}, "0.1.13.post1")[0] == ad.FP8
+    assert ad.activation_dtype(300, key, {}, "0.1.15.post3")[0] == ad.FP8
 
 
 def test_large_token_tier_falls_back_to_smaller_tier(tmp_path):
