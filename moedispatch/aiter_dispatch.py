@@ -70,6 +70,7 @@ __all__ = [
     "native_inter_dims",
     "aiter_env",
     "parse_env_args",
+    "parse_tokens",
     "dispatch_issues",
     "evaluate_issues",
     "pad_hazards",
@@ -129,6 +130,39 @@ def parse_env_args(items: Iterable[str]) -> dict[str, str]:
             raise UsageError(f"--aiter-env {item!r}: expected KEY=VALUE (e.g. AITER_BYPASS_TUNE_CONFIG=1)")
         out[key] = value.strip()
     return out
+
+
+def parse_tokens(text: str) -> tuple[int, ...]:
+    """``--tokens 1,4,64,512,8192`` → sorted unique positive ints; ``lo-hi`` expands to AITER's buckets in that
+    range (powers of two, then the 32768/131072 tiers). Bad input raises UsageError (one line)."""
+    from moedispatch.errors import UsageError
+
+    out: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo_s, dash, hi_s = part.partition("-")
+        try:
+            lo = int(lo_s)
+            hi = int(hi_s) if dash else lo
+        except ValueError:
+            raise UsageError(f"--tokens {text!r}: expected comma-separated positive integers or ranges lo-hi") from None
+        if lo < 1 or hi < lo:
+            raise UsageError(f"--tokens {text!r}: {part!r} is not a positive count or an increasing range")
+        if not dash:
+            out.add(lo)
+            continue
+        out.update({lo, hi})
+        b = 1
+        while b <= hi:
+            if b >= lo:
+                out.add(b)
+            b *= 2
+        out.update(t for t in _TIERS if lo <= t <= hi)
+    if not out:
+        raise UsageError("--tokens needs at least one token count")
+    return tuple(sorted(out))
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int) -> int:

@@ -671,3 +671,16 @@ def test_compute_floor():
                       q_type=ad.Q_1X128, use_g1u1=1, doweight_stage1=0, block_m=64, us=1.0)
     assert aiter_lint.compute_floor_us(row, "MI355X") == pytest.approx(2 * 32768 * 8 * 7168 * 768 / 5033.2e12 * 1e6)
     assert aiter_lint.compute_floor_us(row, "MI308X") is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("1,4,64,512,8192", (1, 4, 64, 512, 8192)), ("8192,1,1", (1, 8192)), ("3-20", (3, 4, 8, 16, 20)),
+])
+def test_parse_tokens(text, expected):
+    assert ad.parse_tokens(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "a", "0", "5-2", "1,,x"])
+def test_parse_tokens_rejects(text):
+    with pytest.raises(UsageError):
+        ad.parse_tokens(text)
