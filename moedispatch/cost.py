@@ -716,8 +716,9 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         over ``dispatch``).
     :param pm: a pluggy PluginManager with the ``moe_cost`` hookspec (or a callable with the hook's arguments): a
         plugin's answer wins, with basis ``plugin``.
-    :returns: one :class:`Cost` per token count.
-    :raises UsageError: a dense layer, bad token counts, or a target without peak figures.
+    :returns: one :class:`Cost` per token count — or ``()`` when nothing can be predicted: a target with neither
+        peak figures in gpus.toml nor priors (gfx90a, RDNA), without a plugin answer. Explain shows no cost there.
+    :raises UsageError: a dense layer or bad token counts.
     """
     tokens = _check_tokens(tokens)
     if getattr(layer, "kind", "moe") != "moe":
@@ -730,6 +731,8 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     priors = load_priors()
     geo = Geometry.of_layer(layer, padding)
     peaks, _product = _target_peaks(caps)
+    if peaks is None and not any(k[1] == getattr(caps, "gfx", None) for k in priors.models):
+        return ()
 
     # Tuned rows per token count: {m: rows of the shape AITER looks up for m}. One shape for every m, except where
     # the dispatch model's activation-dtype policy changes q_dtype_a with M (then the geometry follows it too).

@@ -260,11 +260,12 @@ def test_a_dense_layer_has_no_moe_cost(mi355x):
         cost.predict(dense, mi355x, backend_family="aiter-ck", tokens=1)
 
 
-def test_a_target_without_priors_gets_the_generic_roofline():
-    """gfx90a has no tuned rows and no peaks figures in the DB: a clear one-line UsageError, not a traceback."""
+def test_a_target_without_peaks_or_priors_has_no_cost():
+    """gfx90a has neither tuned rows nor peak figures in the DB: no prediction (an empty tuple), never an error that
+    would stop explain — unless a plugin declares one."""
     caps = fake_capabilities("gfx90a", "none")
-    with pytest.raises(UsageError, match="peak"):
-        cost.predict(MINIMAX_TP8, caps, backend_family="triton", tokens=1)
+    assert cost.predict(MINIMAX_TP8, caps, backend_family="triton", tokens=(1, 64)) == ()
+    assert cost.total([()]) == ()
 
 
 def test_a_product_without_its_own_prior_uses_the_arch_prior():
@@ -569,3 +570,25 @@ def test_act_type_wildcard_rows_are_the_shape_too(mi355x):
     rows = {r.token: r.us for r in _rows(MINIMAX_TP4, mi355x)}
     assert (exact.basis, exact.us) == ("tuned", rows[4096])
     assert between.basis == "interpolated" and rows[2048] < between.us < rows[4096]
+
+
+def test_an_installed_aiters_exact_row_is_the_prediction():
+    """With AITER installed and probed, its own tuned_fmoe.csv decides (legacy dispatch for amd-aiter 0.1.7): the
+    prediction at a tuned bucket equals that file's row (DeepSeek-V3-like bf16 7168x256, 256 experts, top-8)."""
+    version, pkg = aiter_configs.installed_aiter()
+    if pkg is None:
+        pytest.skip("amd-aiter is not installed in this Python")
+    caps = fake_capabilities("MI355X", version)
+    caps = dataclasses.replace(caps, provenance=tuple(p for p in caps.provenance if p[0] != "aiter_version")
+                               + (("aiter_version", "probe:files"),))
+    cs = aiter_configs.config_set_for(caps)
+    assert cs.origin == "installed"
+    layer = MoELayer.build(hidden=7168, intermediate=256, experts=256, top_k=8, weight="bf16", act="bf16")
+    rows = aiter_configs.tuned_rows(config_set=cs, model_dim=7168, inter_dim=256, expert=256, topk=8, cu_num=256,
+                                    act_type="ActivationType.Silu", q_dtype_w="torch.bfloat16")
+    if not rows:
+        pytest.skip(f"the installed AITER {version} has no bf16 7168x256 row for 256 CUs")
+    row = min(rows, key=lambda r: r.token)
+    (c,) = cost.predict(layer, caps, backend_family="aiter-ck", tokens=row.token)
+    assert (c.basis, c.us) == ("tuned", row.us)
+    assert row.where in c.detail
