@@ -634,7 +634,7 @@ def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapp
     else:
         if peaks is None:
             raise UsageError(f"no peak throughput known for {getattr(caps, 'arch_label', gfx)}: add a [peak.<product>] "
-                             "table to capability_db/gpus.toml")
+                             "table to capability_db/gpus.toml")   # predict() returns () before this
         eff, lo, hi = priors.generic
         tm, tc = roofline_us(geo, m, peaks)
         us, band = max(tm, tc) / eff, (lo, hi)
@@ -716,8 +716,8 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         over ``dispatch``).
     :param pm: a pluggy PluginManager with the ``moe_cost`` hookspec (or a callable with the hook's arguments): a
         plugin's answer wins, with basis ``plugin``.
-    :returns: one :class:`Cost` per token count — or ``()`` when nothing can be predicted: a target with neither
-        peak figures in gpus.toml nor priors (gfx90a, RDNA), without a plugin answer. Explain shows no cost there.
+    :returns: one :class:`Cost` per token count — or ``()`` when nothing can be predicted: a target product without
+        peak figures in gpus.toml (gfx90a, MI300A, RDNA) and no plugin answer. Explain shows no cost there.
     :raises UsageError: a dense layer or bad token counts.
     """
     tokens = _check_tokens(tokens)
@@ -731,8 +731,8 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     priors = load_priors()
     geo = Geometry.of_layer(layer, padding)
     peaks, _product = _target_peaks(caps)
-    if peaks is None and not any(k[1] == getattr(caps, "gfx", None) for k in priors.models):
-        return ()
+    if peaks is None:
+        return ()   # no datasheet figures: no physical floor to stand on, so no honest prediction
 
     # Tuned rows per token count: {m: rows of the shape AITER looks up for m}. One shape for every m, except where
     # the dispatch model's activation-dtype policy changes q_dtype_a with M (then the geometry follows it too).

@@ -266,6 +266,8 @@ def test_a_target_without_peaks_or_priors_has_no_cost():
     caps = fake_capabilities("gfx90a", "none")
     assert cost.predict(MINIMAX_TP8, caps, backend_family="triton", tokens=(1, 64)) == ()
     assert cost.total([()]) == ()
+    mi300a = fake_capabilities("MI300A")    # gfx942 priors exist, but no MI300A peak figures
+    assert cost.predict(MINIMAX_TP8, mi300a, backend_family="aiter-ck", tokens=(1, 64)) == ()
 
 
 def test_a_product_without_its_own_prior_uses_the_arch_prior():
