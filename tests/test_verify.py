@@ -174,6 +174,16 @@ def test_kernel_pad_too_large_skips_real_data():
         in exact["detail"], exact
 
 
+def test_kernel_pad_beyond_the_allocation_reads_nothing_and_fails():
+    layer = MoELayer.build(hidden=256, intermediate=384, experts=8, top_k=2, weight="mxfp4", act="mxfp4")
+    padding = unchecked(Padding.aligned(layer, hidden_multiple=256, intermediate_multiple=256, pad_semantics="skip"),
+                        kernel_hidden_pad=5000, kernel_intermediate_pad=5000)
+    assert pad_extents(padding) == (0, 0)
+    exact = run_verify(layer, padding, backend="emulation", tokens=3, seed=1)[0]
+    assert exact["passed"] is False and "kernel_hidden_pad 5000 skips real hidden columns 0..255" in exact["detail"]
+    assert "kernel_intermediate_pad 5000 skips real intermediate columns 0..383" in exact["detail"]
+
+
 def test_compute_ignores_kernel_pads():
     """Under 'compute' the kernel pads are not arguments the kernel reads: zero-filled passes whatever they say."""
     layer = small()

@@ -20,7 +20,9 @@ block and the pad block: ``logical + pad``. A pad block that contributes exact z
 bitwise equal to ``fused_moe`` on the unpadded layer, whatever the BLAS does with a longer K; a pad block holding
 garbage, or an extent that stops short of the logical size (a kernel pad larger than the pad: it skips real data),
 changes it. Extents shorter than the logical size leave the columns not computed at zero (as a pre-zeroed output
-buffer would; ROCm/aiter#3538).
+buffer would; ROCm/aiter#3538). ``skip`` is modelled at element granularity: AITER's CK-Tile rounds the pads it is
+given down to whole granules (``n_pad_zeros``/``k_pad_zeros``) and computes over the remainder, which only matters
+for pads that are not zero-filled.
 
 :func:`fill_pad_garbage_` models allocation with ``torch.empty``: it fills the pad regions of padded weights with
 random values and puts NaN in the first element of each expert's region — uninitialized memory can hold any bit
@@ -124,7 +126,11 @@ def padded_kernel_moe(hidden_states: torch.Tensor, gate: torch.Tensor, up: torch
     ids = topk_ids.to(torch.int64)
     weights = topk_weights.to(torch.float32)
     k = ids.shape[1]
-    a1 = qdq_activation(x[:, :hk], aspec, scale_rounding=scale_rounding)
+
+    def qdq(t: torch.Tensor) -> torch.Tensor:  # an extent of 0 (a kernel pad as large as the allocation) reads nothing
+        return t.clone() if t.shape[-1] == 0 else qdq_activation(t, aspec, scale_rounding=scale_rounding)
+
+    a1 = qdq(x[:, :hk])
     flat = ids.reshape(-1)
     experts = [int(e) for e in torch.unique(flat[flat >= 0]).tolist()]
     slots_of = {e: torch.nonzero(flat == e).reshape(-1) for e in experts}
@@ -151,7 +157,7 @@ def padded_kernel_moe(hidden_states: torch.Tensor, gate: torch.Tensor, up: torch
         hbuf.index_copy_(0, slots, apply_activation(g, u, activation, activation_params))
 
     # stage 2: hidden rows [0, hk) over intermediate columns [0, ik); the output is the logical hidden width
-    a2 = qdq_activation(hbuf, aspec, scale_rounding=scale_rounding)
+    a2 = qdq(hbuf)
     out = torch.zeros(t_count, h, dtype=torch.float32)
     flat_w = weights.reshape(-1)
     for e in experts:
