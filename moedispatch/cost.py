@@ -7,6 +7,7 @@ Public API (pure Python; nothing is read or computed at import time)::
     costs[1].to_dict()        # {"tokens": 64, "us": 85.0, "low": 82.4, "high": 93.5, "basis": "tuned"}
     cost.total([costs] * 57)  # the model's MoE time per token count (decode step, prefill chunk)
     cost.compare(a, b)        # "faster" | "slower" | "tie" (bars separate or not)
+    cost.rank([("aiter-flydsl", 70, a), ("triton", 40, b)])   # [("aiter-flydsl", None), ("triton", "aiter-… vs …")]
     cost.reason("aiter-flydsl", a, "triton", b)
     # -> "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"
     cost.padding_overhead(layer, caps, backend_family="aiter-flydsl", padding=p, tokens=(4096,))  # ((4096, 0.21),)
@@ -55,6 +56,7 @@ __all__ = [
     "total",
     "compare",
     "reason",
+    "rank",
     "format_cost",
     "padding_overhead",
     "backend_kind",
@@ -908,3 +910,34 @@ def reason(a_name: str, a_costs: Sequence[Cost], b_name: str, b_costs: Sequence[
         a, b = max(pairs, key=gap)
     unit = "token" if a.tokens == 1 else "tokens"
     return f"{a_name} {format_cost(a)} vs {b_name} {format_cost(b)} at {a.tokens} {unit}"
+
+
+def rank(candidates: Sequence[tuple[str, int, Sequence[Cost]]]) -> list[tuple[str, str | None]]:
+    """Order correct backends by predicted time where the bars separate them; preference breaks ties.
+
+    :param candidates: ``(name, preference, costs)`` per correct backend (``costs`` may be ``()``: not predicted).
+    :returns: ``[(name, why), ...]`` best first. ``why`` is ``None`` for the winner; for every other backend it is
+        the :func:`reason` text against the backend ranked just above it when their bars separate (cost decided),
+        else ``None`` (preference decided, as before).
+
+    Start from preference order (higher first, ties by name); a backend moves above its neighbour only when
+    :func:`compare` says ``"faster"``, so a backend without a prediction never moves and never gets overtaken.
+    """
+    order = sorted(candidates, key=lambda c: (-c[1], c[0]))
+    for _ in range(len(order) ** 2):
+        moved = False
+        for i in range(1, len(order)):
+            if order[i][2] and order[i - 1][2] and compare(order[i][2], order[i - 1][2]) == "faster":
+                order[i - 1], order[i] = order[i], order[i - 1]
+                moved = True
+        if not moved:
+            break
+    out: list[tuple[str, str | None]] = []
+    for i, (name, _pref, costs) in enumerate(order):
+        why = None
+        if i:
+            above = order[i - 1]
+            if costs and above[2] and compare(above[2], costs) == "faster":
+                why = reason(above[0], above[2], name, costs)
+        out.append((name, why))
+    return out

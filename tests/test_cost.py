@@ -594,3 +594,19 @@ def test_an_installed_aiters_exact_row_is_the_prediction():
     (c,) = cost.predict(layer, caps, backend_family="aiter-ck", tokens=row.token)
     assert (c.basis, c.us) == ("tuned", row.us)
     assert row.where in c.detail
+
+
+def test_rank_orders_by_time_where_bars_separate_and_by_preference_otherwise():
+    fast = (Cost(64, 41, 35, 48, "interpolated"),)
+    slow = (Cost(64, 118, 80, 160, "roofline"),)
+    near = (Cost(64, 45, 40, 90, "roofline"),)
+    # triton is preferred less but cost decides only where bars separate
+    assert cost.rank([("triton", 90, slow), ("aiter-flydsl", 70, fast)]) == [
+        ("aiter-flydsl", None), ("triton", "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens")]
+    assert cost.rank([("a", 10, near), ("b", 20, fast)]) == [("b", None), ("a", None)]      # overlap: preference
+    assert cost.rank([("a", 10, fast), ("b", 20, near)]) == [("b", None), ("a", None)]
+    assert cost.rank([("plugin", 50, ()), ("aiter-ck", 40, fast)]) == [("plugin", None), ("aiter-ck", None)]
+    three = cost.rank([("emu", 5, (Cost(64, 900, 500, 1800, "roofline"),)), ("triton", 40, slow),
+                       ("aiter", 30, fast)])
+    assert [n for n, _ in three] == ["aiter", "triton", "emu"]
+    assert three[2][1].startswith("triton 118 µs")
