@@ -610,3 +610,6 @@ def test_rank_orders_by_time_where_bars_separate_and_by_preference_otherwise():
                        ("aiter", 30, fast)])
     assert [n for n, _ in three] == ["aiter", "triton", "emu"]
     assert three[2][1].startswith("triton 118 µs")
+    emu_preferred = cost.rank([("emu", 50, (Cost(64, 900, 500, 1800, "roofline"),)), ("triton", 40, slow),
+                               ("aiter", 30, fast)])
+    assert [n for n, _ in emu_preferred] == ["aiter", "triton", "emu"]
