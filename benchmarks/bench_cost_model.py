@@ -242,6 +242,7 @@ def lofo(samples, peaks, full, base_doc):
     files = sorted({s.file for s in samples})
     all_groups = groups_of(samples)
     errs, res = [], defaultdict(list)
+    by_target = defaultdict(list)
     for f in files:
         train = [s for s in samples if s.file != f]
         held = [s for s in samples if s.file == f]
@@ -255,9 +256,10 @@ def lofo(samples, peaks, full, base_doc):
             us, _lo, _hi, _detail, level = cost._roofline_cost(s.geo, s.m, _Caps(s.gfx, s.cu), priors,
                                                                peaks[(s.gfx, s.cu)], max(tm, tc))
             errs.append(abs(us / s.us - 1))
+            by_target[f"{s.gfx}/{s.cu}"].append(abs(us / s.us - 1))
             res[(level, s.gfx, s.cu)].append(math.log(s.us / us))
             res[(level, s.gfx, 0)].append(math.log(s.us / us))
-    return errs, res
+    return errs, res, by_target
 
 
 def baselines(samples, peaks):
@@ -310,7 +312,7 @@ def main(argv=None) -> int:
     }
     floors = floors_of(samples)
     base_doc = priors_doc(full, {}, interp_band, generic, provenance, floors)
-    lofo_errs, res = lofo(samples, peaks, full, base_doc)
+    lofo_errs, res, by_target = lofo(samples, peaks, full, base_doc)
     bands = {k: band_of(v) for k, v in res.items() if len(v) >= 20}
     naive, careful = baselines(samples, peaks)
 
@@ -333,6 +335,7 @@ def main(argv=None) -> int:
         "lofo_median": round(lof["median"], 4), "lofo_p90": round(lof["p90"], 4), "lofo_n": lof["n"],
         "naive_roofline_median": round(nai["median"], 4), "naive_roofline_p90": round(nai["p90"], 4),
         "bucket_prior_lofo_median": round(car["median"], 4), "bucket_prior_lofo_p90": round(car["p90"], 4),
+        "lofo_median_by_target": {k: round(statistics.median(v), 4) for k, v in sorted(by_target.items())},
         "rows": len(rows), "clean_rows": len(samples), "snapshot": cs.label,
         "seconds": round(time.perf_counter() - t0, 1), "numpy": _np is not None,
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
