@@ -142,8 +142,8 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
         raise UsageError(f"tokens must be at least 1, got {tokens}")
     if experts is None:
         # Keep the default run well under a minute on a 2-core CPU: at most ~60 M weight elements (4 experts of
-        # MiniMax-M3 at TP1, 8 at TP8), never fewer experts than top-k routes to.
-        per_expert = 3 * max(padding.hidden, layer.hidden) * max(padding.intermediate_per_rank, layer.intermediate_per_rank)
+        # MiniMax-M3 at TP1, 6 at TP8 padded to 512), never fewer experts than top-k routes to.
+        per_expert = 3 * max(padding.hidden, h) * max(padding.intermediate_per_rank, i)
         experts = max(layer.top_k, min(DEFAULT_EXPERTS, DEFAULT_ELEMENT_BUDGET // max(per_expert, 1)))
     n_exp = min(experts, layer.experts_per_rank)
     if n_exp < 1:
