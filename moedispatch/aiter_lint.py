@@ -85,19 +85,47 @@ class LintReport:
 
 # -- bandwidth ----------------------------------------------------------------------------------------------------
 
-def _products_by_cu() -> dict[tuple[str, int], list[tuple[str, float | None, str, str]]]:
-    """(gfx, cu_num) -> [(product, TB/s or None, source, confidence)] from gpus.toml, filled from HBM_TB_S."""
+def _peaks() -> dict[str, dict[str, Any]]:
+    """capability_db/gpus.toml ``[peak.<product>]`` (hbm_tbps, *_tflops, source, confidence) when present."""
     from moedispatch import capdb
 
+    peak = capdb.gpus().get("peak", {})
+    return peak if isinstance(peak, dict) else {}
+
+
+def _products_by_cu() -> dict[tuple[str, int], list[tuple[str, float | None, str, str]]]:
+    """(gfx, cu_num) -> [(product, TB/s or None, source, confidence)]: gpus.toml ``[peak.*]`` first (the cost
+    model's table), then a product-level bandwidth key, then :data:`HBM_TB_S`."""
+    from moedispatch import capdb
+
+    peaks = _peaks()
     out: dict[tuple[str, int], list[tuple[str, float | None, str, str]]] = defaultdict(list)
     for gfx, entry in capdb.gpus()["arch"].items():
         for p in entry["products"]:
-            bw = next((float(p[k]) for k in _BW_KEYS if isinstance(p.get(k), (int, float))), None)
-            src, conf = "capability_db/gpus.toml", "confirmed"
+            pk = peaks.get(p["name"], {})
+            bw = pk.get("hbm_tbps") if isinstance(pk.get("hbm_tbps"), (int, float)) else None
+            src = str(pk.get("source", "capability_db/gpus.toml [peak]"))
+            conf = str(pk.get("confidence", "confirmed"))
+            if bw is None:
+                bw = next((float(p[k]) for k in _BW_KEYS if isinstance(p.get(k), (int, float))), None)
+                src, conf = "capability_db/gpus.toml", "confirmed"
             if bw is None and p["name"] in HBM_TB_S:
                 bw, src, conf = HBM_TB_S[p["name"]]
-            out[(gfx, p["compute_units"])].append((p["name"], bw, src, conf))
+            out[(gfx, p["compute_units"])].append((p["name"], float(bw) if bw else None, src, conf))
     return out
+
+
+def _tflops(product: str) -> tuple[tuple[float | None, float | None, float | None], str, str] | None:
+    """(bf16, fp8, fp4) TFLOP/s with source/confidence: gpus.toml ``[peak.*]``, else :data:`PEAK_TFLOPS`."""
+    pk = _peaks().get(product)
+    if pk and isinstance(pk.get("bf16_tflops"), (int, float)):
+        vals = tuple(float(pk[k]) if isinstance(pk.get(k), (int, float)) else None
+                     for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops"))
+        return vals, str(pk.get("source", "capability_db/gpus.toml [peak]")), str(pk.get("confidence", "confirmed"))
+    if product in PEAK_TFLOPS:
+        src = HBM_TB_S.get(product, (0, "datasheet", "unconfirmed"))
+        return PEAK_TFLOPS[product], src[1], src[2]
+    return None
 
 
 def physical_floor_us(row: TunedRow, tb_s: float) -> float | None:
@@ -153,18 +181,21 @@ def _impossible(cs: ConfigSet) -> list[Finding]:
 
 def compute_floor_us(row: TunedRow, product: str) -> float | None:
     """Microseconds for the row's useful FLOPs (2·M·k·D·(n1+I)) at the product's most generous peak for its
-    operand dtypes (a lower bound: real kernels also read weights and pad tiles)."""
-    peaks = PEAK_TFLOPS.get(product)
-    if peaks is None:
+    operand dtypes (a lower bound: real kernels also read weights and pad tiles). None without peak figures."""
+    found = _tflops(product)
+    if found is None:
         return None
+    bf16, fp8, fp4 = found[0]
     dts = {row.q_dtype_a, row.q_dtype_w}
-    if dts & {"torch.float4_e2m1fn_x2"} and peaks[2]:
-        tf = peaks[2]
+    if "torch.float4_e2m1fn_x2" in dts and fp4:
+        tf = fp4
     elif dts & {"torch.float8_e4m3fn", "torch.float8_e4m3fnuz", "torch.int8", "torch.float4_e2m1fn_x2",
                 "torch.int4", "torch.uint32"}:
-        tf = peaks[1]
+        tf = fp8
     else:
-        tf = peaks[0]
+        tf = bf16
+    if not tf:
+        return None
     n1 = 2 * row.inter_dim if row.use_g1u1 else row.inter_dim
     flops = 2.0 * row.token * row.topk * row.model_dim * (n1 + row.inter_dim)
     return flops / (tf * 1e12) * 1e6
@@ -176,17 +207,16 @@ def _compute(cs: ConfigSet) -> list[Finding]:
     for r in cs.rows:
         if r.us is None or r.us <= 0 or r.gfx is None:
             continue
-        names = [p[0] for p in prods.get((r.gfx, r.cu_num), []) if p[0] in PEAK_TFLOPS]
-        floors = [(compute_floor_us(r, n), n) for n in names]
+        floors = [(compute_floor_us(r, p[0]), p[0]) for p in prods.get((r.gfx, r.cu_num), [])]
         floors = [(f, n) for f, n in floors if f is not None]
         if not floors:
             continue
         floor, name = min(floors)  # the fastest product sharing the cu_num
         if r.us < floor:
+            _vals, src, conf = _tflops(name) or ((None, None, None), "", "unconfirmed")
             out.append(Finding("faster-than-compute", "error",
                                f"us={r.us:g} at token {r.token} is below {floor:.1f} us, the time for its useful "
-                               f"FLOPs at {name}'s peak for these dtypes", (r.where,), HBM_TB_S[name][1],
-                               HBM_TB_S[name][2]))
+                               f"FLOPs at {name}'s peak for these dtypes", (r.where,), src, conf))
     return out
 
 
