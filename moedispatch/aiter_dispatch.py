@@ -234,6 +234,19 @@ class Assumptions:
     doweight_stage1: bool | None = None
     out_dtype: str = BF16
 
+    @classmethod
+    def from_engine_env(cls, layer: "MoELayer", env: Mapping[str, str] | None = None, **overrides: Any
+                        ) -> "Assumptions":
+        """Assumptions an engine's environment implies: vLLM folds a model's shared expert into the routed AITER
+        call when ``VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS`` is on (vllm-project/vllm PR #46474; the AMD
+        MiniMax-M3 recipe sets it, vllm-project/recipes#581) and the layer has exactly one shared expert whose size
+        matches the routed experts' — that is the (experts + 1, top-k + 1) key AITER's MiniMax-M3 and DeepSeek rows
+        are tuned for."""
+        env = dict(os.environ if env is None else env)
+        flag = str(env.get("VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS", "")).strip().lower() in ("1", "true", "yes")
+        fused = flag and layer.shared_experts == 1 and layer.shared_intermediate in (0, layer.intermediate)
+        return cls(fused_shared_expert=fused, **overrides)
+
     def resolve(self, layer: "MoELayer") -> "Assumptions":
         gate = self.gate_mode or ("interleave" if layer.activation == "swigluoai" else "separated")
         if gate not in ("separated", "interleave"):

@@ -687,3 +687,13 @@ def test_parse_tokens(text, expected):
 def test_parse_tokens_rejects(text):
     with pytest.raises(UsageError):
         ad.parse_tokens(text)
+
+
+def test_assumptions_from_vllm_env():
+    """VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1 fuses a same-size single shared expert (MiniMax-M3, DeepSeek-V3:
+    one shared expert of the routed size) into the routed call; off by default (vLLM's default)."""
+    m3 = moe("MiniMax-M3-MXFP4")
+    assert Assumptions.from_engine_env(m3, {"VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "1"}).fused_shared_expert
+    assert not Assumptions.from_engine_env(m3, {}).fused_shared_expert
+    qwen = moe("Qwen3-235B-A22B-Instruct-2507-FP8")
+    assert not Assumptions.from_engine_env(qwen, {"VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "1"}).fused_shared_expert
