@@ -158,6 +158,8 @@ _TEXT_KEYS = ("text_config", "llm_config", "language_config")
 # vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py (gpt-oss swiglu_limit 7.0, alpha 1.702).
 _SWIGLUOAI_UNINTERLEAVE = ("minimax_m3", "minimax_m3_text", "minimax_m3_vl")
 _SWIGLUOAI = ("gpt_oss",)
+#: hidden_act spellings of SiTU (Kimi-K3): vLLM's MoEActivation.SITU, AITER's ActivationType.Situv2.
+_SITU = ("situ", "situv2", "situ_v2")
 
 
 # grok-1 / grok-2 configs carry no hidden_act: their MoE MLP is GELU-gated, hard-coded in the modeling code
@@ -180,11 +182,19 @@ def _activation(text: dict[str, Any], model_type: str, where: str) -> tuple[str,
             raise ModelError(f"{where}: swiglu_alpha and swiglu_limit must be positive, got {alpha}, {limit}")
         name = "swigluoai_uninterleave" if model_type in _SWIGLUOAI_UNINTERLEAVE else "swigluoai"
         return name, (("alpha", alpha), ("limit", limit))
+    if act_l in _SITU:
+        # Kimi-K3's SiTU (vLLM MoEActivation.SITU) runs as AITER ActivationType.Situv2, whose beta / linear_beta the
+        # kernel bakes in (None -> 1.0): ROCm/aiter@v0.1.19:aiter/fused_moe.py (situ_beta, situ_linear_beta;
+        # ROCm/aiter#4397). Only the values the config states are kept.
+        params = tuple((name, _num(text[key], f"{where}.{key}")) for name, key in
+                       (("beta", "situ_beta"), ("linear_beta", "situ_linear_beta")) if text.get(key) is not None)
+        return "situv2", params
     if act_l in ("silu", "swish", "swiglu"):
         return "silu", ()
     if act_l.startswith("gelu") or act_l == "geglu":
         return "gelu", ()
-    raise ModelError(f"{where}.hidden_act {act!r} is not a MoE activation moedispatch knows (silu, gelu, swigluoai)")
+    raise ModelError(f"{where}.hidden_act {act!r} is not a MoE activation moedispatch knows (silu, gelu, swigluoai, "
+                     "situ)")
 
 
 def _index_list(value: Any, n_layers: int, where: str) -> set[int]:

@@ -6,6 +6,8 @@ _get_padding_for_flydsl at v0.1.15.post3.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
@@ -19,8 +21,36 @@ _KERNELS = f"{A3}:aiter/ops/flydsl/kernels/mixed_moe_gemm_2stage.py; {A3}:aiter/
 _SRC = (f"{_KERNELS} (fp4 kernels use gfx950 scaled MFMA; stage-1/2 tile_k 256 for fp4); hidden/inter rounded to "
         f"256 as vLLM/SGLang do for AITER MXFP4 ({V}:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py)")
 _GFX950 = ("gfx950",)
+#: FlyDSL SiTUv2 MoE (Kimi-K3): ROCm/aiter#4397 (first tag v0.1.19), rewritten as moe_2stage_a16wmix for gfx942 and
+#: gfx950 by ROCm/aiter#4502 (first tag v0.1.20).
+_SITU_A16 = ("ROCm/aiter@v0.1.19:aiter/fused_moe.py ('SiTUv2 + separated == a16w4 ... maps to the mixed_moe a16w4 "
+             "kernel'); ROCm/aiter#4397; ROCm/aiter@v0.1.20:aiter/fused_moe.py (_is_a16w4_situv2: 'requires the FlyDSL "
+             "kernel on CDNA gfx942/gfx950'); ROCm/aiter#4502; 128 = vLLM's AITER_MXFP4_BF16 round-up for SiLU/SiTU "
+             "(vllm-project/vllm#50000)")
+_SITU_A8 = ("ROCm/aiter@v0.1.19:aiter/fused_moe.py ('AITER_SITUV2_A8W4=1 overrides to fp8 activation (a8w4) via the "
+            "tuned flydsl afp8_wfp4 config'); ROCm/aiter#4397; vllm-project/vllm#52442 (the weight layout must match: "
+            "VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4)")
+#: AITER releases that change what FlyDSL SiTUv2 accepts.
+SITU_SINCE, SITU_GFX942_SINCE = "0.1.19", "0.1.20"
+#: The RadeonFlow MXFP4 a4w4 port (ROCm/aiter#3832, first release tag v0.1.18) drops expert_mask.
+A4W4_PORT_SINCE = "0.1.18"
+
+
+@dataclass(frozen=True)
+class ActCombo(Combo):
+    """A :class:`Combo` that only a layer with one of ``activations`` matches (listed before the generic rows)."""
+
+    activations: tuple[str, ...] = ()
+
+    def matches(self, layer: MoELayer) -> bool:
+        return layer.activation in self.activations and super().matches(layer)
+
 
 COMBOS = (
+    ActCombo("mxfp4", "bf16", ("gfx942", "gfx950"), "FlyDSL a16w4 SiTUv2 (mixed_moe / moe_2stage_a16wmix)", _SITU_A16,
+             feature="flydsl_moe", hidden_multiple=128, inter_multiple=128, activations=("situv2",)),
+    ActCombo("mxfp4", "fp8", _GFX950, "FlyDSL a8w4 SiTUv2 (AITER_SITUV2_A8W4=1, flydsl afp8_wfp4)", _SITU_A8,
+             feature="flydsl_moe", hidden_multiple=256, inter_multiple=256, activations=("situv2",)),
     Combo("mxfp4", "mxfp4", _GFX950, "FlyDSL a4w4 (flydsl_moe*_afp4_wfp4_*)", _SRC, feature="flydsl_moe",
           hidden_multiple=256, inter_multiple=256),
     Combo("mxfp4", "bf16", _GFX950, "FlyDSL a16w4", _SRC, feature="flydsl_moe", hidden_multiple=256,
@@ -49,6 +79,7 @@ class AiterFlyDSL(AiterFamily):
         "silu": "FlyDSL MoE Silu",
         "swigluoai": "FlyDSL Swiglu fp4 heuristics (aiter/fused_moe.py get_2stage_cfgs)",
         "swigluoai_uninterleave": "Swiglu with GateMode.SEPARATED (aiter#3123)",
+        "situv2": "SiTUv2 (Kimi-K3) a16w4 / a8w4 (ROCm/aiter#4397)",
     }
     bias_supported = True
     pad_semantics = "skip"
@@ -66,10 +97,21 @@ class AiterFlyDSL(AiterFamily):
             failures.append(Reason("the flydsl package is not installed: AITER uses flydsl_fallback rows or "
                                    "heuristics instead", "failed",
                                    f"{A3}:aiter/fused_moe.py (get_2stage_cfgs); {A3}:aiter/ops/flydsl/__init__.py"))
+        if layer.activation == "situv2":
+            failures += _situ_checks(layer, caps)
         return failures
 
     def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
-        return [*swiglu_decode_note(layer, combo), *tuned_coverage_note(caps)]
+        notes: list[Reason | str] = [*swiglu_decode_note(layer, combo), *tuned_coverage_note(caps)]
+        if (layer.ep > 1 and layer.weight.dtype == "mxfp4" and layer.act.dtype == "mxfp4"
+                and caps.aiter_at_least(A4W4_PORT_SINCE)):
+            notes.append(Reason(
+                f"caveat: at AITER >= {A4W4_PORT_SINCE} a tuned a4w4 row that routes to the RadeonFlow MXFP4 port raises "
+                "NotImplementedError with expert parallelism ('expert_mask is dropped by the output_aux sort path'); "
+                "the FlyDSL heuristic path keeps expert_mask. Check the tuned CSV for this shape, or run without EP",
+                "caveat", "ROCm/aiter@v0.1.19:aiter/fused_moe.py (fused_moe_2stages, metadata.output_aux); "
+                "ROCm/aiter#3832"))
+        return notes
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities,
                     padding: Padding) -> tuple[int, int, list[Reason | str]]:
@@ -91,3 +133,31 @@ class AiterFlyDSL(AiterFamily):
 @hookimpl
 def register_backends():
     return [AiterFlyDSL()]
+
+
+def _situ_checks(layer: MoELayer, caps: Capabilities) -> list[Reason]:
+    """What AITER's FlyDSL SiTUv2 path refuses (each check a NotImplementedError or a missing enum upstream)."""
+    if caps.aiter_version is None:
+        return []
+    if not caps.aiter_at_least(SITU_SINCE):
+        return [Reason(f"SiTUv2 needs AITER >= {SITU_SINCE} (ActivationType.Situv2 and the FlyDSL SiTUv2 kernels, "
+                       f"ROCm/aiter#4397); target AITER is {caps.aiter_version}", "failed",
+                       "ROCm/aiter@v0.1.19:csrc/include/aiter_enum.h (Situv2); ROCm/aiter#4397")]
+    failures = []
+    if caps.gfx == "gfx942" and not caps.aiter_at_least(SITU_GFX942_SINCE):
+        failures.append(Reason(f"FlyDSL a16w4 SiTUv2 on gfx942 needs AITER >= {SITU_GFX942_SINCE} (ROCm/aiter#4502: "
+                               f"moe_2stage_a16wmix for gfx942/gfx950); target AITER is {caps.aiter_version}",
+                               "failed", "ROCm/aiter#4502"))
+    if layer.act.dtype == "mxfp4":
+        failures.append(Reason("a4w4 SiTUv2 has no full 2-stage path ('no CK situv2 stage2'): AITER maps SiTUv2 to "
+                               "a16w4 (bf16 activations), which would skip the checkpoint's MXFP4 activation QDQ",
+                               "failed", "ROCm/aiter@v0.1.19:aiter/fused_moe.py (Situv2 branch); ROCm/aiter#4463"))
+    if caps.aiter_at_least(SITU_GFX942_SINCE) and layer.act.dtype in ("bf16", "fp16"):
+        src = "ROCm/aiter@v0.1.20:aiter/fused_moe.py (_is_a16w4_situv2 NotImplementedError); ROCm/aiter#4502"
+        if layer.ep > 1:
+            failures.append(Reason(f"a16w4 SiTUv2 rejects expert-parallel masking (ep={layer.ep}): AITER raises "
+                                   "NotImplementedError", "failed", src))
+        if layer.has_bias:
+            failures.append(Reason("a16w4 SiTUv2 rejects a per-expert bias: AITER raises NotImplementedError",
+                                   "failed", src))
+    return failures
