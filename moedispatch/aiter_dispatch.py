@@ -67,6 +67,7 @@ __all__ = [
     "lookup_rules",
     "activation_dtype",
     "kernel_family",
+    "BACKEND_OF_FAMILY",
     "native_inter_dims",
     "aiter_env",
     "parse_env_args",
@@ -544,6 +545,10 @@ def kernel_family(name: str) -> str:
     if n.startswith(("_ZN5aiter", "fmoe")):
         return "asm"
     return "unknown"
+
+
+#: AITER kernel family → moedispatch backend name (DESIGN.md names).
+BACKEND_OF_FAMILY = {"ck": "aiter-ck", "cktile": "aiter-cktile", "flydsl": "aiter-flydsl", "asm": "aiter-asm"}
 
 
 def _family(kernels: tuple[str, ...]) -> str:
@@ -1086,6 +1091,18 @@ class DispatchPlan:
         for s in self.steps:
             if s.family not in seen:
                 seen.append(s.family)
+        return tuple(seen)
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """moedispatch backend names of the families AITER runs, in token order (``aiter-cktile``, ``aiter-flydsl``;
+        a mixed step such as ``flydsl+ck`` contributes both; ``opus`` has no moedispatch backend: ``aiter-opus``)."""
+        seen: list[str] = []
+        for fam in self.families:
+            for part in fam.split("+"):
+                name = BACKEND_OF_FAMILY.get(part, f"aiter-{part}")
+                if name not in seen:
+                    seen.append(name)
         return tuple(seen)
 
     def table_lines(self) -> list[str]:

@@ -161,6 +161,7 @@ def test_minimax_m3_tp8_finds_its_384_rows_unpadded(head):
                           tokens=(1, 4, 64))
     assert all(s.basis == "tuned" and s.family == "flydsl" for s in fixed.steps) and not fixed.issues
     assert ad.native_inter_dims(m3, caps, configs=head, env={}, assumptions=a) == frozenset({384, 768})
+    assert plan.families == ("cktile", "flydsl") and plan.backends == ("aiter-cktile", "aiter-flydsl")
 
 
 def test_minimax_m3_rows_name_file_and_line(head):
