@@ -65,6 +65,11 @@ def _build_parser() -> _Parser:
     explain.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
     explain.add_argument("--backend", help="force one backend (exit 3 with its reasons if it cannot run)")
     explain.add_argument("--brief", action="store_true", help="one line per group of identical layers")
+    explain.add_argument("--tokens", help="token counts per call to plan AITER's dispatch and cost for, comma-separated "
+                         "(default 1,4,64,512,8192: decode and prefill)")
+    explain.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
+                         help="AITER environment to assume on top of this shell's (repeatable), e.g. "
+                              "AITER_BYPASS_TUNE_CONFIG=1")
     explain.add_argument("--recipe", choices=["vllm", "sglang"], help="print an engine launch recipe")
     explain.add_argument("--engine-version", help="engine release the recipe targets (default: newest known)")
     explain.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
@@ -168,6 +173,16 @@ def _version_text() -> str:
     return "\n".join(lines)
 
 
+def _env_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _print(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -184,13 +199,23 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     caps, first_line = resolve_capabilities(args.target, args.aiter_version)
     registry = get_registry(strict=args.strict_plugins)
     _check_backend(args.backend, registry)
-    warnings = ([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
-    plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
-                      strict=args.strict_plugins, warnings=warnings)
-    if args.recipe:
-        from moedispatch.recipes import render_recipe
+    warnings = (([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
+                + list(registry.warnings))
+    from moedispatch.runtime import Runtime, parse_tokens
 
-        _print(render_recipe(plan, args.recipe, fmt=args.format, version=args.engine_version))
+    runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens else None,
+                            overrides=_env_pairs(args.aiter_env, "--aiter-env"))
+    plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
+                      strict=args.strict_plugins, warnings=warnings, runtime=runtime)
+    if args.recipe:
+        from moedispatch.recipes import build_recipe, render_recipe
+
+        recipe = build_recipe(plan, args.recipe, args.engine_version)
+        _print(render_recipe(plan, args.recipe, fmt=args.format, recipe=recipe))
+        if plan.ok and not recipe.ok:  # no safe launch: exit 3 with the reasons (never a command known to be wrong)
+            sys.stderr.write(f"moedispatch: no safe {args.recipe} {recipe.version} launch for this plan: "
+                             f"{recipe.refusals[0].text}\n")
+            return EXIT_NO_BACKEND
     elif args.format == "json":
         _print(render_json(plan))
     else:
@@ -232,6 +257,8 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     for p in registry.plugins:
         origin = "built-in" if p.builtin else f"{p.package or '?'} {p.version or ''}".strip()
         status = "ok" if not p.errors else "ERROR: " + "; ".join(p.errors)
+        if p.warnings:
+            status += "; warning: " + "; ".join(p.warnings)
         lines.append(f"  {p.name:<14} {origin:<28} {', '.join(p.backends) or '-':<16} {status}")
     _print("\n".join(lines))
     return EXIT_OK
@@ -339,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("moedispatch: a command is required (explain, probe, backends, models, verify, aiter-configs); "
                              "see moedispatch --help")
         _configure_logging(args.verbose, args.log_format, args.quiet)
+        from moedispatch.deadline import set_fd_capture
+
+        set_fd_capture(True)  # this process is ours: plugin writes to fd 1 during discovery are captured too
         return _COMMANDS[args.command](args)
     except NoBackendError as exc:
         sys.stderr.write(f"moedispatch: {exc}\n")

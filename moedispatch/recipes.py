@@ -1,8 +1,13 @@
-"""Engine launch recipes (vLLM, SGLang) that realize a plan, every line with its reason and source.
+"""Engine launch recipes (vLLM, SGLang): the best plan an engine *release* can carry out, every line with its reason
+and source — never a launch the tool knows is wrong.
 
-Rendered from the same :class:`~moedispatch.explain.Plan` as explain; engine facts live in
-capability_db/engines.toml. Where the engine's own padding or kernel pads differ from what the plan needs, the
-recipe says so (that is where engines have gone wrong: vLLM #44679, #55251, #55368).
+A recipe chooses among what the engine can realize: for each correct backend of the plan (the winner first, then
+the correct ones it outranked) it asks how that engine release allocates the experts (its own padding, which may
+miss the kernel's alignment), which path it really runs (load-time conversions, its own gates), and which
+engine-level known issues match; the first realization with no refusal is printed. Where none exists, or the
+layout itself cannot run (attention heads vs TP, EP without a spelling, weights beyond the GPU's memory), the
+recipe has ``command = None``, the reasons, and the nearest safe alternative (another TP/EP, engine release or
+engine). Engine facts live in capability_db/engines.toml; layout rules in :mod:`moedispatch.layout`.
 """
 
 from __future__ import annotations
@@ -17,17 +22,17 @@ from packaging.version import InvalidVersion, Version
 
 from moedispatch import capdb
 from moedispatch.backend import AITER_FAMILIES, round_up
-from moedispatch.capabilities import Capabilities
-from moedispatch.errors import UsageError
-from moedispatch.plan import Plan
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason, texts
 from moedispatch.decision import Decision
+from moedispatch.errors import UsageError
+from moedispatch.layers import MoELayer
+from moedispatch.layout import Layout, realize_layout
+from moedispatch.plan import Plan
+from moedispatch.reason import Reason, texts
 
-__all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding"]
+__all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding", "engine_data", "matching_issues",
+           "path_family", "ENGINES"]
 
-_V = "vllm-project/vllm@017e9f4448"
-_SGL = "sgl-project/sglang@v0.5.23"
+ENGINES = ("vllm", "sglang")
 
 
 @dataclass
@@ -36,133 +41,307 @@ class Recipe:
     version: str
     env: list[dict[str, str]] = field(default_factory=list)
     args: list[dict[str, str]] = field(default_factory=list)
-    command: str = ""
+    command: str | None = ""
     caveats: list[Reason] = field(default_factory=list)
     warnings: list[Reason] = field(default_factory=list)
     backend: str | None = None
+    refusals: list[Reason] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    layout: Layout | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.command is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "moedispatch.recipe/1", "engine": self.engine, "engine_version": self.version,
                 "backend": self.backend, "env": self.env, "args": self.args, "command": self.command,
                 "caveats": texts(self.caveats), "warnings": texts(self.warnings),
-                "warning_details": [w.to_dict() for w in self.warnings]}
+                "warning_details": [w.to_dict() for w in self.warnings],
+                "reasons": texts(self.refusals), "reason_details": [r.to_dict() for r in self.refusals],
+                "alternatives": self.alternatives,
+                "layout": self.layout.to_dict() if self.layout is not None else None}
 
 
-def engine_padding(engine: str, layer: MoELayer, family: str | None) -> tuple[int, int, int | None, int | None]:
-    """(allocated hidden, allocated intermediate/rank, kernel hidden pad, kernel intermediate pad) the engine uses
-    for a backend of kernel ``family`` (``Backend.family``).
+# -- engine data --------------------------------------------------------------------------------------------------
 
-    vLLM: MXFP4 round-up 256/256 on ROCm for AITER and Triton, 32 for EMULATION, none otherwise
-    (fused_moe/oracle/mxfp4.py); runtime pads hidden_pad//128*128 and intermediate_pad//64*64*(2 if TP == 1),
-    with MiniMax-M3's override intermediate_pad=0 (fused_moe/experts/rocm_aiter_moe.py; vLLM PR #46419).
-    SGLang: AITER pads the down-proj K to 128 storage elements (256 logical for packed fp4), MXFP4 W4A8 / gpt-oss
-    round hidden and intermediate to 256 (srt/layers/moe/utils.py get_moe_weight_sizes; SGLang PR #21097).
-    Kernel pads are ``None`` where the engine passes none.
-    """
-    h, i = layer.hidden, layer.intermediate_per_rank
-    mx4 = layer.weight.dtype == "mxfp4"
-    aiter = family in AITER_FAMILIES
-    if engine == "vllm":
-        if mx4 and (aiter or family == "triton"):
-            h, i = round_up(h, 256), round_up(i, 256)
-        elif mx4 and family == "emulation":
-            h, i = round_up(h, 32), round_up(i, 32)
-        if not aiter:
-            return h, i, None, None
-        raw_h, raw_i = h - layer.hidden, i - layer.intermediate_per_rank
-        kh = raw_h // 128 * 128
-        if layer.model_type in ("minimax_m3_vl", "minimax_m3"):
-            ki = 0
-        else:
-            ki = raw_i // 64 * 64 * (2 if layer.moe_tp == 1 else 1)
-        return h, i, kh, ki
-    if engine == "sglang":
-        if aiter:
-            if mx4 and (layer.act.dtype in ("fp8", "bf16")):
-                h, i = round_up(h, 256), round_up(i, 256)
-            elif mx4:
-                i = round_up(i, 256)
-            else:
-                i = round_up(i, 128)
-            return h, i, h - layer.hidden, i - layer.intermediate_per_rank
-        return h, i, None, None
-    raise UsageError(f"unknown engine {engine!r}")
-
-
-def _engine_cfg(engine: str) -> dict[str, Any]:
+def engine_data(engine: str) -> dict[str, Any]:
     data = capdb.load_toml("engines.toml")
-    if engine not in data:
-        raise UsageError(f"no recipe for engine {engine!r}; known: vllm, sglang")
+    if engine not in ENGINES or engine not in data:
+        raise UsageError(f"no recipe for engine {engine!r}; known: {', '.join(ENGINES)}")
     return data
 
 
-def _in(spec: str, version: str) -> bool:
-    try:
-        return Version(version) in SpecifierSet(spec)
-    except InvalidVersion:
-        raise UsageError(f"engine version {version!r} is not a PEP 440 version") from None
-
-
-def _fmt_line(item: dict[str, str]) -> str:
-    return f"{item['why']} ({item['source']})"
-
-
-def build_recipe(plan: Plan, engine: str, version: str | None = None) -> Recipe:
-    data = _engine_cfg(engine)
-    eng = data[engine]
+def _version(engine: str, version: str | None, eng: dict[str, Any]) -> str:
     version = version or eng["newest"]
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise UsageError(f"engine version {version!r} is not a PEP 440 version (e.g. {eng['newest']})") from None
+    return version
+
+
+def _in(spec: str, version: str) -> bool:
+    return Version(version) in SpecifierSet(spec)
+
+
+def _match(row: dict[str, Any], version: str, layer: MoELayer, gfx: str | None = None) -> bool:
+    if "versions" in row and not _in(row["versions"], version):
+        return False
+    if "weight" in row and layer.weight.dtype not in row["weight"]:
+        return False
+    if "act" in row and layer.act.dtype not in row["act"]:
+        return False
+    if "gfx" in row and gfx not in row["gfx"]:
+        return False
+    return True
+
+
+def _fam(family: str | None) -> str | None:
+    return "aiter" if family in AITER_FAMILIES else family
+
+
+def conversion(engine: str, version: str, layer: MoELayer, gfx: str) -> dict[str, Any] | None:
+    """The engine's load-time conversion of this layer's experts on ``gfx`` (or None)."""
+    for row in engine_data(engine)[engine].get("conversion", []):
+        if _match(row, version, layer, gfx):
+            return row
+    return None
+
+
+def path_family(engine: str, version: str, layer: MoELayer, gfx: str, family: str | None) -> str | None:
+    """The family the engine really runs for a plan that puts ``layer`` on ``family`` (after load-time
+    conversions)."""
+    conv = conversion(engine, version, layer, gfx)
+    return conv["family"] if conv else _fam(family)
+
+
+def engine_padding(engine: str, layer: MoELayer, family: str | None,
+                   version: str | None = None) -> tuple[int, int, int | None, int | None]:
+    """(allocated hidden, allocated intermediate/rank, kernel hidden pad, kernel intermediate pad) the engine
+    release uses for a backend of kernel ``family`` (``Backend.family``), from capability_db/engines.toml.
+
+    vLLM's runtime pads to AITER are ``hidden_pad // 128 * 128`` and ``intermediate_pad // 64 * 64 * (2 if TP == 1)``
+    with MiniMax-M3's ``intermediate_pad=0`` (experts/rocm_aiter_moe.py; vLLM PR #46419); SGLang passes the
+    differences. Kernel pads are ``None`` where the engine passes none.
+    """
+    data = engine_data(engine)
+    version = _version(engine, version, data[engine])
+    h, i = layer.hidden, layer.intermediate_per_rank
+    fam = _fam(family)
+    for row in data[engine].get("allocation", []):
+        if fam in row["families"] and _match(row, version, layer):
+            h = round_up(h, row["hidden"])
+            step = row["intermediate"] or (64 if i <= 192 else 128)
+            i = round_up(i, step)
+            break
+    if fam != "aiter":
+        return h, i, None, None
+    raw_h, raw_i = h - layer.hidden, i - layer.intermediate_per_rank
+    if engine == "sglang":
+        return h, i, raw_h, raw_i
+    kh = raw_h // 128 * 128
+    ki = 0 if layer.model_type in ("minimax_m3_vl", "minimax_m3") else raw_i // 64 * 64 * (2 if layer.moe_tp == 1 else 1)
+    return h, i, kh, ki
+
+
+def matching_issues(engine: str, version: str, layer: MoELayer, gfx: str, *, ep: int, family: str | None,
+                    env: dict[str, str], runner: str | None = None) -> list[dict[str, Any]]:
+    """Engine-level known issues (capability_db/engines.toml ``[[<engine>.issue]]``) that match this launch."""
+    out = []
+    for row in engine_data(engine)[engine].get("issue", []):
+        if not _match(row, version, layer, gfx):
+            continue
+        if "model_types" in row and layer.model_type not in row["model_types"]:
+            continue
+        if ep < row.get("min_ep", 1):
+            continue
+        if "families" in row and _fam(family) not in row["families"]:
+            continue
+        if "runner" in row and (runner or "auto") not in row["runner"]:
+            continue
+        if "unaligned" in row and layer.intermediate_per_rank % row["unaligned"] == 0:
+            continue
+        if any((env.get(k) or "") != v for k, v in row.get("env", {}).items()):
+            continue
+        out.append(row)
+    return out
+
+
+def _issue_reason(row: dict[str, Any], kind: str = "failed") -> Reason:
+    return Reason(f"{row['message']} — fix: {row['fix']}", kind, row["source"], row.get("id"),
+                  row.get("confidence", "confirmed"))
+
+
+# -- realization --------------------------------------------------------------------------------------------------
+
+def _candidates(plan: Plan) -> list[str]:
+    """The plan's MoE backends in order: the majority winner, then each correct backend it outranked."""
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
-    counts = Counter(d.backend for d in moe)
+    counts = Counter(d.backend for d in moe if d.backend)
+    out = [b for b, _ in counts.most_common()]
+    for d in moe:
+        for r in d.rejected:
+            if r.supported and r.backend not in out:
+                out.append(r.backend)
+    return out
+
+
+def _forced(plan: Plan, backend: str) -> list[Decision] | None:
+    """Every MoE layer's decision with ``backend`` forced (None when it cannot run some layer)."""
+    from moedispatch.errors import NoBackendError
+    from moedispatch.plugins import get_registry
+    from moedispatch.selector import select
+
+    out = []
+    registry = get_registry()
+    for d in plan.decisions:
+        if d.layer.kind != "moe":
+            continue
+        if d.backend == backend:
+            out.append(d)
+            continue
+        try:
+            out.append(select(d.layer, plan.caps, registry.backends, backend))
+        except (NoBackendError, UsageError):
+            return None
+    return out
+
+
+def _engine_env(rows: list[dict[str, Any]]) -> dict[str, str]:
+    return {e["name"]: e["value"] for r in rows for e in r["env"]}
+
+
+def _try_backend(plan: Plan, engine: str, version: str, backend: str,
+                 decisions: list[Decision]) -> tuple[list[Reason], list[dict[str, Any]], list[Reason]]:
+    """(refusals, backend rows, warnings) of realizing ``backend`` for every MoE layer on this engine release."""
+    eng = engine_data(engine)[engine]
+    refusals: list[Reason] = []
+    warnings: list[Reason] = []
+    rows = [r for r in eng.get("backend", []) if backend in r["backends"] and _in(r["versions"], version)]
+    if not rows:
+        return [Reason(f"{engine} {version}: no known way to select {backend} (capability_db/engines.toml has no "
+                       "row for this release)", "failed")], [], []
+    for row in rows:
+        if row.get("unsupported"):
+            refusals.append(Reason(row["unsupported"], "failed", row.get("source"), None,
+                                   row.get("confidence", "confirmed")))
+    if refusals:
+        return refusals, rows, warnings
+    env = _engine_env(rows)
+    runner = next((a["arg"].split()[-1] for r in rows for a in r["args"] if a["arg"].startswith("--moe-runner")),
+                  None)
+    gfx = plan.caps.gfx
+    seen: set[str] = set()
+    d = decisions[0]
+    layer, p = d.layer, d.padding
+    fam = path_family(engine, version, layer, gfx, d.family)
+    conv = conversion(engine, version, layer, gfx)
+    if conv and fam != _fam(d.family) and not (fam == "triton" and engine == "sglang"):
+        refusals.append(Reason(f"{engine} {version} does not run {backend} here: {conv['what']}", "failed",
+                               conv["source"], None, conv.get("confidence", "confirmed")))
+    h, i, kh, ki = engine_padding(engine, layer, d.family, version)
+    if h % p.hidden_multiple or i % p.intermediate_multiple:
+        src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
+                    and _match(r, version, layer)), eng["source"])
+        refusals.append(Reason(
+            f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; {backend} needs "
+            f"multiples of {p.hidden_multiple} × {p.intermediate_multiple} (the plan pads to {p.hidden} × "
+            f"{p.intermediate_per_rank}) — the engine's allocation does not meet the kernel's alignment", "failed",
+            src))
+    elif (h, i) != (p.hidden, p.intermediate_per_rank) and _fam(d.family) == "aiter":
+        warnings.append(Reason(f"{engine} {version} allocates hidden {h} × intermediate/rank {i} (zero-filled); the "
+                               f"plan's {p.hidden} × {p.intermediate_per_rank} is one valid choice of the kernel's "
+                               f"alignment ({p.hidden_multiple} × {p.intermediate_multiple}): both hold", "warning",
+                               None, None, "derived"))
+    if kh is not None and ki is not None and (h, i) == (p.hidden, p.intermediate_per_rank) \
+            and p.pad_semantics == "skip" and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad):
+        warnings.append(Reason(
+            f"{engine} {version} passes hidden_pad={kh}, intermediate_pad={ki} to aiter.fused_moe; the plan needs "
+            f"{p.kernel_hidden_pad}, {p.kernel_intermediate_pad} for {backend}", "warning",
+            "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py; "
+            "vllm-project/vllm#44679" if engine == "vllm" else
+            "sgl-project/sglang@v0.5.23:python/sglang/srt/layers/moe/moe_runner/aiter.py"))
+    for gate in eng.get("gate", []):
+        if _fam(d.family) in gate["families"] and _match(gate, version, layer, gfx) \
+                and i % gate["intermediate_multiple"]:
+            refusals.append(Reason(f"{engine} {version} would not run {backend} for intermediate/rank {i}: "
+                                   f"{gate['what']}", "failed", gate["source"]))
+    for row in matching_issues(engine, version, layer, gfx, ep=plan.ep, family=fam, env=env, runner=runner):
+        if row["id"] in seen:
+            continue
+        seen.add(row["id"])
+        (refusals if row["severity"] == "error" else warnings).append(
+            _issue_reason(row, "failed" if row["severity"] == "error" else "warning"))
+    return refusals, rows, warnings
+
+
+def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alternatives: bool = True) -> Recipe:
+    """The best launch of ``plan`` that ``engine`` at ``version`` (default: newest known) can carry out."""
+    data = engine_data(engine)
+    eng = data[engine]
+    version = _version(engine, version, eng)
     recipe = Recipe(engine, version)
     recipe.warnings += list(plan.warnings)
-    if None in counts:
-        recipe.warnings.append(Reason(f"{counts[None]} MoE layer(s) have no correct backend: no launch realizes "
-                                      "this plan", "warning"))
-    chosen = [b for b, _ in counts.most_common() if b is not None]
-    if len(chosen) > 1:
-        recipe.warnings.append(Reason(
-            "MoE layers disagree (" + ", ".join(f"{b} ×{counts[b]}" for b in chosen) + "); engines take one MoE "
-            f"backend per model — the recipe follows the majority, {chosen[0]}", "warning"))
-    backend = chosen[0] if chosen else None
-    recipe.backend = backend
+    if Version(version) > Version(eng["newest"]):
+        recipe.warnings.append(Reason(f"{engine} {version} is newer than the newest release capability_db knows "
+                                      f"({eng['newest']}): its rules are assumed", "warning", None, None, "derived"))
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    missing = [d for d in moe if d.backend is None]
+    if missing:
+        recipe.refusals.append(Reason(f"{len(missing)} MoE layer(s) have no correct backend: no launch realizes "
+                                      "this plan", "failed"))
+    chosen, rows, extra_warnings = None, [], []
+    tried: list[Reason] = []
+    if moe and not missing:
+        for backend in _candidates(plan):
+            decisions = _forced(plan, backend)
+            if decisions is None:
+                continue
+            refusals, rows_b, warns = _try_backend(plan, engine, version, backend, decisions)
+            if not refusals:
+                chosen, rows, extra_warnings = backend, rows_b, warns
+                break
+            tried += [Reason(f"{backend}: {r.text}", "failed", r.source, r.issue, r.confidence) for r in refusals]
+        if chosen is None:
+            recipe.refusals += tried
+        elif tried:
+            recipe.warnings += [Reason(f"{engine} {version} cannot carry out the plan's first choice — recipe uses "
+                                       f"{chosen} instead. Not realizable: {r.text}", "warning", r.source, r.issue,
+                                       r.confidence) for r in tried]
+    elif not moe:
+        chosen = None
+    recipe.backend = chosen
+    recipe.warnings += extra_warnings
+    d0 = moe[0] if moe else None
+    alloc, bits, conv_what = None, None, None
+    if d0 is not None:
+        fam = None
+        if chosen is not None:
+            dd = (_forced(plan, chosen) or [d0])[0]
+            fam = dd.family
+            h, i, _, _ = engine_padding(engine, dd.layer, fam, version)
+            alloc = (h, i)
+        conv = conversion(engine, version, d0.layer, plan.caps.gfx)
+        if conv:
+            bits, conv_what = conv["holds_bits"], conv["what"]
+            recipe.caveats.append(Reason(conv["what"], "caveat", conv["source"], None,
+                                         conv.get("confidence", "confirmed")))
+    layout = realize_layout(plan, engine, eng, allocation=alloc, expert_bits=bits, conversion=conv_what)
+    recipe.layout = layout
+    recipe.refusals += layout.errors
+    recipe.warnings += layout.notes
     env: dict[str, dict[str, str]] = {}
     args: list[dict[str, str]] = []
-    if backend is not None:
-        rows = [r for r in data[engine].get("backend", []) if backend in r["backends"] and _in(r["versions"], version)]
-        if not rows:
-            recipe.warnings.append(Reason(f"{engine} {version}: no known way to select {backend} "
-                                          "(capability_db/engines.toml has no row for it)", "warning"))
-        for row in rows:
-            if row.get("unsupported"):
-                recipe.warnings.append(Reason(row["unsupported"], "warning", row.get("source"), None,
-                                              row.get("confidence", "confirmed")))
-            for e in row["env"]:
-                env[e["name"]] = dict(e)
-            by_weight = row.get("args_when_weight", {})
-            weights = {d.layer.weight.dtype for d in moe if d.backend == backend}
-            special = [w for w in sorted(weights) if w in by_weight]
-            args += [dict(a) for a in (by_weight[special[0]] if special else row["args"])]
-    if engine == "vllm" and plan.ep > 1 and plan.ep != plan.tp:
-        recipe.warnings.append(Reason(
-            f"vLLM's --enable-expert-parallel shards experts over all TP×DP ranks (EP = TP here), not ep={plan.ep} "
-            f"with tp={plan.tp}: the engine would run a different layout than this plan — re-plan with --ep {plan.tp}",
-            "warning"))
-    # Model-level caveats the field has learned (they hold together with the backend lines).
-    name = plan.model.name
+    for row in rows:
+        for e in row["env"]:
+            env[e["name"]] = dict(e)
+        by_weight = row.get("args_when_weight", {})
+        weights = {d.layer.weight.dtype for d in moe}
+        special = [w for w in sorted(weights) if w in by_weight]
+        args += [dict(a) for a in (by_weight[special[0]] if special else row["args"])]
     for cav in data.get("caveat", []):
-        if cav["engine"] != engine:
-            continue
-        if "models" in cav and name not in cav["models"]:
-            continue
-        if "model_types" in cav and plan.model.model_type not in cav["model_types"]:
-            continue
-        if "gfx" in cav and plan.caps.gfx not in cav["gfx"]:
-            continue
-        if "when_backends" in cav and backend not in cav["when_backends"]:
-            continue
-        if "quant" in cav and not any(d.layer.weight.dtype in cav["quant"] for d in moe):
-            continue
-        if cav.get("min_ep", 1) > plan.ep or plan.ep > cav.get("max_ep", plan.ep):
+        if not _caveat_applies(cav, engine, plan, chosen, moe):
             continue
         for e in cav.get("env", []):
             env[e["name"]] = dict(e)
@@ -170,22 +349,77 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None) -> Recipe:
         if cav.get("note"):
             recipe.caveats.append(Reason(cav["note"], "caveat", cav.get("source"), None,
                                          cav.get("confidence", "confirmed")))
-    # Where the engine's own padding differs from the plan, say so: that is the class of bug behind #44679/#55368.
-    if backend is not None:
-        d = next(x for x in moe if x.backend == backend)
-        # A padding disagreement is a wrong-output or crash risk (vLLM #44679, #55368): put it at the top.
-        recipe.warnings += _padding_caveats(engine, version, d, plan.caps)
     recipe.env = list(env.values())
-    recipe.args = args
-    model_ref = plan.model.path or _hf_id(plan.model.name) or name
-    parts = [eng["command"].format(model=model_ref)]
-    if plan.tp > 1:
-        parts.append(eng["tp_arg"].format(tp=plan.tp))
-    if plan.ep > 1:
-        parts.append(eng["ep_arg"].format(ep=plan.ep))
-    parts += [a["arg"] for a in args]
+    recipe.args = layout.args + args
+    if recipe.refusals:
+        recipe.command = None
+        if alternatives:
+            recipe.alternatives = _alternatives(plan, engine, version)
+        return recipe
+    model_ref = plan.model.path or _hf_id(plan.model.name) or plan.model.name
+    parts = [eng["command"].format(model=model_ref)] + [a["arg"] for a in recipe.args]
     recipe.command = " \\\n    ".join(parts)
     return recipe
+
+
+def _caveat_applies(cav: dict[str, Any], engine: str, plan: Plan, backend: str | None,
+                    moe: list[Decision]) -> bool:
+    if cav["engine"] != engine:
+        return False
+    if "models" in cav and plan.model.name not in cav["models"]:
+        return False
+    if "model_types" in cav and plan.model.model_type not in cav["model_types"]:
+        return False
+    if "gfx" in cav and plan.caps.gfx not in cav["gfx"]:
+        return False
+    if "when_backends" in cav and backend not in cav["when_backends"]:
+        return False
+    if "quant" in cav and not any(d.layer.weight.dtype in cav["quant"] for d in moe):
+        return False
+    return not (cav.get("min_ep", 1) > plan.ep or plan.ep > cav.get("max_ep", plan.ep))
+
+
+def _replan(plan: Plan, tp: int, ep: int) -> Plan | None:
+    from moedispatch.plan import plan_model
+
+    try:
+        return plan_model(plan.model, plan.caps, tp, ep, warnings=[])
+    except UsageError:
+        return None
+
+
+def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]:
+    """The nearest safe launches: same engine release at another TP/EP, another release, the other engine."""
+    out: list[dict[str, Any]] = []
+    layouts = []
+    for tp in (1, 2, 4, 8):
+        for ep in sorted({1, tp}):
+            if (tp, ep) != (plan.tp, plan.ep):
+                layouts.append((abs(tp - plan.tp) + (ep != plan.ep), tp, ep))
+    for _, tp, ep in sorted(layouts):
+        alt = _replan(plan, tp, ep)
+        if alt is None or not alt.ok:
+            continue
+        r = build_recipe(alt, engine, version, alternatives=False)
+        if r.ok:
+            out.append({"change": f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else ""), "engine": engine,
+                        "engine_version": version, "backend": r.backend, "command": r.command})
+            break
+    eng = engine_data(engine)[engine]
+    for rel in reversed(eng.get("releases", [])):
+        if rel == version:
+            continue
+        r = build_recipe(plan, engine, rel, alternatives=False)
+        if r.ok:
+            out.append({"change": f"--engine-version {rel}", "engine": engine, "engine_version": rel,
+                        "backend": r.backend, "command": r.command})
+            break
+    other = next(e for e in ENGINES if e != engine)
+    r = build_recipe(plan, other, None, alternatives=False)
+    if r.ok:
+        out.append({"change": f"--recipe {other}", "engine": other, "engine_version": r.version,
+                    "backend": r.backend, "command": r.command})
+    return out
 
 
 def _hf_id(name: str) -> str | None:
@@ -197,36 +431,13 @@ def _hf_id(name: str) -> str | None:
     return None
 
 
-def _padding_caveats(engine: str, version: str, d: Decision, caps: Capabilities) -> list[Reason]:
-    layer, p = d.layer, d.padding
-    h, i, kh, ki = engine_padding(engine, layer, d.family)
-    aiter = d.family in AITER_FAMILIES
-    out = []
-    if (h, i) != (p.hidden, p.intermediate_per_rank):
-        source = (f"{_V}:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py" if engine == "vllm"
-                  else f"{_SGL}:python/sglang/srt/layers/moe/utils.py")
-        out.append(Reason(
-            f"{engine} {version} allocates hidden {h} × intermediate/rank {i}; the plan needs {p.hidden} × "
-            f"{p.intermediate_per_rank} for {d.backend} (zero-filled)"
-            + (" — the engine's allocation does not meet the kernel's alignment" if
-               (h % p.hidden_multiple or i % p.intermediate_multiple) else "")
-            + (" (open: pad the AITER intermediate at allocation with zeros)" if engine == "vllm" and aiter else ""),
-            "warning", source + ("; vllm-project/vllm#55368; vllm-project/vllm#55251" if engine == "vllm" and aiter
-                                 else "")))
-    # Pads only matter to kernels that skip them (pad_semantics "skip"); a kernel that computes over the zero-filled
-    # extent ignores them (classic CK, ASM, FlyDSL with a bias from AITER 0.1.15.post3).
-    if kh is not None and ki is not None and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad) \
-            and (h, i) == (p.hidden, p.intermediate_per_rank) and p.pad_semantics == "skip":
-        out.append(Reason(
-            f"{engine} {version} passes hidden_pad={kh}, intermediate_pad={ki} to aiter.fused_moe; the plan needs "
-            f"{p.kernel_hidden_pad}, {p.kernel_intermediate_pad} for {d.backend}", "warning",
-            f"{_V}:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py; vllm-project/vllm#44679"
-            if engine == "vllm" else f"{_SGL}:python/sglang/srt/layers/moe/moe_runner/aiter.py"))
-    return out
+def _fmt_line(item: dict[str, str]) -> str:
+    return f"{item['why']} ({item['source']})"
 
 
-def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str | None = None) -> str:
-    recipe = build_recipe(plan, engine, version)
+def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str | None = None,
+                  recipe: Recipe | None = None) -> str:
+    recipe = recipe or build_recipe(plan, engine, version)
     if fmt == "json":
         from moedispatch.plan import plan_to_json
 
@@ -238,15 +449,31 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
     lines = [f"# {engine} {recipe.version} recipe for {plan.model.name} on {caps.arch_label}"
              + (f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER")
              + f", tp={plan.tp} ep={plan.ep} (plan {plan.fingerprint})"]
+    if recipe.layout is not None:
+        lo = recipe.layout
+        mem = (f"; ~{lo.weights_gib:.0f} GiB weights/rank of {lo.budget_gib:.0f} GiB usable"
+               if lo.weights_gib is not None and lo.budget_gib is not None else "")
+        lines.append(f"# layout: world size {lo.world} (tp {lo.tp} × dp {lo.dp}, ep {lo.ep}){mem}")
     lines.append(f"# MoE plan: {recipe.backend or 'no backend'}")
     for w in recipe.warnings:
         lines.append(f"# WARNING: {w.marked()}")
+    if not recipe.ok:
+        lines.append(f"# NO SAFE LAUNCH: {engine} {recipe.version} cannot carry out this plan:")
+        for r in recipe.refusals:
+            lines.append(f"#   - {r.marked()}")
+        if recipe.alternatives:
+            lines.append("# nearest safe alternatives:")
+            for a in recipe.alternatives:
+                lines.append(f"#   {a['change']}: {a['engine']} {a['engine_version']}, MoE on {a['backend']}")
+        else:
+            lines.append("# no safe alternative found (other TP/EP, releases, engine)")
+        return "\n".join(lines) + "\n"
     for e in recipe.env:
         lines.append(f"# {_fmt_line(e)}")
         lines.append(f"export {e['name']}={e['value']}")
     for a in recipe.args:
         lines.append(f"# {a['arg']}: {_fmt_line(a)}")
-    lines.append(recipe.command)
+    lines.append(recipe.command or "")
     for c in recipe.caveats:
         lines.append(f"# caveat: {c.marked()}")
     return "\n".join(lines) + "\n"
