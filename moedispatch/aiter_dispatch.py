@@ -547,7 +547,7 @@ def kernel_family(name: str) -> str:
     return "unknown"
 
 
-#: AITER kernel family → moedispatch backend name (DESIGN.md names).
+#: AITER kernel family → moedispatch backend name (the built-in plugins' names).
 BACKEND_OF_FAMILY = {"ck": "aiter-ck", "cktile": "aiter-cktile", "flydsl": "aiter-flydsl", "asm": "aiter-asm"}
 
 

@@ -36,8 +36,7 @@ __all__ = ["Finding", "LintReport", "lint", "render", "run_cli", "HBM_TB_S", "PE
 
 #: Peak HBM bandwidth (TB/s) per product, from AMD's datasheets, used when gpus.toml has none.
 HBM_TB_S: dict[str, tuple[float, str, str]] = {
-    "MI300X": (5.3, "https://github.com/ROCm/rocm-docs/blob/2b48ffc7c7df6af2687bf2c54062d939ee503c60/docs/conceptual/"
-                    "gpu-arch/mi300.md", "confirmed"),
+    "MI300X": (5.3, "https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300.html", "confirmed"),
     "MI325X": (6.0, "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html", "unconfirmed"),
     "MI350X": (8.0, "https://github.com/ROCm/rocm-docs/blob/0276a76499b5ae1bd16ffc94030d0756a6a8409e/docs/reference/"
                     "gpu-arch/mi350.rst", "confirmed"),
