@@ -9,7 +9,13 @@ raises in ``register_backends`` or returns garbage is recorded (``PluginRecord.e
 Third-party code runs under a deadline: importing a plugin, its ``register_backends`` and (in the selector) each
 backend's ``check``/``plan_padding`` run on a daemon worker thread, and a call that does not return within
 :func:`plugin_timeout` seconds (``MOEDISPATCH_PLUGIN_TIMEOUT``, default 10) is reported as
-``… timed out after Ns`` while selection goes on. Built-in backends are called directly (no thread, microseconds).
+``… timed out after Ns`` while selection goes on; a plugin that timed out once is disabled for the rest of the run
+(:mod:`moedispatch.deadline`). Built-in backends are called directly (no thread, microseconds).
+
+What a third-party plugin prints to stdout while it is imported or registers its backends is captured (``sys.stdout``
+always; file descriptor 1 too when the CLI switched :func:`moedispatch.deadline.set_fd_capture` on) and recorded
+as a plugin warning (``PluginRecord.warnings``; ``Registry.warnings`` reads ``plugin 'acme' printed to stdout
+during import: …``), so ``--format json`` stays JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 
@@ -35,7 +41,8 @@ log = get_logger(__name__)
 
 #: Seconds a third-party plugin call (import, register_backends, check, plan_padding) may take.
 from moedispatch.deadline import (  # noqa: E402 - re-exported: the deadline machinery lives in deadline.py
-    DEFAULT_PLUGIN_TIMEOUT_S, PluginTimeout, call_with_deadline, plugin_timeout)
+    DEFAULT_PLUGIN_TIMEOUT_S, PluginTimeout, call_with_deadline, fd_stdout_captured, plugin_timeout, register_owner,
+    reset_disabled, snippet)
 
 
 @dataclass(frozen=True)
@@ -49,11 +56,14 @@ class PluginRecord:
     backends: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     builtin: bool = False
+    #: Non-fatal problems, e.g. ``printed to stdout during import: 'hello'`` (captured, never on our stdout).
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "package": self.package, "version": self.version, "hooks": list(self.hooks),
-            "backends": list(self.backends), "errors": list(self.errors), "builtin": self.builtin,
+            "backends": list(self.backends), "errors": list(self.errors), "warnings": list(self.warnings),
+            "builtin": self.builtin,
         }
 
 
@@ -69,6 +79,11 @@ class Registry:
     @property
     def errors(self) -> tuple[str, ...]:
         return tuple(f"{p.name}: {e}" for p in self.plugins for e in p.errors)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """``plugin 'acme' printed to stdout during import: 'hello'`` — one per plugin warning, for the plan."""
+        return tuple(f"plugin {p.name!r} {w}" for p in self.plugins for w in p.warnings)
 
     def get(self, name: str) -> Backend | None:
         for backend in self.backends:
@@ -102,6 +117,7 @@ class _Collector:
         self.backends: list[Backend] = []
         self.owner: dict[str, str] = {}
         self.records: list[PluginRecord] = []
+        self.warnings: dict[str, list[str]] = {}  # plugin name -> warnings not yet in its record
 
     def fail(self, message: str) -> None:
         if self.strict:
@@ -120,6 +136,7 @@ class _Collector:
     ) -> None:
         errors: list[str] = []
         contributed: list[str] = []
+        token = object()  # one per plugin registration: a timeout in one of its backends disables them all
         try:
             pm.register(module, name=name)
         except Exception as exc:  # pluggy validation errors, duplicate registration
@@ -145,7 +162,13 @@ class _Collector:
                 if builtin:
                     items = _collect(impl.function)
                 else:
-                    items = call_with_deadline(_collect, (impl.function,), what="register_backends")
+                    printed: list[str] = []
+                    try:
+                        with fd_stdout_captured(printed):
+                            items = call_with_deadline(_collect, (impl.function,), what="register_backends",
+                                                       plugin=name, output=printed)
+                    finally:
+                        self.printed(name, "register_backends()", printed)
             except (PluginTimeout, _BadReturn) as exc:
                 message = str(exc)
                 self.fail(f"plugin {name!r}: {message}")
@@ -174,9 +197,25 @@ class _Collector:
                     errors.append(message)
                     continue
                 self.owner[item.name] = name
+                if not builtin:
+                    register_owner(item, name, token)
                 self.backends.append(item)
                 contributed.append(item.name)
-        self.records.append(PluginRecord(name, package, version, hooks, tuple(contributed), tuple(errors), builtin))
+        self.records.append(PluginRecord(name, package, version, hooks, tuple(contributed), tuple(errors), builtin,
+                                         tuple(self.warnings.pop(name, ()))))
+
+    def printed(self, name: str, what: str, outputs: list[str]) -> None:
+        """Record what plugin ``name`` printed during ``what`` (a plugin warning; never our stdout)."""
+        text = "".join(outputs)
+        if text.strip():
+            self.warnings.setdefault(name, []).append(f"printed to stdout during {what}: {snippet(text)}")
+            log.warning("plugin_printed", plugin=name, call=what, output=snippet(text))
+
+    def record_failure(self, name: str, package: str | None, version: str | None, message: str,
+                       builtin: bool) -> None:
+        self.fail(f"plugin {name!r}: {message}")
+        self.records.append(PluginRecord(name, package, version, (), (), (message,), builtin,
+                                         tuple(self.warnings.pop(name, ()))))
 
 
 class _BadReturn(Exception):
@@ -230,16 +269,20 @@ def build_registry(
             package, version = _dist_info(getattr(ep, "dist", None))
             builtin = ep.value.split(":")[0].startswith("moedispatch_plugins")
             try:
-                module = ep.load() if builtin else call_with_deadline(ep.load, what="import")
+                if builtin:
+                    module = ep.load()
+                else:
+                    printed: list[str] = []
+                    try:
+                        with fd_stdout_captured(printed):
+                            module = call_with_deadline(ep.load, what="import", plugin=ep.name, output=printed)
+                    finally:
+                        collector.printed(ep.name, "import", printed)
             except PluginTimeout as exc:
-                message = str(exc)
-                collector.fail(f"plugin {ep.name!r}: {message}")
-                collector.records.append(PluginRecord(ep.name, package, version, (), (), (message,), builtin))
+                collector.record_failure(ep.name, package, version, str(exc), builtin)
                 continue
             except Exception as exc:
-                message = f"import failed: {_fmt_exc(exc)}"
-                collector.fail(f"plugin {ep.name!r}: {message}")
-                collector.records.append(PluginRecord(ep.name, package, version, (), (), (message,), builtin))
+                collector.record_failure(ep.name, package, version, f"import failed: {_fmt_exc(exc)}", builtin)
                 continue
             collector.add_plugin(pm, ep.name, module, package=package, version=version, builtin=builtin)
     for name, module in plugins:
@@ -391,6 +434,8 @@ def get_registry(*, strict: bool = False, refresh: bool = False) -> Registry:
 
 
 def reset_registry() -> None:
-    """Forget the cached registry (tests; after installing or removing a plugin in-process)."""
+    """Forget the cached registry and which plugins timed out (tests; after installing or removing a plugin
+    in-process)."""
     with _lock:
         _cache.clear()
+    reset_disabled()
