@@ -101,15 +101,20 @@ def plan_model(
 
         registry = get_registry(strict=strict)
         backends = registry.backends
-        warnings = tuple(warnings) + tuple(Reason(f"plugin error: {e}", "warning") for e in registry.errors)
+        warnings = (tuple(warnings) + tuple(Reason(f"plugin error: {e}", "warning") for e in registry.errors)
+                    + tuple(Reason(w, "warning") for w in registry.warnings))
+    from moedispatch.deadline import collect_plugin_notices
+
     layers = expand_layers(model, tp, ep)
     decisions = []
-    for layer in layers:
-        try:
-            decisions.append(select(layer, caps, backends, force, strict=strict))
-        except NoBackendError as exc:
-            decisions.append(exc.decision)
+    with collect_plugin_notices() as notices:  # what third-party plugins print, which were disabled after a timeout
+        for layer in layers:
+            try:
+                decisions.append(select(layer, caps, backends, force, strict=strict))
+            except NoBackendError as exc:
+                decisions.append(exc.decision)
     out_warnings: list[Reason] = [Reason.coerce(w, "warning").with_kind("warning") for w in warnings]
+    out_warnings += [Reason(text, "warning") for text in notices.texts()]
     out_warnings += [Reason.coerce(n, "warning").with_kind("warning") for n in (*caps.notes, *model.notes)]
     unconfirmed = tuple(getattr(model, "unconfirmed", ()) or ())
     if unconfirmed:

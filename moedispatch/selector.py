@@ -47,13 +47,14 @@ def is_builtin(backend: Backend) -> bool:
 
 def _call(backend: Backend, method: str, layer: MoELayer, caps: Capabilities) -> Any:
     """``backend.<method>(layer, caps)``: directly for built-ins; for third-party plugins on a worker thread with a
-    deadline (:func:`moedispatch.plugins.call_with_deadline`), so a plugin that hangs cannot hang selection."""
+    deadline (:func:`moedispatch.plugins.call_with_deadline`), so a plugin that hangs cannot hang selection; one that
+    timed out once is disabled for the rest of the run, and what it prints is captured as a plugin warning."""
     fn = getattr(backend, method)
     if is_builtin(backend):
         return fn(layer, caps)
     from moedispatch.deadline import call_with_deadline
 
-    return call_with_deadline(fn, (layer, caps), what=f"{method}()")
+    return call_with_deadline(fn, (layer, caps), what=f"{method}()", owner=backend, where=f"layer {layer.index}")
 
 
 def _plugin_failure(backend: Backend, message: str, strict: bool, exc: BaseException | None = None) -> Reason:
