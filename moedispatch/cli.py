@@ -73,6 +73,24 @@ def _build_parser() -> _Parser:
     explain.add_argument("--recipe", choices=["vllm", "sglang"], help="print an engine launch recipe")
     explain.add_argument("--engine-version", help="engine release the recipe targets (default: newest known)")
     explain.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
+    explain.add_argument("--html", metavar="FILE", help="also write the plan as one self-contained HTML page (layer "
+                         "map, dispatch, predicted time, rejected backends, warnings)")
+
+    compare = sub.add_parser("compare", help="one model under several targets, AITER versions or TP/EP, side by side",
+                             description="Plan one model per variant and show, per group of layers, each variant's "
+                             "backend, padding, AITER dispatch and predicted time, and why they differ. Give two or "
+                             "more comma-separated values to at least one of --target, --aiter-version, --tp, --ep "
+                             "(several lists: every combination).")
+    compare.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
+    common(compare, target=False)
+    compare.add_argument("--target", help="GPU archs or products to compare, comma-separated (e.g. MI300X,MI355X)")
+    compare.add_argument("--aiter-version", help="AITER versions to compare, comma-separated (e.g. 0.1.10,0.1.15.post3)")
+    compare.add_argument("--tp", help="tensor-parallel degrees to compare, comma-separated (e.g. 4,8; default 1)")
+    compare.add_argument("--ep", help="expert-parallel degrees to compare, comma-separated (default 1)")
+    compare.add_argument("--tokens", help="token counts per call to plan dispatch and cost for, comma-separated")
+    compare.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
+                         help="AITER environment to assume (repeatable)")
+    compare.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
 
     probe = sub.add_parser("probe", help="what this machine has: GPUs, AITER, packages (with provenance)")
     common(probe, target=False)
@@ -94,6 +112,16 @@ def _build_parser() -> _Parser:
     verify.add_argument("--seed", type=int, default=None, help="random seed of the layer's weights and inputs")
     verify.add_argument("--backend", help="verify this backend's plan (forced, as explain's --backend; exit 3 with "
                                           "its reasons if it cannot run the layer)")
+
+    lint = sub.add_parser("lint", help="check a vLLM/SGLang launch (script or `-- vllm serve …`) for known-wrong or "
+                                       "risky combinations; exit 3 on an error finding")
+    lint.add_argument("file", nargs="?", help="a shell script with the launch (read, never executed)")
+    common(lint)
+    lint.add_argument("--model", help="the model when the launch names a local path (built-in name, folder, config.json)")
+    lint.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                      help="environment of the launch (repeatable; wins over the script and this shell)")
+    lint.add_argument("--engine-version", help="engine release of the launch (default: newest known)")
+    lint.set_defaults(engine_args=[])
 
     aiter_cfg = sub.add_parser("aiter-configs", help="lint AITER's tuned fused-MoE CSVs (installed AITER by default)")
     common(aiter_cfg, target=False)
@@ -207,6 +235,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
                       strict=args.strict_plugins, warnings=warnings, runtime=runtime)
+    if args.html:
+        from moedispatch.render_html import write_html
+
+        write_html(plan, args.html, first_line=first_line)
     if args.recipe:
         from moedispatch.recipes import build_recipe, render_recipe
 
@@ -345,6 +377,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if all(c.get("passed") is not False for c in checks) else 1
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from moedispatch.compare import run_cli
+
+    return run_cli(args, _print)
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    from moedispatch.lint import run_cli
+
+    return run_cli(args, _print)
+
+
 def _cmd_aiter_configs(args: argparse.Namespace) -> int:
     from moedispatch.aiter_lint import run_cli
 
@@ -352,18 +396,26 @@ def _cmd_aiter_configs(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"explain": _cmd_explain, "probe": _cmd_probe, "backends": _cmd_backends, "models": _cmd_models,
-             "verify": _cmd_verify, "aiter-configs": _cmd_aiter_configs}
+             "verify": _cmd_verify, "aiter-configs": _cmd_aiter_configs, "compare": _cmd_compare,
+             "lint": _cmd_lint}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        engine_args: list[str] = []
+        if "lint" in argv and "--" in argv[argv.index("lint"):]:  # `lint [opts] -- vllm serve …`: engine args verbatim
+            cut = argv.index("--", argv.index("lint"))
+            argv, engine_args = argv[:cut], argv[cut + 1:]
         args = parser.parse_args(argv)
+        if engine_args:
+            args.engine_args = engine_args
         if args.version:
             _print(_version_text())
             return EXIT_OK
         if not args.command:
-            raise UsageError("moedispatch: a command is required (explain, probe, backends, models, verify, aiter-configs); "
+            raise UsageError("moedispatch: a command is required (explain, compare, probe, backends, models, verify, aiter-configs); "
                              "see moedispatch --help")
         _configure_logging(args.verbose, args.log_format, args.quiet)
         from moedispatch.deadline import set_fd_capture

@@ -24,10 +24,15 @@ class Rejection:
     backend: str
     reasons: tuple[Reason, ...]
     supported: bool = False
+    #: Predicted time per token count of a correct backend that lost (``moedispatch.cost.Cost``), when planned.
+    cost: tuple[Any, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "reasons": texts(self.reasons),
-                "reason_details": [r.to_dict() for r in self.reasons]}
+        out: dict[str, Any] = {"backend": self.backend, "reasons": texts(self.reasons),
+                               "reason_details": [r.to_dict() for r in self.reasons]}
+        if self.cost:
+            out["cost"] = [c.to_dict() for c in self.cost]
+        return out
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,11 @@ class Decision:
     forced: bool = False
     warnings: tuple[Reason, ...] = field(default=())
     caps: Capabilities | None = field(default=None, compare=False, repr=False)
+    #: What AITER's own dispatcher runs per token count (``moedispatch.aiter_dispatch.DispatchPlan``) for an AITER
+    #: backend planned with a ``Runtime``; None otherwise.
+    dispatch: Any = field(default=None, compare=False, repr=False)
+    #: Predicted time per token count of the chosen backend (``moedispatch.cost.Cost``), when planned.
+    cost: tuple[Any, ...] = ()
 
     @property
     def target(self) -> dict[str, Any] | None:
@@ -72,13 +82,15 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the decision fields of an explain layer entry: backend, padding, reasons (+ reason_details),
-        rejected."""
+        rejected; ``aiter_dispatch`` and ``cost`` when the decision was planned with a Runtime."""
         return {
             "backend": self.backend,
             "padding": self.padding.to_dict(),
             "reasons": texts(self.reasons),
             "reason_details": [r.to_dict() for r in self.reasons],
             "rejected": [r.to_dict() for r in self.rejected],
+            **({"aiter_dispatch": [s.to_dict() for s in self.dispatch.steps]} if self.dispatch is not None else {}),
+            **({"cost": [c.to_dict() for c in self.cost]} if self.cost else {}),
         }
 
     def group_key(self) -> tuple:

@@ -18,6 +18,7 @@ from moedispatch.errors import NoBackendError, UsageError
 from moedispatch.fields import layer_from_fields as _layer_from_fields
 from moedispatch.layers import MoELayer
 from moedispatch.reason import Reason
+from moedispatch.runtime import Runtime
 from moedispatch.decision import Decision
 from moedispatch.selector import select
 
@@ -98,7 +99,8 @@ def select_moe_backend(
     if layer is not None:
         if layer_fields:
             raise UsageError("select_moe_backend(): pass either layer= or layer fields, not both")
-        return _with_target_warning(select(layer, caps, registry.backends, force, strict=strict), caps)
+        return _with_target_warning(select(layer, caps, registry.backends, force, strict=strict,
+                                           runtime=_runtime()), caps)
     # Fast path: an engine asks with the same raw values for every layer of a model; key on them (and on the
     # identity of caps and registry) before building and hashing a MoELayer.
     try:
@@ -121,7 +123,8 @@ def select_moe_backend(
             _fast[id(caps)] = memo
     layer = _layer_from_fields(layer_fields)
     try:
-        decision = _with_target_warning(select(layer, caps, registry.backends, force, strict=strict), caps)
+        decision = _with_target_warning(select(layer, caps, registry.backends, force, strict=strict,
+                                               runtime=_runtime()), caps)
     except NoBackendError as exc:
         if key is not None:
             _remember(memo[2], key, exc)
@@ -129,6 +132,17 @@ def select_moe_backend(
     if key is not None:
         _remember(memo[2], key, decision)
     return decision
+
+
+_runtime_once: list[Runtime] = []
+
+
+def _runtime() -> Runtime:
+    """The engine API's run-time assumptions: default token counts and this process's AITER environment, read once
+    per process (an engine's environment is fixed at start-up) so ``to_dict()`` equals explain's layer entry."""
+    if not _runtime_once:
+        _runtime_once.append(Runtime.build())
+    return _runtime_once[0]
 
 
 def _with_target_warning(decision: Decision, caps: Capabilities) -> Decision:
@@ -158,8 +172,13 @@ def _registry(strict: bool) -> Any:
 
 
 def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: int = 1, *,
-               force: str | None = None, strict: bool = False):
+               force: str | None = None, strict: bool = False, tokens: Any = None,
+               aiter_env: dict[str, str] | None = None):
     """The whole model's plan (one Decision per layer) with a stable ``fingerprint``.
+
+    Each MoE decision says what AITER's dispatcher runs per token count and the predicted time (``tokens``: the
+    counts to plan for, default decode and prefill sizes; ``aiter_env``: AITER variables on top of this process's
+    environment) — the same plan ``moedispatch explain`` prints.
 
     ``model`` is a reference (built-in name, checkpoint folder, config.json) or a ModelSpec. Ranks of a multi-node
     deployment can all-gather ``plan.fingerprint`` and refuse to start when they disagree.
@@ -173,4 +192,5 @@ def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: in
         caps = default_capabilities()
     registry = get_registry(strict=strict)
     return _plan(spec, caps, tp, ep, backends=registry.backends, force=force, strict=strict,
-                 warnings=_default_target_warning(caps) + tuple(f"plugin error: {e}" for e in registry.errors))
+                 warnings=_default_target_warning(caps) + tuple(f"plugin error: {e}" for e in registry.errors),
+                 runtime=Runtime.build(tokens, overrides=aiter_env))

@@ -7,10 +7,10 @@ Renderers only format Decisions and read reasons by kind; they never re-derive s
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Any, Sequence
 
 from moedispatch.decision import Decision
-from moedispatch.plan import SCHEMA, Plan, layer_span, padded_bytes, plan_model, plan_to_json
+from moedispatch.plan import SCHEMA, Plan, cost_total, layer_span, padded_bytes, plan_model, plan_to_json
 from moedispatch.plan import _ranges  # noqa: F401 - re-exported for older callers
 from moedispatch.reason import Reason
 
@@ -47,6 +47,25 @@ def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
 #: Why the plan assumes its AITER version (the provenance of ``aiter_version``), for the target line.
 _AITER_WHY = {"default": "default: the newest capability_db knows", "flag": "--aiter-version",
               "env": "MOEDISPATCH_TARGET", "probe": "installed"}
+
+
+def _step_line(step: Any) -> str:
+    lo, hi = step.tokens
+    toks = f"{lo}" if lo == hi else f"{lo}–{hi}"
+    why = f"tuned row {step.config}" if step.basis == "tuned" else "AITER heuristic"
+    kernels = " + ".join(step.kernels)
+    return (f"tokens {toks}: {step.family} {step.stages}-stage {kernels}, block_m {step.block_m}, "
+            f"{step.activation_dtype} activations — {why}")
+
+
+def _costs_line(costs: Sequence[Any], *, basis: bool = True) -> str:
+    from moedispatch.cost import format_cost
+
+    parts = []
+    for c in costs:
+        unit = "token" if c.tokens == 1 else "tokens"
+        parts.append(f"{c.tokens} {unit} {format_cost(c)}" + (f" {c.basis}" if basis else ""))
+    return " · ".join(parts)
 
 
 def _brief_line(d: Decision, span: str, count: str) -> str:
@@ -105,6 +124,13 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
                     f"+{_human_bytes(extra)}/rank per layer", "    padding ")
             else:
                 lines.append("    padding none needed")
+        if d.dispatch is not None:
+            for n, step in enumerate(d.dispatch.steps):
+                lines += _wrap(_step_line(step), "    aiter   " if n == 0 else "            ")
+            for assumption in d.dispatch.assumptions:
+                lines += _wrap(f"assumes {assumption}", "            ")
+        if d.cost:
+            lines += _wrap(_costs_line(d.cost), "    cost    ")
         why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
         for n, reason in enumerate(why):
             lines += _wrap(reason.marked(), "    why     " if n == 0 else "            ")
@@ -114,6 +140,12 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
             lines += _wrap(reason.marked(), "    warning ")
         for rej in d.rejected:
             lines += _wrap(f"{rej.backend}: " + "; ".join(r.marked() for r in rej.reasons), "    not     ")
+    totals = cost_total(plan)
+    if totals and not brief:
+        lines.append("")
+        moe = sum(1 for d in plan.decisions if d.layer.kind == "moe")
+        lines += _wrap(f"predicted MoE time per forward pass on one rank ({moe} MoE layers): "
+                       + _costs_line(totals, basis=False), "total   ")
     total = sum(padded_bytes(d.layer, d)[1] for d in plan.decisions)
     if total:
         lines.append("")

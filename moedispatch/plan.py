@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from moedispatch._log import get_logger
 from moedispatch.backend import Backend
@@ -19,7 +19,10 @@ from moedispatch.models import ModelSpec, expand_layers
 from moedispatch.reason import Reason, texts
 from moedispatch.selector import select
 
-__all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "group_entry", "layer_span",
+if TYPE_CHECKING:  # pragma: no cover
+    from moedispatch.runtime import Runtime
+
+__all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "group_entry", "layer_span", "cost_total",
            "SCHEMA"]
 
 SCHEMA = "moedispatch.explain/1"
@@ -34,6 +37,8 @@ class Plan:
     ep: int
     decisions: tuple[Decision, ...]
     warnings: tuple[Reason, ...]
+    #: The token counts and AITER environment the plan assumed (None: planned without run-time simulation).
+    runtime: "Runtime | None" = None
 
     @property
     def ok(self) -> bool:
@@ -94,8 +99,13 @@ def plan_model(
     force: str | None = None,
     strict: bool = False,
     warnings: Sequence[Reason | str] = (),
+    runtime: "Runtime | None" = None,
 ) -> Plan:
-    """One Decision per layer (layers no backend can run get ``backend=None`` and their rejections)."""
+    """One Decision per layer (layers no backend can run get ``backend=None`` and their rejections).
+
+    With a :class:`~moedispatch.runtime.Runtime` every MoE decision also says what AITER's dispatcher runs per token
+    count and the predicted time (and correct backends are ordered by it); the plan gains ``tokens``,
+    ``aiter_env`` and ``cost_total``."""
     if backends is None:
         from moedispatch.plugins import get_registry
 
@@ -110,7 +120,7 @@ def plan_model(
     with collect_plugin_notices() as notices:  # what third-party plugins print, which were disabled after a timeout
         for layer in layers:
             try:
-                decisions.append(select(layer, caps, backends, force, strict=strict))
+                decisions.append(select(layer, caps, backends, force, strict=strict, runtime=runtime))
             except NoBackendError as exc:
                 decisions.append(exc.decision)
     out_warnings: list[Reason] = [Reason.coerce(w, "warning").with_kind("warning") for w in warnings]
@@ -152,7 +162,7 @@ def plan_model(
     missing = [d.layer.index for d in decisions if not d.ok]
     if missing:
         out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))
-    plan = Plan(model, caps, tp, ep, tuple(decisions), tuple(dict.fromkeys(out_warnings)))
+    plan = Plan(model, caps, tp, ep, tuple(decisions), tuple(dict.fromkeys(out_warnings)), runtime)
     counts: dict[str, int] = {}
     for d in decisions:
         if d.layer.kind == "moe":
@@ -202,6 +212,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "parallel": {"tp": plan.tp, "ep": plan.ep},
         "layers": [layer_entry(d) for d in plan.decisions],
         "groups": [group_entry(g) for g in plan.groups()],
+        **_runtime_entries(plan),
         "warnings": texts(plan.warnings),
         "warning_details": [w.to_dict() for w in plan.warnings],
         "padded_bytes": sum(extra for _, extra in totals),
@@ -209,6 +220,23 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
     }
 
 
+
+
+def cost_total(plan: Plan) -> tuple[Any, ...]:
+    """The model's MoE time per token count (sum over MoE layers), or ``()`` when some MoE layer has no prediction."""
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    if not moe or any(not d.cost for d in moe):
+        return ()
+    from moedispatch.cost import total
+
+    return total(d.cost for d in moe)
+
+
+def _runtime_entries(plan: Plan) -> dict[str, Any]:
+    if plan.runtime is None:
+        return {}
+    return {"tokens": list(plan.runtime.tokens), "aiter_env": dict(plan.runtime.env),
+            "cost_total": [c.to_dict(with_basis=False) for c in cost_total(plan)]}
 
 
 def group_entry(group: Sequence[Decision]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from moedispatch._log import get_logger
 from moedispatch.backend import Backend, Padding, Verdict
@@ -17,6 +17,9 @@ from moedispatch.decision import Decision, Rejection
 from moedispatch.errors import CapabilityDBError, NoBackendError, PluginError, UsageError
 from moedispatch.layers import MoELayer
 from moedispatch.reason import Reason, texts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from moedispatch.runtime import Runtime
 
 __all__ = ["Rejection", "Decision", "select", "select_uncached", "clear_cache", "is_builtin"]
 
@@ -122,8 +125,14 @@ def select_uncached(
     backends: Sequence[Backend],
     force: str | None = None,
     strict: bool = False,
+    runtime: "Runtime | None" = None,
 ) -> Decision:
     """Ask every backend, keep the correct ones, order by preference, plan padding for the winner.
+
+    With a :class:`~moedispatch.runtime.Runtime` (token counts, AITER env), every correct backend's plan also goes
+    through AITER's simulated dispatch (AITER families: a kernel × token-bucket bug with no workaround rejects the
+    path) and gets a predicted cost; correct backends are then ordered by predicted time where the error bars
+    separate them, preference breaking ties.
 
     Raises :class:`NoBackendError` (carrying the Decision) when nothing can run the layer or the forced backend
     cannot; :class:`UsageError` for a forced name that is not registered.
@@ -145,20 +154,33 @@ def select_uncached(
     failed_plans: dict[str, Reason] = {}
     winner: Backend | None = None
     padding: Padding | None = None
+    plans: dict[str, Padding] = {}
+    dispatch: dict[str, Any] = {}
+    costs: dict[str, tuple] = {}
+    slower: dict[str, str] = {}
+    blocked: dict[str, tuple[Reason, ...]] = {}
     for candidate in candidates:
         plan = _plan(candidate, layer, caps, strict)
         if isinstance(plan, Reason):
             failed_plans[candidate.name] = plan
             continue
-        winner, padding = candidate, plan
-        break
+        if runtime is None:
+            winner, padding = candidate, plan
+            break
+        plans[candidate.name] = plan
+    if runtime is not None and plans:
+        winner, padding = _by_runtime(layer, caps, [c for c in candidates if c.name in plans], plans, runtime,
+                                      blocked, dispatch, costs, slower)
 
     rejected: list[Rejection] = []
     for b in ranked:
         if winner is not None and b is winner:
             continue
         verdict = verdicts[b.name]
-        if b.name in failed_plans:
+        if b.name in blocked:
+            # Correct by its rules, but AITER's dispatcher would run a known-wrong kernel for some token count.
+            rejected.append(Rejection(b.name, blocked[b.name]))
+        elif b.name in failed_plans:
             rejected.append(Rejection(b.name, (failed_plans[b.name],)))
         elif not verdict.supported:
             rejected.append(Rejection(b.name, verdict.reasons))
@@ -169,6 +191,9 @@ def select_uncached(
         elif force is not None:
             rejected.append(Rejection(b.name, (Reason(f"supported, not chosen: --backend {force} was forced",
                                                       "outranked"),) + verdict.reasons, supported=True))
+        elif b.name in slower:
+            rejected.append(Rejection(b.name, (Reason(f"supported, slower: {slower[b.name]}", "outranked"),)
+                                      + verdict.reasons, supported=True, cost=costs.get(b.name, ())))
         else:
             cmp = ">" if winner.preference > b.preference else "=" if winner.preference == b.preference else "<"
             tie = ", name order" if cmp == "=" else ""
@@ -178,12 +203,14 @@ def select_uncached(
                         f"{b.preference}{tie})", "outranked"),)
                 + verdict.reasons,
                 supported=True,
+                cost=costs.get(b.name, ()),
             ))
 
     if winner is None or padding is None:
         # The reason names no layer index, so consecutive identical layers still group; the exception text does.
         if force is not None:
-            why = "; ".join(texts([failed_plans[force]] if force in failed_plans else verdicts[force].reasons))
+            why = "; ".join(texts(blocked.get(force) or ([failed_plans[force]] if force in failed_plans
+                                                         else verdicts[force].reasons)))
             message = f"forced backend {force!r} cannot run this layer: {why}"
         elif not backends:
             message = ("no backends are registered (check MOEDISPATCH_LOAD_PLUGINS / MOEDISPATCH_DISABLE_PLUGINS, "
@@ -196,22 +223,75 @@ def select_uncached(
         _log_decision(decision)
         raise NoBackendError(f"layer {layer.index}: {message}", decision)
 
-    supported_names = [b.name for b in candidates if b.name not in failed_plans]
+    supported_names = [b.name for b in candidates if b.name not in failed_plans and b.name not in blocked]
+    top = max((b for b in candidates if b.name in supported_names), key=lambda b: (b.preference, [-ord(c) for c in b.name]))
     if force is not None:
         head = f"forced with --backend {winner.name}; its checks pass"
+    elif len(supported_names) > 1 and winner is not top:
+        head = (f"{winner.name}: correct for this layer and predicted faster than the higher-preference "
+                f"{top.name}: {_cost_reason(winner.name, costs, top.name)}")
     elif len(supported_names) > 1:
         head = (f"{winner.name}: correct for this layer, highest preference ({winner.preference}) among supported "
                 f"[{', '.join(supported_names)}]")
+        runner = next((n for n in supported_names if n != winner.name and costs.get(n)), None)
+        if costs.get(winner.name) and runner is not None:
+            head += f"; {_cost_reason(winner.name, costs, runner)}"
     else:
         head = f"{winner.name}: the only backend that is correct for this layer"
-    reasons = (Reason(head, "decision"),) + verdicts[winner.name].reasons + padding.notes + shard_caveats(layer)
+    runtime_reasons: tuple[Reason, ...] = ()
+    if winner.name in dispatch:
+        from moedispatch.runtime import dispatch_reasons
+
+        runtime_reasons = dispatch_reasons(dispatch[winner.name], winner.name, winner.family)
+    reasons = ((Reason(head, "decision"),) + verdicts[winner.name].reasons + padding.notes + shard_caveats(layer)
+               + runtime_reasons)
     warnings = tuple(r for r in reasons if r.kind == "warning")
     decision = Decision(
         layer, winner.name, padding, reasons, tuple(rejected), family=winner.family,
         preference=winner.preference, forced=force is not None, warnings=warnings, caps=caps,
+        dispatch=dispatch.get(winner.name), cost=costs.get(winner.name, ()),
     )
     _log_decision(decision)
     return decision
+
+
+def _cost_reason(a: str, costs: dict[str, tuple], b: str) -> str:
+    from moedispatch.cost import reason
+
+    return reason(a, costs[a], b, costs[b])
+
+
+def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], plans: dict[str, Padding],
+                runtime: "Runtime", blocked: dict[str, tuple[Reason, ...]], dispatch: dict[str, Any],
+                costs: dict[str, tuple], slower: dict[str, str]) -> tuple[Backend | None, Padding | None]:
+    """Simulate AITER's dispatch of each correct plan, drop paths that hit a known-wrong kernel with no
+    workaround, predict costs, and order by predicted time (preference breaks ties). Fills the dicts in place."""
+    from moedispatch.backend import AITER_FAMILIES
+    from moedispatch.cost import rank
+    from moedispatch.runtime import blocking_reasons, costs_for, dispatch_for
+
+    alive: list[Backend] = []
+    for b in candidates:
+        if b.family in AITER_FAMILIES and is_builtin(b):
+            dp = dispatch_for(layer, caps, plans[b.name], runtime)
+            why = blocking_reasons(dp)
+            if why:
+                blocked[b.name] = why
+                continue
+            dispatch[b.name] = dp
+        alive.append(b)
+    for b in alive:
+        costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, dispatch.get(b.name)) if is_builtin(b) \
+            else ()
+    order = rank([(b.name, b.preference, costs[b.name]) for b in alive])
+    if not order:
+        return None, None
+    by_name = {b.name: b for b in alive}
+    for name, why in order[1:]:
+        if why is not None:
+            slower[name] = why
+    winner = by_name[order[0][0]]
+    return winner, plans[winner.name]
 
 
 def _log_decision(decision: Decision) -> None:
@@ -251,8 +331,8 @@ def clear_cache() -> None:
 
 
 def _select_cached(layer: MoELayer, caps: Capabilities, backends: tuple[Backend, ...], force: str | None,
-                   strict: bool) -> Decision | NoBackendError:
-    key = (layer, caps, backends, force, strict)
+                   strict: bool, runtime: "Runtime | None" = None) -> Decision | NoBackendError:
+    key = (layer, caps, backends, force, strict, runtime)
     try:
         return _exact[key]
     except KeyError:
@@ -260,7 +340,7 @@ def _select_cached(layer: MoELayer, caps: Capabilities, backends: tuple[Backend,
     result: Decision | NoBackendError
     shape_key = None
     if layer.kind == "moe" and all(is_builtin(b) for b in backends):
-        shape_key = (layer.signature(), caps, backends, force, strict)
+        shape_key = (layer.signature(), caps, backends, force, strict, runtime)
         hit = _shape.get(shape_key)
         if hit is not None:
             result = replace(hit, layer=layer)
@@ -268,7 +348,7 @@ def _select_cached(layer: MoELayer, caps: Capabilities, backends: tuple[Backend,
             _store(_exact, key, result)
             return result
     try:
-        result = select_uncached(layer, caps, backends, force, strict)
+        result = select_uncached(layer, caps, backends, force, strict, runtime)
     except NoBackendError as exc:
         result = exc  # its message names the layer index: not shared through the shape cache
     else:
@@ -291,9 +371,11 @@ def select(
     force: str | None = None,
     *,
     strict: bool = False,
+    runtime: "Runtime | None" = None,
 ) -> Decision:
     """Cached :func:`select_uncached` (inputs are hashable frozen values; backends by identity)."""
-    result = _select_cached(layer, caps, backends if type(backends) is tuple else tuple(backends), force, strict)
+    result = _select_cached(layer, caps, backends if type(backends) is tuple else tuple(backends), force, strict,
+                            runtime)
     if type(result) is NoBackendError:
         raise NoBackendError(str(result), result.decision)
     return result

@@ -54,8 +54,10 @@ def test_8_threads_x_1000_calls_give_identical_decisions():
 
         layer_fields = {k: v for k, v in fields.items() if k != "force"}
         try:
+            from moedispatch.engine import _runtime
+
             expected.append(select_uncached(_layer_from_fields(layer_fields), c, registry.backends,
-                                            fields.get("force")))
+                                            fields.get("force"), runtime=_runtime()))
         except NoBackendError as exc:
             expected.append(("no-backend", str(exc), exc.decision))
     clear_cache()

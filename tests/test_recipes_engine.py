@@ -17,7 +17,8 @@ def test_vllm_fused_moe_fields_give_the_same_decision_as_explain(caps):
         caps=c, hidden_size=6144, intermediate_size=3072, num_experts=128, top_k=4, tp_size=8, ep_size=1,
         weight_quant="mxfp4", activation_quant="mxfp4", activation="swigluoai_uninterleave", swiglu_alpha=1.702,
         swiglu_limit=7.0, has_bias=False, model="MiniMax-M3-MXFP4", model_type="minimax_m3_vl", index=3)
-    assert d.to_dict() == {k: explained[k] for k in ("backend", "padding", "reasons", "reason_details", "rejected")}
+    assert d.to_dict() == {k: explained[k] for k in ("backend", "padding", "reasons", "reason_details", "rejected",
+                                                     "aiter_dispatch", "cost")}
     # vLLM spellings are aliases
     d2 = select_moe_backend(caps=c, hidden_dim=6144, moe_intermediate_size=3072, global_num_experts=128, topk=4,
                             tp_size=8, weight_quant="mxfp4", activation_quant="mxfp4",

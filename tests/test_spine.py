@@ -133,7 +133,7 @@ def test_table_groups_consecutive_layers_and_shows_rejections(cli):
     out = proc.stdout
     assert "layers 0–2 (3 dense)" in out
     assert "layers 3–59 (57 MoE) → aiter-flydsl" in out
-    assert "triton:" in out and "emulation: supported, outranked by aiter-flydsl" in out
+    assert "triton:" in out and "emulation: supported, slower: aiter-flydsl" in out
 
 
 def test_explain_does_not_import_torch_aiter_or_amdsmi():
