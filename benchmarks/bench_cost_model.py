@@ -52,6 +52,10 @@ BACKENDS = {
     "emulation": {"factor": 20.0, "low": 10.0, "high": 40.0, "confidence": "derived",
                   "source": "https://github.com/vllm-project/vllm/pull/50817 (Kimi-K3 on MI325X: decode 4.27 -> "
                             "99.67 tok/s once it left the dequantize-to-BF16 MoE emulation, about 20x)"},
+    "aiter-triton": {"factor": 0.85, "low": 0.5, "high": 1.85, "confidence": "derived",
+                     "source": "Triton's band halved: AITER's Triton MXFP4 MoE (aiter-triton) gives about 2x the "
+                               "output throughput of plain Triton for gpt-oss-120b on MI300X "
+                               "(https://github.com/vllm-project/vllm/pull/55934, 264 vs 133 tok/s)"},
     "other": {"factor": 1.0, "low": 0.8, "high": 4.0, "confidence": "unconfirmed",
               "source": "no field data for third-party kernels: the AITER roofline prediction, bounded below by "
                         "0.8x and above by Triton's worst ratio (https://github.com/vllm-project/vllm/issues/56945)"},

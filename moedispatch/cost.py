@@ -566,8 +566,12 @@ def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
 # -- prediction --------------------------------------------------------------------------------------------------
 
 def backend_kind(name: str) -> str:
-    """``aiter`` (aiter-* backends, AITER families ck/cktile/flydsl/asm), ``triton``, ``emulation`` or ``other``."""
+    """``aiter`` (backends reached through ``aiter.fused_moe``: aiter-ck/-cktile/-flydsl/-asm and those families),
+    ``aiter-triton`` (AITER's Triton MoE GEMMs, called by the engine directly: no tuned fused_moe rows), ``triton``,
+    ``emulation`` or ``other``."""
     n = (name or "").strip().lower()
+    if n == "aiter-triton":
+        return n
     if n.startswith("aiter") or n in ("ck", "cktile", "flydsl", "asm"):
         return "aiter"
     if n in ("triton", "emulation"):
@@ -822,7 +826,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         if skipped:
             detail += f"; tuned rows not used: {'; '.join(skipped[:3])}"
         if kind != "aiter":
-            entry = priors.backend[kind]
+            entry = priors.backend.get(kind) or priors.backend["other"]
             factor, flo, fhi = float(entry["factor"]), float(entry["low"]), float(entry["high"])
             us, low, high = us * factor, max(low * flo, floor), high * fhi
             detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"

@@ -613,3 +613,15 @@ def test_rank_orders_by_time_where_bars_separate_and_by_preference_otherwise():
     emu_preferred = cost.rank([("emu", 50, (Cost(64, 900, 500, 1800, "roofline"),)), ("triton", 40, slow),
                                ("aiter", 30, fast)])
     assert [n for n, _ in emu_preferred] == ["aiter", "triton", "emu"]
+
+
+def test_aiter_triton_is_not_costed_from_fused_moe_rows(mi355x):
+    """aiter-triton calls AITER's Triton GEMMs directly (not aiter.fused_moe): no tuned row applies; its factor is
+    Triton's halved (about 2x Triton's throughput, vllm-project/vllm#55934)."""
+    assert cost.backend_kind("aiter-triton") == "aiter-triton" and cost.backend_kind("aiter-ck") == "aiter"
+    (tuned,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=4096)
+    (at,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-triton", tokens=4096)
+    (tr,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="triton", tokens=4096)
+    assert tuned.basis == "tuned" and at.basis == "roofline"
+    assert at.us == pytest.approx(tr.us / 2)
+    assert "vllm-project/vllm/pull/55934" in at.detail
