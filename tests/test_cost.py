@@ -625,3 +625,32 @@ def test_aiter_triton_is_not_costed_from_fused_moe_rows(mi355x):
     assert tuned.basis == "tuned" and at.basis == "roofline"
     assert at.us == pytest.approx(tr.us / 2)
     assert "vllm-project/vllm/pull/55934" in at.detail
+
+
+@pytest.mark.parametrize("target", ["MI300X", "MI308X", "MI355X"])
+def test_every_builtin_models_decode_cost_is_at_or_above_its_hbm_roofline(target):
+    """Across the built-in models as explain plans them (TP 8, decode token counts), each chosen backend's predicted
+    time and low bar are at or above the time to read the touched experts' weights and scales at datasheet HBM
+    speed on that product."""
+    from moedispatch.models import builtin_models, load_model
+    from moedispatch.plan import plan_model
+    from moedispatch.runtime import Runtime
+
+    caps = fake_capabilities(target)
+    peaks = capdb.product_peaks(caps.product)
+    checked = 0
+    for entry in builtin_models():
+        spec = load_model(entry["name"])
+        try:
+            plan = plan_model(spec, caps, tp=8, runtime=Runtime.build((1, 4, 64), env={}))
+        except UsageError:
+            continue   # a model that does not shard over TP 8
+        for d in plan.decisions:
+            if d.layer.kind != "moe" or not d.cost:
+                continue
+            geo = dataclasses.replace(cost.Geometry.of_layer(d.layer, d.padding), a_bytes=0.5)
+            for c in d.cost:
+                t_mem, _ = cost.roofline_us(geo, c.tokens, peaks)
+                assert c.low >= t_mem * (1 - 1e-9), (entry["name"], d.backend, c)
+            checked += 1
+    assert checked > 10
