@@ -21,7 +21,8 @@ $P psutil numpy pyzmq urllib3 regex pydantic cbor2 "transformers==5.20.2" aiohtt
    partial_json_parser "llguidance==1.7.6" einops
 $P --no-deps "xgrammar==0.2.8" "apache-tvm-ffi==0.1.11"   # xgrammar would otherwise pull triton
 # SGLang 0.5.23: sglang.srt.server_args imports these.
-$P orjson tqdm dill sentencepiece loguru
+$P orjson tqdm dill sentencepiece loguru ipython
+$P --no-deps triton==3.8.0                # sglang.srt.utils.common imports triton unconditionally (it does not touch torch)
 $P -e .
 "$V/bin/python" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$V: ready"
