@@ -71,8 +71,9 @@ __all__ = [
 
 #: The contract's ``basis`` values.
 BASES = ("tuned", "interpolated", "roofline", "plugin")
-#: Token counts predicted when the caller gives none: one decode token, a decode batch, a prefill chunk.
-DEFAULT_TOKENS = (1, 64, 4096)
+#: Token counts predicted when the caller gives none — the project's default (moedispatch.runtime,
+#: moedispatch.aiter_dispatch): decode (1, 4), a small batch (64), chunked prefill (512, 8192).
+DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
 _PRIORS_FILE = "cost_priors.toml"
 _PRIORS_SCHEMA = "moedispatch.cost_priors/1"
 
