@@ -522,7 +522,8 @@ def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]
     from moedispatch import aiter_configs
 
     rows = aiter_configs.tuned_rows(
-        config_set=aiter_configs.config_set_for(caps), model_dim=key.model_dim, inter_dim=key.inter_dim,
+        config_set=aiter_configs.config_set_for(caps, model_dims=frozenset({key.model_dim})),
+        model_dim=key.model_dim, inter_dim=key.inter_dim,
         expert=key.expert, topk=key.topk, gfx=key.gfx, cu_num=key.cu_num, dtype=key.dtype, q_dtype_a=q_dtype_a,
         q_dtype_w=key.q_dtype_w, q_type=key.q_type, use_g1u1=key.use_g1u1, doweight_stage1=key.doweight_stage1)
     exact = [r for r in rows if r.act_type == key.act_type]
@@ -787,11 +788,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         geo = geos.get(m, layer_geo)
         table, skipped = table_for(m)
         known = sorted(table)
-        if peaks is not None:
-            tm, tc = roofline_us(geo, m, peaks)
-            floor = max(tm, tc)
-        else:
-            floor = 1e-3
+        floor = max(roofline_us(geo, m, peaks))   # nothing runs faster than the datasheet peaks
         if m in table:
             us, where = table[m]
             lo, hi = priors.tuned
@@ -801,7 +798,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         above = [t for t in known if t > m]
         if kind == "aiter" and below and above:
             a, b = below[-1], above[0]
-            work = (lambda t: sum(roofline_us(geo, t, peaks))) if peaks is not None else None
+            work = lambda t: sum(roofline_us(geo, t, peaks))  # noqa: E731 - the abscissa: roofline work
             us = max(interpolate(m, (a, table[a][0]), (b, table[b][0]), work), floor)
             lo, hi = priors.interpolated
             out.append(Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
@@ -815,7 +812,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
             t = below[-1] if below else above[0]
             anchor_us, anchor_where = table[t]
             fitted = priors.buckets.get((getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0))
-            if peaks is not None and (not fitted or bucket_of(m) > fitted[-1]):
+            if not fitted or bucket_of(m) > fitted[-1]:
                 # Past the largest fitted bucket the priors would extrapolate; the work itself scales instead
                 # (compute-bound at these sizes: time grows with the FLOPs).
                 ratio = sum(roofline_us(geo, m, peaks)) / sum(roofline_us(geo, t, peaks))
