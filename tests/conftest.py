@@ -40,13 +40,60 @@ def builtins():
     return registry.backends
 
 
+
+
+def _package_dir(*candidates: Path) -> Path:
+    return next((p for p in candidates if (p / "__init__.py").is_file()), candidates[0])
+
+
+#: The packages of the tree under test (pyproject.toml [tool.setuptools.package-dir]); a copy laid out as the wheel
+#: (benchmarks/mutation.py's scratch tree: moedispatch_plugins/, moedispatch/capability_db/) works too.
+TREE_PACKAGES = {
+    "moedispatch": ROOT / "moedispatch",
+    "moedispatch_plugins": _package_dir(ROOT / "plugins", ROOT / "moedispatch_plugins"),
+    "moedispatch.capability_db": _package_dir(ROOT / "capability_db", ROOT / "moedispatch" / "capability_db"),
+}
+
+# A fresh interpreter that imports the three packages from THIS checkout (a finder ahead of every other, so neither
+# an editable install of another checkout nor a wheel in site-packages can answer), then does exactly what the
+# `moedispatch` console script does: `sys.exit(moedispatch.cli.main())` with argv[0] "moedispatch".
+_TREE_BOOT = """\
+import importlib.util, sys
+_MAP = {name: path for name, path in zip(sys.argv[1].split(","), sys.argv[2].split(","))}
+del sys.argv[1:3]
+
+
+class _TreeUnderTest:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        where = _MAP.get(name)
+        if where is None:
+            return None
+        return importlib.util.spec_from_file_location(name, where + "/__init__.py",
+                                                      submodule_search_locations=[where])
+
+
+sys.meta_path.insert(0, _TreeUnderTest)
+"""
+_CONSOLE_SCRIPT = """\
+sys.argv[0] = "moedispatch"
+from moedispatch.cli import main
+sys.exit(main())
+"""
+
+
+def tree_python(code: str) -> list[str]:
+    """argv running ``code`` in a fresh interpreter that imports moedispatch from the tree under test."""
+    return [sys.executable, "-c", _TREE_BOOT + code, ",".join(TREE_PACKAGES),
+            ",".join(str(p) for p in TREE_PACKAGES.values())]
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the installed console script as a user would."""
-    exe = Path(sys.executable).with_name("moedispatch")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moedispatch.cli"]
+    """Run the console script's entry point (``moedispatch.cli:main``) as a user would, on the tree under test."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("MOEDISPATCH_")}
     full_env.update(env or {})
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, env=full_env, timeout=timeout)
+    return subprocess.run(tree_python(_CONSOLE_SCRIPT) + list(args), capture_output=True, text=True, env=full_env,
+                          timeout=timeout)
 
 
 @pytest.fixture

@@ -165,10 +165,7 @@ def test_invariants_over_models_targets_and_tp(model, target, aiter, caps, built
     c = caps(target, aiter)
     by_name = {b.name: b for b in builtins}
     for tp in (1, 2, 4, 8):
-        try:
-            layers = expand_layers(spec, tp, 1)
-        except Exception:
-            continue
+        layers = expand_layers(spec, tp, 1)  # every model here shards at TP 1-8: an error fails the case
         layer = next(la for la in layers if la.kind == "moe")
         d = select(layer, c, builtins)
         p = d.padding

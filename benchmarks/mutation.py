@@ -1,0 +1,250 @@
+"""Mutation testing of the rule-bearing code with mutmut (PyPI, ``pip install -e '.[dev]'``); prints the kill ratio.
+
+    python benchmarks/mutation.py                 # every rule-bearing module, 1 worker (~10-20 min on 2 cores)
+    python benchmarks/mutation.py --jobs 2 --only moedispatch/rules.py --survivors
+
+Mutated: the selector, the rules and known-issue evaluation, the padding values (backend.py), the engine recipes,
+the shard caveats and the built-in backends (plugins/*.py, not plugins/examples). Not part of ``pytest``.
+
+How it runs. mutmut rewrites every function of those files into "trampolines" that switch to a mutant when
+``MUTANT_UNDER_TEST`` names one, and runs pytest in a fork per mutant. It runs on a scratch copy of the tree, laid
+out as the installed wheel is (``plugins/`` -> ``moedispatch_plugins/``, ``capability_db/`` ->
+``moedispatch/capability_db/``), so the checkout other people work in is never touched, and the built-in backends
+that the entry points import are the mutated ones. Test selection is mutmut's own coverage-based one, restricted to
+:data:`FAST_TESTS` (a few seconds in all; the full suite takes a minute): per mutant only the fast tests that call
+the mutated function run, with ``-x``. Selection memoizes decisions; the scratch conftest clears those caches
+before every test so that a mutant is always exercised (a forked worker inherits the parent's warm caches).
+
+A survivor that no test can kill because it does not change behaviour (an *equivalent* mutant) is listed in
+:data:`EQUIVALENT` with the reason; the report counts it apart and prints the ratio with and without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The rule-bearing code, as paths in the scratch copy (``moedispatch_plugins`` is the repo's ``plugins/``).
+MUTATE = [
+    "moedispatch/selector.py",
+    "moedispatch/rules.py",
+    "moedispatch/backend.py",
+    "moedispatch/recipes.py",
+    "moedispatch/caveats.py",
+    "moedispatch_plugins/*.py",
+]
+
+#: Fast tests that pin the rules (the per-mutant candidates; mutmut keeps, per mutant, the ones that call it).
+FAST_TESTS = [
+    "tests/test_rule_mutants.py",
+    "tests/test_backend_rules.py",
+    "tests/test_family_tables.py",
+    "tests/test_selector_plugins.py",
+    "tests/test_recipes_engine.py",
+    "tests/test_spine.py",
+]
+
+#: Survivors judged equivalent: (mangled function name glob, regex on the mutated line, why no test can kill it).
+#: Matched on the function and the text of the mutated line (``mutmut show``), not on mutant numbers, which shift
+#: whenever a function is edited.
+EQUIVALENT: list[tuple[str, str, str]] = [
+]
+
+_CACHE_RESET = '''
+
+# -- added by benchmarks/mutation.py (scratch copy only) --------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _mutation_cold_caches():
+    """Every test starts with cold decision caches: a forked mutant worker inherits the parent's warm ones, which
+    would replay unmutated decisions. The plugin-call worker pool is recreated too: its threads do not survive the
+    fork, and a pool that believes it has idle workers waits out the 10 s plugin deadline."""
+    from moedispatch import deadline, rules, selector
+
+    deadline._workers = deadline._Workers()
+
+    selector.clear_cache()
+    for fn in (rules._planned, rules._version_in):
+        fn.cache_clear()
+    try:
+        from moedispatch import engine
+        engine._fast.clear()
+    except (ImportError, AttributeError):
+        pass
+    yield
+'''
+
+
+def _copy(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "mutants"), dirs_exist_ok=True)
+
+
+def build_workspace(work: Path, only: list[str]) -> None:
+    """The scratch copy: the packages as the wheel lays them out, the tests, docs, and a mutmut config."""
+    _copy(ROOT / "moedispatch", work / "moedispatch")
+    _copy(ROOT / "capability_db", work / "moedispatch" / "capability_db")
+    _copy(ROOT / "plugins", work / "moedispatch_plugins")
+    _copy(ROOT / "tests", work / "tests")
+    if (ROOT / "docs").is_dir():
+        _copy(ROOT / "docs", work / "docs")
+    conftest = work / "tests" / "conftest.py"
+    conftest.write_text(conftest.read_text() + _CACHE_RESET)
+    globs = only or MUTATE
+    toml = {
+        "source_paths": ["moedispatch", "moedispatch_plugins"],
+        "only_mutate": globs,
+        "do_not_mutate": ["moedispatch_plugins/examples/*"],
+        "pytest_add_cli_args_test_selection": [t for t in FAST_TESTS if (ROOT / t).exists()],
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-o", "addopts="],
+        "also_copy": ["docs"],
+        "use_git_change_detection": False,
+        "track_dependencies": False,
+        "timeout_multiplier": 10.0,
+    }
+    lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in toml.items()]
+    lines += ["", "[tool.pytest.ini_options]", 'testpaths = ["tests"]', ""]
+    (work / "pyproject.toml").write_text("\n".join(lines))
+
+
+def run_mutmut(work: Path, jobs: int) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MOEDISPATCH_", "MUTANT_", "PYTHONPATH"))}
+    proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=work, env=env)
+    return proc.returncode
+
+
+def _module_of(mutant: str) -> str:
+    return mutant.partition(".x")[0] if ".x" in mutant else mutant.rsplit(".", 1)[0]
+
+
+def _status(code: int | None) -> str:
+    from mutmut.stats import status_by_exit_code
+
+    return status_by_exit_code[code]
+
+
+def collect(work: Path) -> dict[str, dict[str, str]]:
+    """{module: {mutant name: status}} from mutmut's result files."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        for name, code in data["exit_code_by_key"].items():
+            out[_module_of(name)][name] = _status(code)
+    return out
+
+
+def diff_of(work: Path, mutant: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], cwd=work, capture_output=True,
+                          text=True)
+    return proc.stdout
+
+
+def _changed_lines(diff: str) -> list[str]:
+    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def equivalent_reason(mutant: str, diff: str) -> str | None:
+    function = mutant.partition("__mutmut_")[0].rpartition(".")[2]
+    changed = " ".join(_changed_lines(diff))
+    for pattern, line_re, why in EQUIVALENT:
+        if fnmatch.fnmatchcase(function, pattern) and re.search(line_re, changed):
+            return why
+    return None
+
+
+_KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+_SURVIVED = {"survived", "no tests", "suspicious"}
+
+
+def report(work: Path, show_survivors: bool) -> float:
+    results = collect(work)
+    totals: Counter = Counter()
+    survivors: list[tuple[str, str, str | None]] = []
+    print(f"\n{'module':<36} {'mutants':>8} {'killed':>7} {'survived':>9} {'equiv.':>7} {'killed %':>9}")
+    for module in sorted(results):
+        c: Counter = Counter()
+        for name, status in sorted(results[module].items()):
+            if status in _KILLED:
+                c["killed"] += 1
+            elif status in _SURVIVED:
+                diff = diff_of(work, name)
+                why = equivalent_reason(name, diff)
+                c["equivalent" if why else "survived"] += 1
+                survivors.append((name, diff, why))
+            else:
+                c["other"] += 1
+        n = c["killed"] + c["survived"] + c["equivalent"]
+        totals.update(c)
+        ratio = 100.0 * c["killed"] / n if n else 100.0
+        print(f"{module:<36} {n:>8} {c['killed']:>7} {c['survived']:>9} {c['equivalent']:>7} {ratio:>8.1f}%")
+    n = totals["killed"] + totals["survived"] + totals["equivalent"]
+    raw = 100.0 * totals["killed"] / n if n else 100.0
+    adjusted = 100.0 * totals["killed"] / (n - totals["equivalent"]) if n - totals["equivalent"] else 100.0
+    print(f"{'TOTAL':<36} {n:>8} {totals['killed']:>7} {totals['survived']:>9} {totals['equivalent']:>7} "
+          f"{raw:>8.1f}%")
+    print(f"\nkilled {totals['killed']} of {n} mutants: {raw:.1f}%; {adjusted:.1f}% of the {n - totals['equivalent']} "
+          f"that are not equivalent" + (f"; {totals['other']} not checked" if totals["other"] else ""))
+    equivalents = [(name, why) for name, _, why in survivors if why]
+    if equivalents:
+        print("\nequivalent survivors (EQUIVALENT in benchmarks/mutation.py):")
+        for name, why in equivalents:
+            print(f"  {name}: {why}")
+    live = [(name, diff) for name, diff, why in survivors if not why]
+    if live:
+        print(f"\n{len(live)} surviving mutants" + ("" if show_survivors else " (diffs: --survivors)") + ":")
+        for name, diff in live:
+            print(f"  {name}")
+            if show_survivors:
+                print("    " + "\n    ".join(diff.splitlines()[2:]))
+    return raw
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1, help="parallel mutant workers (default 1)")
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="mutate only these files (scratch paths, e.g. moedispatch/rules.py); repeatable")
+    parser.add_argument("--workdir", type=Path, help="scratch directory (default: a fresh temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory (mutmut show/browse there)")
+    parser.add_argument("--report-only", action="store_true", help="only report the results already in --workdir")
+    parser.add_argument("--survivors", action="store_true", help="print each surviving mutant's diff")
+    parser.add_argument("--fail-under", type=float, default=None, help="exit 1 when under this kill percentage")
+    args = parser.parse_args(argv)
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        print("mutation.py needs mutmut: pip install -e '.[dev]'", file=sys.stderr)
+        return 2
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="moedispatch-mutation-"))
+    try:
+        if not args.report_only:
+            if args.workdir and work.exists():
+                shutil.rmtree(work)
+            work.mkdir(parents=True, exist_ok=True)
+            build_workspace(work, args.only)
+            start = time.monotonic()
+            rc = run_mutmut(work, args.jobs)
+            print(f"mutmut finished in {time.monotonic() - start:.0f} s (exit {rc}); scratch copy {work}")
+            if rc != 0:
+                return rc
+        ratio = report(work, args.survivors)
+    finally:
+        if not (args.keep or args.workdir or args.report_only):
+            shutil.rmtree(work, ignore_errors=True)
+    if args.fail_under is not None and ratio < args.fail_under:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
