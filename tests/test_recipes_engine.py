@@ -36,8 +36,9 @@ def test_plan_fingerprint_is_stable_and_changes_with_the_plan(caps):
 
 
 def test_vllm_recipe_for_minimax_m3_mxfp4_on_gfx950(cli):
+    """vLLM 0.31 rounds MXFP4 on ROCm to 256/256 (384 -> 512): the AITER plan is realizable as planned."""
     proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--aiter-version", "0.1.15.post3",
-               "--tp", "8", "--recipe", "vllm")
+               "--tp", "8", "--recipe", "vllm", "--engine-version", "0.31.0")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for needle in ("export VLLM_ROCM_USE_AITER=1", "export VLLM_ROCM_USE_AITER_MOE=1", "--moe-backend aiter",
@@ -48,6 +49,17 @@ def test_vllm_recipe_for_minimax_m3_mxfp4_on_gfx950(cli):
     for i, line in enumerate(lines):
         if line.startswith("export "):
             assert lines[i - 1].startswith("# ") and "(" in lines[i - 1]
+
+
+def test_vllm_033_w4a4_allocation_is_not_printed_as_aiter_where_the_kernel_needs_256(cli):
+    """vLLM 0.32+ rounds W4A4 to 128 (MiniMax-M3 TP8 stays 384, oracle/mxfp4.py at v0.32.0); with an AITER whose
+    FlyDSL a4w4 needs 256-multiples the recipe must not print --moe-backend aiter, and says why."""
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--aiter-version", "0.1.15.post3",
+               "--tp", "8", "--recipe", "vllm", "--format", "json")
+    data = json.loads(proc.stdout)
+    assert data["engine_version"] == "0.33.0"
+    assert data["command"] is None or "--moe-backend aiter" not in data["command"]
+    assert any("allocates hidden 6144 × intermediate/rank 384" in w for w in data["warnings"] + data["reasons"])
 
 
 def test_vllm_recipe_for_minimax_m3_mxfp8_on_mi300x_has_aiter_on_and_mha_off_with_reason(cli):
@@ -64,18 +76,103 @@ def test_vllm_recipe_for_minimax_m3_mxfp8_on_mi300x_has_aiter_on_and_mha_off_wit
     assert "--moe-backend auto" in data["command"]  # MXFP8 has no explicit emulation value (vllm.md §3)
 
 
-def test_recipe_reports_where_the_engine_allocation_misses_the_kernel_alignment(cli):
-    """Qwen3-30B-A3B bf16 at TP8: 96/rank; vLLM does not pad bf16 but CK needs 128 (vLLM PR #55368, aiter#5444)."""
-    proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "gfx950", "--tp", "8", "--recipe", "vllm",
+def test_recipe_never_prints_aiter_where_the_engine_allocation_misses_the_kernel_alignment(cli):
+    """Qwen3-30B-A3B bf16 at TP8: 96/rank. vLLM <= 0.30 does not pad bf16 but CK needs 64/128 (vLLM PR #55368):
+    the recipe runs Triton and says why; vLLM 0.31+ pads 96 -> 128 itself (oracle/unquantized.py) and AITER holds."""
+    base = ("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "8", "--format", "json")
+    old = json.loads(cli(*base, "--recipe", "vllm", "--engine-version", "0.30.0").stdout)
+    assert "--moe-backend aiter" not in old["command"] and "--moe-backend triton" in old["command"]
+    assert old["backend"] == "triton"
+    assert any("intermediate/rank 96" in w and "aiter-ck" in w for w in old["warnings"])
+    new = json.loads(cli(*base, "--recipe", "vllm").stdout)
+    assert new["engine_version"] == "0.33.0" and "--moe-backend aiter" in new["command"]
+
+
+def test_sglang_recipe_never_prints_aiter_auto_for_unquantized_qwen3_before_28244(cli):
+    """SGLANG_USE_AITER=1 + auto garbled unquantized Qwen3-30B-A3B at TP8 until SGLang 0.5.21 (PR #28244): the recipe
+    keeps SGLang off AITER there; from 0.5.21 SGLang's own gate runs the layer on Triton, and the recipe says so."""
+    base = ("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "8", "--recipe", "sglang",
+            "--format", "json")
+    for version in ("0.5.20", "0.5.23"):
+        data = json.loads(cli(*base, "--engine-version", version).stdout)
+        env = {e["name"]: e["value"] for e in data["env"]}
+        assert env.get("SGLANG_USE_AITER") != "1" and "--moe-runner-backend auto" not in data["command"], version
+        assert data["backend"] == "triton"
+    old = json.loads(cli(*base, "--engine-version", "0.5.20").stdout)
+    assert any("sgl-project/sglang#28244" in (w["source"] or "") for w in old["warning_details"])
+    # at TP1 (768/rank, 128-aligned) AITER is safe on every release
+    tp1 = json.loads(cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--recipe", "sglang",
+                         "--engine-version", "0.5.20", "--format", "json").stdout)
+    assert {e["name"]: e["value"] for e in tp1["env"]} == {"SGLANG_USE_AITER": "1"}
+
+
+def test_layout_ep_over_replicas_gets_a_data_parallel_size(cli):
+    """--tp 1 --ep 8 is 8 GPUs: vLLM needs --data-parallel-size 8 with EP; SGLang --tp-size 8 with DP attention."""
+    base = ("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "1", "--ep", "8", "--format", "json")
+    v = json.loads(cli(*base, "--recipe", "vllm").stdout)
+    assert "--data-parallel-size 8" in v["command"] and "--enable-expert-parallel" in v["command"]
+    assert v["layout"]["world_size"] == 8
+    s = json.loads(cli(*base, "--recipe", "sglang").stdout)
+    assert all(x in s["command"] for x in ("--tp-size 8", "--ep-size 8", "--dp-size 8", "--enable-dp-attention"))
+    # vLLM has no spelling for experts over 2 of 8 TP ranks: refused, exit 3
+    proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "8", "--ep", "2", "--recipe",
+               "vllm", "--format", "json")
+    assert proc.returncode == 3 and json.loads(proc.stdout)["command"] is None
+
+
+def test_tp_that_does_not_divide_the_attention_heads_is_refused_with_an_alternative(cli):
+    proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "3", "--recipe", "vllm",
                "--format", "json")
-    warnings = json.loads(proc.stdout)["warnings"]
-    assert any("intermediate/rank 96" in c and "128" in c and "#55368" in c for c in warnings)
-    proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "gfx950", "--tp", "8", "--recipe", "sglang",
-               "--format", "json")
+    assert proc.returncode == 3, proc.stderr
     data = json.loads(proc.stdout)
-    assert {e["name"]: e["value"] for e in data["env"]} == {"SGLANG_USE_AITER": "1"}
-    # SGLang pads AITER MoE to 128 itself (PRs #18684/#21097): no allocation disagreement
-    assert not [w for w in data["warnings"] if "allocates" in w]
+    assert data["command"] is None
+    assert any("32 attention heads" in r and "TP 3" in r for r in data["reasons"])
+    assert data["alternatives"] and data["alternatives"][0]["command"]
+    assert "no safe vllm" in proc.stderr and "Traceback" not in proc.stderr
+    table = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "3", "--recipe", "vllm")
+    assert table.returncode == 3 and "NO SAFE LAUNCH" in table.stdout and "vllm serve" not in table.stdout
+
+
+def test_weights_that_do_not_fit_are_refused(cli):
+    """DeepSeek-V3 (671B, FP8) at TP1 on one MI300X (192 GiB) cannot hold its weights; TP8 can."""
+    proc = cli("explain", "--model", "DeepSeek-V3", "--target", "MI300X", "--recipe", "vllm", "--format", "json")
+    assert proc.returncode == 3
+    data = json.loads(proc.stdout)
+    assert data["command"] is None and any("do not fit" in r and "MI300X" in r for r in data["reasons"])
+    assert data["alternatives"][0]["change"].startswith("--tp ")
+    ok = cli("explain", "--model", "DeepSeek-V3", "--target", "MI300X", "--tp", "8", "--recipe", "vllm",
+             "--format", "json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["layout"]["weights_per_rank_gib"] < 177
+
+
+def test_mxfp8_on_gfx942_counts_the_dequantized_bf16_experts(cli):
+    """vLLM dequantizes MiniMax-M3-MXFP8's experts to BF16 on gfx942 (ROCm/MAD#201): TP4 on MI300X does not fit,
+    TP8 does; SGLang re-quantizes to block-FP8 (sglang PR #32036) and fits at TP4."""
+    base = ("explain", "--model", "MiniMax-M3-MXFP8", "--target", "MI300X", "--format", "json")
+    tp4 = cli(*base, "--tp", "4", "--recipe", "vllm")
+    assert tp4.returncode == 3 and any("BF16" in r and "do not fit" in r for r in json.loads(tp4.stdout)["reasons"])
+    assert cli(*base, "--tp", "8", "--recipe", "vllm").returncode == 0
+    sgl = json.loads(cli(*base, "--tp", "4", "--recipe", "sglang").stdout)
+    assert any("block-FP8" in c for c in sgl["caveats"])
+
+
+def test_recipe_warnings_carry_the_plan_warnings(cli, monkeypatch):
+    """With no GPU and no --target the recipe (table and JSON) says it used the default target, like explain."""
+    monkeypatch.delenv("MOEDISPATCH_TARGET", raising=False)
+    for fmt in ("json", "table"):
+        proc = cli("explain", "--model", "Qwen3-30B-A3B", "--tp", "8", "--recipe", "vllm", "--format", fmt)
+        out = proc.stdout if fmt == "table" else " ".join(json.loads(proc.stdout)["warnings"])
+        assert "default target" in out, out[:400]
+        assert "unconfirmed model facts" in out
+
+
+def test_engine_decision_carries_its_target_and_warnings():
+    """select_moe_backend() with no caps names the target it assumed and warns when it is the default."""
+    from moedispatch import capdb
+
+    d = select_moe_backend(caps=capdb.target_capabilities("gfx950", "0.1.15.post3"), hidden_size=2048,
+                           intermediate_size=768, num_experts=128, top_k=8, tp_size=8)
+    assert d.target["gfx"] == "gfx950" and d.target["aiter_version"] == "0.1.15.post3"
 
 
 def test_logs_are_quiet_by_default_even_when_stderr_is_not_a_tty(cli):
