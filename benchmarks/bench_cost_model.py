@@ -103,7 +103,7 @@ def in_shape(samples, peaks):
     by = defaultdict(list)
     for s in samples:
         by[s.shape].append(s)
-    errs, logres = [], []
+    errs, logres, naive = [], [], []
     for group in by.values():
         group.sort(key=lambda s: s.m)
         for i in range(1, len(group) - 1):
@@ -112,7 +112,8 @@ def in_shape(samples, peaks):
             pred = cost.interpolate(s.m, (lo.m, lo.us), (hi.m, hi.us), lambda t: sum(cost.roofline_us(s.geo, t, pk)))
             errs.append(abs(pred / s.us - 1))
             logres.append(math.log(s.us / pred))
-    return errs, logres
+            naive.append(abs(max(cost.roofline_us(s.geo, s.m, pk)) / s.us - 1))
+    return errs, logres, naive
 
 
 # -- fitting ----------------------------------------------------------------------------------------------------
@@ -294,7 +295,7 @@ def main(argv=None) -> int:
     print(f"{cs.label}: {len(rows)} timed untagged rows, {len(samples)} clean "
           f"({copied} copied across buckets, {fast} faster than the datasheet roofline)", flush=True)
 
-    in_errs, in_res = in_shape(samples, peaks)
+    in_errs, in_res, naive_in = in_shape(samples, peaks)
     lo, hi, n = band_of(in_res)
     interp_band = {"low": round(lo, 4), "high": round(hi, 4), "n": n, "confidence": "derived",
                    "note": "p10/p90 of actual/predicted, leave-one-bucket-out over the clean rows"}
@@ -338,6 +339,11 @@ def main(argv=None) -> int:
         "in_shape_median": round(ins["median"], 4), "in_shape_p90": round(ins["p90"], 4), "in_shape_n": ins["n"],
         "lofo_median": round(lof["median"], 4), "lofo_p90": round(lof["p90"], 4), "lofo_n": lof["n"],
         "naive_roofline_median": round(nai["median"], 4), "naive_roofline_p90": round(nai["p90"], 4),
+        # The naive roofline fits nothing, so its leave-one-model-out error is its error on every row; in-shape
+        # is the same rows the interpolation predicted.
+        "naive_in_shape_median": round(statistics.median(naive_in), 4),
+        "naive_in_shape_p90": round(pct(naive_in, 0.9), 4),
+        "naive_lofo_median": round(nai["median"], 4), "naive_lofo_p90": round(nai["p90"], 4),
         "bucket_prior_lofo_median": round(car["median"], 4), "bucket_prior_lofo_p90": round(car["p90"], 4),
         "lofo_median_by_target": {k: round(statistics.median(v), 4) for k, v in sorted(by_target.items())},
         "rows": len(rows), "clean_rows": len(samples), "snapshot": cs.label,
