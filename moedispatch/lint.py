@@ -215,8 +215,14 @@ def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
         if backend == "auto":
             if on and moe_on and plan.caps.gfx in ("gfx942", "gfx950"):
                 return "aiter"
-            fams = {d.family for d in plan.decisions if d.layer.kind == "moe"}
-            return "emulation" if fams == {"emulation"} else "triton"
+            # Without AITER, auto walks vLLM's non-AITER list; take the plan's best correct non-AITER path as what
+            # it lands on (moedispatch.engine_choice models the oracles themselves).
+            d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
+            for b in [d0.backend] + [r.backend for r in d0.rejected if r.supported]:
+                fam = _fam_of(b, plan) if b else None
+                if fam in ("triton", "emulation"):
+                    return fam
+            return "triton"
         return None
     if backend == "aiter" or (backend == "auto" and on):
         if backend == "auto" and _gate_fails(launch.engine, version, plan):

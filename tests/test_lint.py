@@ -1,0 +1,113 @@
+"""Issue 14 (5): ``moedispatch lint`` on real launch lines from the field, each with its source.
+
+Every launch is read, never executed; exit 0 without an error finding, 3 with one, 2 for unusable input.
+"""
+
+from __future__ import annotations
+
+import json
+
+# sgl-project/sglang#28244 (description): the launch that produced garbage on MI355X before the fix.
+SGLANG_28244 = ("SGLANG_USE_AITER=1 python3 -m sglang.launch_server \\\n  --model-path Qwen/Qwen3-30B-A3B \\\n"
+                "  --tp 8 \\\n  --mem-fraction-static 0.8 \\\n  --port 30000\n")
+# vllm-project/vllm#47158 (test plan): MiniMax-M3-MXFP8 with the AITER master flag and expert parallelism.
+VLLM_47158 = ["VLLM_USE_BREAKABLE_CUDAGRAPH=0", "VLLM_ROCM_USE_AITER=1", "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1",
+              "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION=INT6", "vllm", "serve", "/weights", "--served-model-name",
+              "mm3-test", "--tensor-parallel-size", "4", "--enable-expert-parallel"]
+# sgl-project/sglang#28358 (the SGLang cookbook's MI300X cell, verbatim flags).
+SGLANG_28358 = ["SGLANG_USE_AITER=1", "python3", "-m", "sglang.launch_server", "--model-path",
+                "MiniMaxAI/MiniMax-M3-MXFP8", "--trust-remote-code", "--reasoning-parser", "auto", "--tool-call-parser",
+                "auto", "--tp", "8", "--quantization", "mxfp8", "--dtype", "bfloat16", "--attention-backend", "aiter",
+                "--moe-runner-backend", "triton", "--chunked-prefill-size", "8192", "--mem-fraction-static", "0.80"]
+
+
+def _lint(cli, *args):
+    proc = cli("lint", "--format", "json", *args)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc, (json.loads(proc.stdout) if proc.stdout.strip() else None)
+
+
+def _sev(doc, severity):
+    return [f for f in doc["findings"] if f["severity"] == severity]
+
+
+def test_sglang_aiter_preshuffled_weights_read_by_triton_before_28244(cli, tmp_path):
+    """The #28244 launch (a script) at SGLang 0.5.20 is an error with its source and the corrected line; at 0.5.23
+    SGLang's own gate runs Triton (info only)."""
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/bin/bash\n# from sgl-project/sglang#28244\n" + SGLANG_28244)
+    proc, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.20")
+    assert proc.returncode == 3 and doc["schema"] == "moedispatch.lint/1" and doc["engine"] == "sglang"
+    err = [f for f in _sev(doc, "error") if f["source"] == "sgl-project/sglang#28244"]
+    assert err and "pre-shuffled" in err[0]["message"]
+    assert any("SGLANG_USE_AITER=0" in (f["fix"] or "") and "--moe-runner-backend triton" in f["fix"]
+               for f in _sev(doc, "error"))
+    proc, doc = _lint(cli, str(script), "--target", "MI355X")
+    assert proc.returncode == 0 and not _sev(doc, "error")
+    assert any("Triton itself" in f["message"] for f in doc["findings"])
+
+
+def test_expert_parallel_on_a_path_known_to_garble(cli):
+    """The #47158 launch on gfx942: MiniMax-M3-MXFP8 with EP gave garbled tokens (InferenceX PR #1951) — error."""
+    proc, doc = _lint(cli, "--target", "MI300X", "--model", "MiniMax-M3-MXFP8", "--", *VLLM_47158)
+    assert proc.returncode == 3, doc
+    assert doc["parallel"] == {"tp": 4, "ep": 4}
+    assert any(f["source"] == "SemiAnalysisAI/InferenceX#1951" for f in _sev(doc, "error"))
+    # its model is a local path: without --model the lint says so and exits 2
+    proc = cli("lint", "--target", "MI300X", "--", *VLLM_47158)
+    assert proc.returncode == 2 and "pass --model" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_aiter_master_flag_unset_where_the_plan_needs_aiter(cli):
+    """vLLM's AITER switch defaults to off (vllm#56945): --moe-backend aiter without it fails (error); auto without
+    it silently runs Triton (warning) — the fix line exports the switch."""
+    line = ["vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tensor-parallel-size", "4"]
+    proc, doc = _lint(cli, "--target", "MI355X", "--engine-version", "0.31.0", "--", *line)
+    warn = [f for f in _sev(doc, "warning") if "VLLM_ROCM_USE_AITER is unset" in f["message"]]
+    assert proc.returncode == 0 and warn and "VLLM_ROCM_USE_AITER=1" in warn[0]["fix"]
+    proc, doc = _lint(cli, "--target", "MI355X", "--engine-version", "0.31.0", "--", *line, "--moe-backend", "aiter")
+    assert proc.returncode == 3 and any("without VLLM_ROCM_USE_AITER=1" in f["message"] for f in _sev(doc, "error"))
+    proc, doc = _lint(cli, "--target", "MI355X", "--engine-version", "0.31.0", "--env", "VLLM_ROCM_USE_AITER=1",
+                      "--", *line, "--moe-backend", "aiter")
+    assert proc.returncode == 0 and not _sev(doc, "error")
+
+
+def test_triton_forced_with_the_aiter_master_switch_on(cli):
+    """vllm-project/recipes#581: VLLM_ROCM_USE_AITER=1 conflicts with --moe-backend triton for MiniMax-M3 MXFP8."""
+    line = ["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "MiniMaxAI/MiniMax-M3-MXFP8", "--tensor-parallel-size", "4",
+            "--moe-backend", "triton"]
+    proc, doc = _lint(cli, "--target", "MI355X", "--", *line)
+    assert any(f["source"] == "vllm-project/recipes#581" for f in _sev(doc, "warning")), doc["findings"]
+
+
+def test_aiter_config_fmoe_replaces_the_tuned_set(cli):
+    """AITER_CONFIG_FMOE replaces (does not merge) AITER's tuned CSVs (sgl-project/sglang#37072)."""
+    proc, doc = _lint(cli, "--target", "MI355X", "--env", "AITER_CONFIG_FMOE=/tmp/my_tuned_fmoe.csv", "--",
+                      *SGLANG_28358)
+    f = [x for x in _sev(doc, "warning") if "AITER_CONFIG_FMOE" in x["message"]]
+    assert f and f[0]["source"] == "sgl-project/sglang#37072"
+
+
+def test_a_tp_the_model_cannot_shard(cli):
+    """The #28244 line at --tp 3: Qwen3-30B-A3B's 32 heads do not split over 3 GPUs (vLLM/SGLang refuse)."""
+    line = SGLANG_28244.replace("--tp 8", "--tp 3").replace("\\\n", " ").split()
+    proc, doc = _lint(cli, "--target", "MI355X", "--", *line)
+    assert proc.returncode == 3
+    assert any("TP 3" in f["message"] or "tp" in f["message"].lower() for f in _sev(doc, "error"))
+
+
+def test_unusable_input_is_one_line_exit_2(cli, tmp_path):
+    for args in (["lint"], ["lint", str(tmp_path / "missing.sh")], ["lint", "--", "ls", "-l"],
+                 ["lint", "--", "vllm", "serve", "Qwen/Qwen3-30B-A3B", "--tensor-parallel-size", "x"]):
+        proc = cli(*args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    empty = tmp_path / "empty.sh"
+    empty.write_text("echo hi\n")
+    assert cli("lint", str(empty)).returncode == 2
+
+
+def test_table_output_names_severity_source_and_fix(cli):
+    proc = cli("lint", "--target", "MI355X", "--engine-version", "0.5.20", "--", *SGLANG_28244.replace("\\\n", " ").split())
+    assert proc.returncode == 3
+    assert "ERROR" in proc.stdout and "source: sgl-project/sglang#28244" in proc.stdout and "fix:" in proc.stdout
