@@ -220,11 +220,14 @@ def _flt(text: str) -> float | None:
     return float(text)
 
 
-def parse_csv(path: str, display: str, *, dispatch: str = "head") -> tuple[list[TunedRow], list[str]]:
+def parse_csv(path: str, display: str, *, dispatch: str = "head",
+              model_dims: frozenset[int] | None = None) -> tuple[list[TunedRow], list[str]]:
     """Parse one tuned fmoe CSV. Returns (rows, problems); each problem is ``display:line: what``.
 
     A header without the key columns makes the whole file unusable (one problem at line 1). A row with the wrong
-    field count or a non-numeric key is skipped with a problem naming its line.
+    field count or a non-numeric key is skipped with a problem naming its line. ``model_dims``: parse only data
+    lines that mention one of these model_dim values as a field (a fast pre-filter for a planner that needs one
+    shape; line numbers are kept; the full lint passes None).
     """
     rows: list[TunedRow] = []
     problems: list[str] = []
@@ -233,7 +236,16 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head") -> tuple[list[
     except OSError as exc:
         return [], [f"{display}: cannot read: {exc.strerror or exc}"]
     with fh:
-        reader = csv.reader(fh)
+        lines: Any = fh
+        if model_dims:
+            needles = tuple(f",{d}," for d in sorted(model_dims))
+
+            def _filtered(source: Any) -> Any:
+                for n, text in enumerate(source):
+                    # the header and lines naming a wanted model_dim pass; others become blank (line numbers kept)
+                    yield text if n == 0 or any(x in text for x in needles) else "\n"
+            lines = _filtered(fh)
+        reader = csv.reader(lines)
         try:
             header = next(reader)
         except StopIteration:
@@ -346,27 +358,42 @@ def snapshots() -> dict[str, dict[str, Any]]:
     return snaps
 
 
+_installed_memo: dict[tuple[str, ...], tuple[str | None, str | None]] = {}
+
+
 def installed_aiter() -> tuple[str | None, str | None]:
     """(version, ``aiter`` package directory) of the AITER this Python would import, read from files only.
 
-    Uses the probe's locator (``moedispatch._probe_aiter``): the ``amd-aiter`` distribution's RECORD, else
-    ``importlib.util.find_spec('aiter')`` — which does not execute the package.
+    ``importlib.util.find_spec('aiter')`` locates the package without executing it (a top-level name); the version
+    is the ``amd-aiter`` distribution's metadata, else ``aiter/_version.py`` read as text. Memoised per ``sys.path``
+    (explain asks once per planned shape; walking the distribution's RECORD cost ~100 ms).
     """
-    import importlib.metadata as md
+    import sys
+
+    key = tuple(sys.path)
+    hit = _installed_memo.get(key)
+    if hit is not None:
+        return hit
+    import importlib.util
+    from pathlib import Path
 
     from moedispatch import _probe_aiter
 
+    version = _probe_aiter.dist_version(_probe_aiter.DIST)
     try:
-        dist: md.Distribution | None = md.distribution(_probe_aiter.DIST)
-    except md.PackageNotFoundError:
-        dist = None
-    except Exception:  # noqa: BLE001 - broken metadata: treat as absent
-        dist = None
-    pkg, _how = _probe_aiter._package_dir(dist)
+        spec = importlib.util.find_spec("aiter")
+    except (ImportError, ValueError):
+        spec = None
+    pkg = Path(next(iter(spec.submodule_search_locations))) if spec is not None and \
+        spec.submodule_search_locations else None
     if pkg is None or not (pkg / "fused_moe.py").is_file():
-        return (dist.version if dist else None), None
-    version = dist.version if dist is not None else _probe_aiter._version_file(pkg)
-    return version, str(pkg)
+        result: tuple[str | None, str | None] = (version, None)
+    else:
+        result = (version or _probe_aiter._version_file(pkg), str(pkg))
+    if len(_installed_memo) > 8:
+        _installed_memo.clear()
+    _installed_memo[key] = result
+    return result
 
 
 def _dispatch_model_for(version: str | None) -> str:
@@ -408,7 +435,8 @@ def _display(path: str, root: str | None, prefix: str) -> str:
 
 # -- merge ---------------------------------------------------------------------------------------------------------
 
-def _merge(files: list[tuple[str, str]], dispatch: str) -> tuple[list[TunedRow], list[str], bool, str | None]:
+def _merge(files: list[tuple[str, str]], dispatch: str,
+           model_dims: frozenset[int] | None = None) -> tuple[list[TunedRow], list[str], bool, str | None]:
     """Parse and concatenate like ``update_config_files``; returns (rows, warnings, broken, merge_error)."""
     rows: list[TunedRow] = []
     warnings: list[str] = []
@@ -421,7 +449,7 @@ def _merge(files: list[tuple[str, str]], dispatch: str) -> tuple[list[TunedRow],
     if not present:
         return [], warnings + ["no tuned fmoe CSV found: dispatch uses heuristics only"], True, None
     for path, display in present:
-        parsed, problems = parse_csv(path, display, dispatch=dispatch)
+        parsed, problems = parse_csv(path, display, dispatch=dispatch, model_dims=model_dims)
         rows.extend(parsed)
         if problems:
             broken = True
@@ -460,9 +488,10 @@ def _merge(files: list[tuple[str, str]], dispatch: str) -> tuple[list[TunedRow],
 
 @functools.lru_cache(maxsize=32)
 def _load_cached(files: tuple[tuple[str, str], ...], stamps: tuple, dispatch: str, label: str, origin: str,
-                 version: str | None, commit: str | None, notes: tuple[str, ...]) -> ConfigSet:
+                 version: str | None, commit: str | None, notes: tuple[str, ...],
+                 model_dims: frozenset[int] | None = None) -> ConfigSet:
     del stamps  # part of the cache key only
-    rows, warnings, broken, merge_error = _merge(list(files), dispatch)
+    rows, warnings, broken, merge_error = _merge(list(files), dispatch, model_dims)
     return ConfigSet(label=label, origin=origin, dispatch=dispatch, version=version,
                      files=tuple(d for _, d in files), rows=tuple(rows), warnings=tuple(warnings), broken=broken,
                      merge_error=merge_error, commit=commit, notes=notes)
@@ -480,16 +509,19 @@ def _stamps(files: list[tuple[str, str]]) -> tuple:
 
 
 def _build(files: list[tuple[str, str]], dispatch: str, label: str, origin: str, version: str | None,
-           commit: str | None = None, notes: tuple[str, ...] = ()) -> ConfigSet:
-    return _load_cached(tuple(files), _stamps(files), dispatch, label, origin, version, commit, notes)
+           commit: str | None = None, notes: tuple[str, ...] = (),
+           model_dims: frozenset[int] | None = None) -> ConfigSet:
+    return _load_cached(tuple(files), _stamps(files), dispatch, label, origin, version, commit, notes, model_dims)
 
 
-def _bundled(name: str, version: str | None, notes: tuple[str, ...] = ()) -> ConfigSet:
+def _bundled(name: str, version: str | None, notes: tuple[str, ...] = (),
+             model_dims: frozenset[int] | None = None) -> ConfigSet:
     snap = snapshots()[name]
     root = os.path.join(_db_dir(), snap.get("directory", name))
     files = [(p, _display(p, _db_dir(), "capability_db/aiter_configs/")) for p in _default_files(root)]
     label = f"bundled AITER {snap.get('describe', name)} @ {str(snap.get('commit', ''))[:10]} ({snap.get('date')})"
-    return _build(files, snap.get("dispatch", "head"), label, "bundled", version, snap.get("commit"), notes)
+    return _build(files, snap.get("dispatch", "head"), label, "bundled", version, snap.get("commit"), notes,
+                  model_dims)
 
 
 def _snapshot_for(version: str | None) -> tuple[str, tuple[str, ...]]:
@@ -518,7 +550,7 @@ def _snapshot_for(version: str | None) -> tuple[str, tuple[str, ...]]:
 # -- public loaders -------------------------------------------------------------------------------------------------
 
 def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None = None,
-                    version: str | None = None) -> ConfigSet:
+                    version: str | None = None, model_dims: frozenset[int] | None = None) -> ConfigSet:
     """The merged tuned fmoe table.
 
     ``source``: ``None`` (the installed AITER's files when one is installed, else the bundled snapshot for
@@ -543,7 +575,7 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
         dispatch = _dispatch_model_for(version)
         note = ("AITER_CONFIG_FMOE replaces AITER's whole tuned set (the default tuned_fmoe.csv and every "
                 "model_configs/*tuned_fmoe*.csv are NOT merged) — https://github.com/sgl-project/sglang/pull/37072",)
-        return _build(files, dispatch, f"AITER_CONFIG_FMOE={override}", "env", version, None, note)
+        return _build(files, dispatch, f"AITER_CONFIG_FMOE={override}", "env", version, None, note, model_dims)
     if source is None or source == "installed":
         inst_version, pkg = installed_aiter()
         if pkg is not None and (version is None or source == "installed" or _same_version(inst_version, version)):
@@ -551,16 +583,16 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
             root = os.path.dirname(pkg)
             files = [(p, _display(p, root, "")) for p in _default_files(configs)]
             return _build(files, _dispatch_model_for(inst_version), f"installed amd-aiter {inst_version} ({pkg})",
-                          "installed", inst_version)
+                          "installed", inst_version, model_dims=model_dims)
         if source == "installed":
             raise UsageError("--aiter-version installed: no AITER (amd-aiter) is installed in this Python")
         name, notes = _snapshot_for(version)
-        return _bundled(name, version, notes)
+        return _bundled(name, version, notes, model_dims)
     if source == "bundled":
         name, notes = _snapshot_for(version)
-        return _bundled(name, version, notes)
+        return _bundled(name, version, notes, model_dims)
     if source in snapshots():
-        return _bundled(source, version)
+        return _bundled(source, version, model_dims=model_dims)
     if os.path.isdir(source):
         configs = source
         if os.path.isfile(os.path.join(source, "configs", "tuned_fmoe.csv")):
@@ -568,7 +600,8 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
         if not os.path.isfile(os.path.join(configs, "tuned_fmoe.csv")):
             raise UsageError(f"{source}: no tuned_fmoe.csv here or under configs/")
         files = [(p, p) for p in _default_files(configs)]
-        return _build(files, _dispatch_model_for(version), f"tuned CSVs in {source}", "explicit", version)
+        return _build(files, _dispatch_model_for(version), f"tuned CSVs in {source}", "explicit", version,
+                      model_dims=model_dims)
     raise UsageError(f"unknown tuned-config source {source!r}: use installed, bundled, "
                      f"{', '.join(sorted(snapshots()))} or a directory")
 
@@ -584,9 +617,11 @@ def _same_version(a: str | None, b: str | None) -> bool:
         return a == b
 
 
-def config_set_for(caps: Any, env: Mapping[str, str] | None = None) -> ConfigSet:
+def config_set_for(caps: Any, env: Mapping[str, str] | None = None,
+                   model_dims: frozenset[int] | None = None) -> ConfigSet:
     """The tuned set for a target: the installed AITER when ``caps.aiter_version`` is the installed one (or the
-    version came from the probe), else the bundled snapshot for that version."""
+    version came from the probe), else the bundled snapshot for that version. ``model_dims``: only rows of these
+    model_dim values (a planner's fast path; see :func:`parse_csv`)."""
     version = getattr(caps, "aiter_version", None)
     prov = ""
     source_of = getattr(caps, "source_of", None)
@@ -595,8 +630,8 @@ def config_set_for(caps: Any, env: Mapping[str, str] | None = None) -> ConfigSet
     if prov.startswith(("probe", "files")) or prov == "installed":
         inst_version, pkg = installed_aiter()
         if pkg is not None:
-            return load_config_set("installed", env=env, version=inst_version)
-    return load_config_set(None, env=env, version=version)
+            return load_config_set("installed", env=env, version=inst_version, model_dims=model_dims)
+    return load_config_set(None, env=env, version=version, model_dims=model_dims)
 
 
 def installed_config_warnings() -> tuple[str, ...]:

@@ -1157,7 +1157,9 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
     else the bundled snapshot). Bad input raises :class:`~moedispatch.errors.UsageError` (one line).
     """
     env_d = aiter_env() if env is None else {str(k): str(v) for k, v in env.items()}
-    cs = configs or _cfg.config_set_for(caps, env_d)
+    # Only rows of this layer's model_dim (unpadded or padded) can match its key: parse just those lines.
+    dims = frozenset({layer.hidden} | ({padding.hidden} if padding is not None else set()))
+    cs = configs or _cfg.config_set_for(caps, env_d, model_dims=dims)
     a = (assumptions or Assumptions()).resolve(layer)
     # The installed AITER is what runs when its files are planned for; otherwise the target's version.
     version = cs.version if cs.origin == "installed" else (caps.aiter_version or cs.version)
@@ -1212,7 +1214,7 @@ def native_inter_dims(layer: "MoELayer", caps: "Capabilities", *, configs: Confi
     padding it to 512 buys nothing there (it misses the tuned rows instead).
     """
     env_d = aiter_env() if env is None else dict(env)
-    cs = configs or _cfg.config_set_for(caps, env_d)
+    cs = configs or _cfg.config_set_for(caps, env_d, model_dims=frozenset({layer.hidden}))
     version = cs.version if cs.origin == "installed" else (caps.aiter_version or cs.version)
     rules = lookup_rules(version)
     key = dispatch_key(layer, caps, assumptions=assumptions, env=env_d, model=rules)
