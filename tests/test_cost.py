@@ -658,3 +658,26 @@ def test_every_builtin_models_decode_cost_is_at_or_above_its_hbm_roofline(target
                 assert c.low >= t_mem * (1 - 1e-9), (entry["name"], d.backend, c)
             checked += 1
     assert checked > 10
+
+
+def test_tuning_worklist_lists_heuristic_buckets_in_aiters_untuned_format(mi355x):
+    """MiniMax-M3 TP8 padded to 512 has no tuned row: every bucket is a work item, heaviest first, in AITER's own
+    untuned_fmoe.csv columns; the TP4 shape tuned from 256 tokens only lists its small buckets."""
+    from moedispatch import aiter_dispatch
+
+    pad = Padding.aligned(MINIMAX_TP8, intermediate_multiple=256)
+    tokens = (1, 3, 64, 4096)
+    plan8 = aiter_dispatch.plan_dispatch(MINIMAX_TP8, mi355x, tokens=tokens, env={}, padding=pad)
+    cost8 = cost.predict(MINIMAX_TP8, mi355x, backend_family="aiter-flydsl", padding=pad, tokens=tokens, dispatch=plan8)
+    plan4 = aiter_dispatch.plan_dispatch(MINIMAX_TP4, mi355x, tokens=tokens, env={})
+    cost4 = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-flydsl", tokens=tokens, dispatch=plan4)
+    rows = cost.tuning_worklist([(plan8, cost8, 57), (plan4, cost4, 1)])
+    assert [r["weight"] for r in rows] == sorted((r["weight"] for r in rows), reverse=True)
+    tp8 = [r for r in rows if r["inter_dim"] == 512]
+    assert sorted(r["token"] for r in tp8) == [1, 4, 64, 4096]          # 3 tokens look up bucket 4
+    assert all(r["layers"] == 57 and r["weight"] == pytest.approx(57 * r["us"]) for r in tp8)
+    assert sorted(r["token"] for r in rows if r["inter_dim"] == 768) == [1, 4, 64]   # 4096 is tuned
+    header = (ROOT / "capability_db" / "aiter_configs" / "head" / "untuned_fmoe.csv").read_text().splitlines()[0]
+    text = cost.untuned_csv(rows)
+    assert text.splitlines()[0] == header
+    assert text.splitlines()[1].split(",")[:5] == ["4096", "6144", "512", "128", "4"]
