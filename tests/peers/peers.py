@@ -1,0 +1,124 @@
+"""Shared helpers of the peer suite: where the engine environment is, the case grid, and running the real oracle.
+
+The engine environment is ``.peers-venv`` at the repository root (``tests/peers/setup_env.sh`` builds it), or the
+interpreter named by ``MOEDISPATCH_PEERS_PYTHON``. The suite skips when it is absent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+#: Scheme → select_moe_backend() quant fields (and the harness' scheme name).
+SCHEMES = {
+    "bf16": dict(weight_quant="bf16"),
+    "fp8_tensor": dict(weight_quant="fp8", activation_quant="fp8"),
+    "fp8_block": dict(weight_quant="fp8", weight_granularity="block128x128", activation_quant="fp8",
+                      activation_granularity="group128"),
+    "mxfp4_w4a16": dict(weight_quant="mxfp4", activation_quant="bf16"),
+    "mxfp4_w4a4": dict(weight_quant="mxfp4", activation_quant="mxfp4"),
+    "mxfp8": dict(weight_quant="mxfp8", activation_quant="mxfp8"),
+}
+I_RANKS = (96, 128, 192, 256, 320, 360, 384, 512, 704, 1408, 1536)
+HIDDENS = (2048, 2880, 4096, 6144, 7168)
+TP = 8
+
+
+def peers_python() -> str | None:
+    """The engine environment's interpreter, or None when it is absent."""
+    explicit = os.environ.get("MOEDISPATCH_PEERS_PYTHON")
+    if explicit:
+        return explicit if Path(explicit).exists() else None
+    for name in ("bin/python", "Scripts/python.exe"):
+        path = ROOT / ".peers-venv" / name
+        if path.exists():
+            return str(path)
+    return None
+
+
+def has_vllm(python: str) -> bool:
+    r = subprocess.run([python, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+def grid() -> list[dict]:
+    """The main grid: 6 schemes × gfx942/gfx950 × AITER on/off × silu/swigluoai × 11 per-rank × 5 hidden sizes
+    (2,640 cases), plus MiniMax-M3's swigluoai_uninterleave, gpt-oss/DeepSeek-V4 style `mxfp4` checkpoints and GELU."""
+    cases = []
+    for scheme, gfx, aiter, act, i, h in itertools.product(SCHEMES, ("gfx942", "gfx950"), (True, False),
+                                                          ("silu", "swigluoai"), I_RANKS, HIDDENS):
+        cases.append(dict(scheme=scheme, gfx=gfx, aiter=aiter, activation=act, i=i, h=h, tp=TP, moe_backend="auto"))
+    for scheme, gfx, aiter, i, h in itertools.product(("bf16", "mxfp4_w4a4", "mxfp8", "fp8_block"), ("gfx942", "gfx950"),
+                                                      (True, False), I_RANKS, (2880, 6144)):
+        cases.append(dict(scheme=scheme, gfx=gfx, aiter=aiter, activation="swigluoai_uninterleave", i=i, h=h, tp=TP,
+                          moe_backend="auto"))
+    for gfx, aiter, act, i, h in itertools.product(("gfx942", "gfx950"), (True, False), ("silu", "swigluoai"),
+                                                   I_RANKS, (2880, 7168)):
+        cases.append(dict(scheme="mxfp4_w4a16", quant_method="mxfp4", gfx=gfx, aiter=aiter, activation=act, i=i, h=h,
+                          tp=TP, moe_backend="auto"))
+    return cases
+
+
+def forced_grid(values=("aiter", "triton", "emulation", "triton_unfused")) -> list[dict]:
+    """Every `--moe-backend` value recipes use, over the schemes, both archs and AITER on/off."""
+    cases = []
+    for mb, scheme, gfx, aiter, act, i, h in itertools.product(values, SCHEMES, ("gfx942", "gfx950"), (True, False),
+                                                               ("silu", "swigluoai"), (96, 192, 360, 384, 1536),
+                                                               (2880, 6144)):
+        cases.append(dict(scheme=scheme, gfx=gfx, aiter=aiter, activation=act, i=i, h=h, tp=TP, moe_backend=mb))
+    return cases
+
+
+def _run_group(python: str, gfx: str, env_extra: dict, cases: list[dict]) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    env.update(PEERS_GFX=gfx, PYTHONPATH=str(HERE / "stubs"), **env_extra)
+    r = subprocess.run([python, str(HERE / "vllm_side.py")], input=json.dumps(cases), capture_output=True, text=True,
+                       env=env, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"vllm_side.py failed ({gfx}, {env_extra}): {r.stderr[-3000:]}")
+    return json.loads(r.stdout)
+
+
+def run_vllm(python: str, cases: list[dict], env_key=lambda c: {"VLLM_ROCM_USE_AITER": "1"} if c["aiter"] else {}):
+    """The real vLLM's answer for every case, in case order (one process per gfx × environment, two at a time)."""
+    groups: dict[tuple, list[int]] = {}
+    for n, c in enumerate(cases):
+        groups.setdefault((c["gfx"], tuple(sorted(env_key(c).items()))), []).append(n)
+    answers: list[dict | None] = [None] * len(cases)
+
+    def work(item):
+        (gfx, env_items), idx = item
+        return idx, _run_group(python, gfx, dict(env_items), [cases[n] for n in idx])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for idx, res in pool.map(work, groups.items()):
+            for n, a in zip(idx, res):
+                answers[n] = a
+    return answers
+
+
+def fields(case: dict) -> dict:
+    """select_moe_backend()/engine_choice() fields for a case."""
+    f = dict(SCHEMES[case["scheme"]])
+    f.update(hidden_size=case["h"], intermediate_size=case["i"] * case.get("tp", TP), tp_size=case.get("tp", TP),
+             num_experts=128, top_k=8, activation=case["activation"])
+    if case.get("quant_method"):
+        f["quant_method"] = case["quant_method"]
+    return f
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual run: python tests/peers/peers.py > answers.json
+    py = peers_python()
+    if not py:
+        sys.exit("no .peers-venv: run tests/peers/setup_env.sh")
+    cs = grid()
+    json.dump({"cases": cs, "answers": run_vllm(py, cs)}, sys.stdout)
