@@ -460,10 +460,17 @@ def _target_peaks(caps: Any) -> tuple[Mapping[str, Any] | None, str | None]:
     with the same CU count."""
     from moedispatch import capdb
 
-    peaks = capdb.product_peaks(getattr(caps, "product", None))
-    if peaks is not None:
-        return peaks, caps.product
+    product = getattr(caps, "product", None)
+    peaks = capdb.product_peaks(product)
     facts = capdb.arch_facts(caps.gfx) if getattr(caps, "gfx", None) else None
+    if peaks is not None:
+        full = next((p["compute_units"] for p in (facts or {}).get("products", []) if p["name"] == product), None)
+        cus = getattr(caps, "compute_units", None)
+        if full and cus and cus < full:
+            # A compute partition (CPX/QPX/DPX) sees a share of the CUs: the matrix peaks scale with them; HBM is
+            # left at the full figure (a lower floor, never a claim of more speed).
+            peaks = {k: (v * cus / full if k.endswith("_tflops") else v) for k, v in peaks.items()}
+        return peaks, product
     for product in (facts or {}).get("products", []):
         if caps.compute_units in (None, product["compute_units"]):
             p = capdb.product_peaks(product["name"])

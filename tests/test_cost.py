@@ -681,3 +681,16 @@ def test_tuning_worklist_lists_heuristic_buckets_in_aiters_untuned_format(mi355x
     text = cost.untuned_csv(rows)
     assert text.splitlines()[0] == header
     assert text.splitlines()[1].split(",")[:5] == ["4096", "6144", "512", "128", "4"]
+
+
+def test_a_compute_partition_scales_the_matrix_peaks():
+    """MI300X in CPX mode exposes 38 of its 304 CUs: compute-bound prefill is predicted slower than on the whole
+    GPU, and its floor uses an eighth of the FLOPs (gfx942 partitions, capability_db/gpus.toml)."""
+    full = fake_capabilities("MI300X")
+    cpx = dataclasses.replace(full, compute_units=38)
+    layer = MoELayer.build(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight="fp8", act="fp8")
+    (a,) = cost.predict(layer, full, backend_family="triton", tokens=8192)
+    (b,) = cost.predict(layer, cpx, backend_family="triton", tokens=8192)
+    assert b.us > a.us * 2
+    peaks, _ = cost._target_peaks(cpx)
+    assert peaks["fp8_tflops"] == pytest.approx(2614.9 * 38 / 304) and peaks["hbm_tbps"] == 5.3
