@@ -60,11 +60,14 @@ class PluginRecord:
     warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The ``moedispatch backends --format json`` entry; ``warnings`` only when there are some."""
+        out: dict[str, Any] = {
             "name": self.name, "package": self.package, "version": self.version, "hooks": list(self.hooks),
-            "backends": list(self.backends), "errors": list(self.errors), "warnings": list(self.warnings),
-            "builtin": self.builtin,
+            "backends": list(self.backends), "errors": list(self.errors), "builtin": self.builtin,
         }
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class Registry:
     plugins: tuple[PluginRecord, ...]
     strict: bool = False
     owners: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # backend name -> plugin name
+    #: The plugin manager the backends came from: optional hooks beyond discovery (``moe_cost``) are called on it.
+    pm: Any = field(default=None, compare=False, repr=False)
 
     @property
     def errors(self) -> tuple[str, ...]:
@@ -308,6 +313,7 @@ def build_registry(
         plugins=tuple(collector.records),
         strict=strict,
         owners=tuple(sorted(collector.owner.items())),
+        pm=pm,
     )
 
 
@@ -431,6 +437,15 @@ def get_registry(*, strict: bool = False, refresh: bool = False) -> Registry:
         if refresh or strict not in _cache:
             _cache[strict] = build_registry(strict=strict)
         return _cache[strict]
+
+
+def plugin_manager_for(backend: Backend) -> Any:
+    """The plugin manager of a loaded registry that holds ``backend`` (for optional hooks such as ``moe_cost``),
+    or None."""
+    for registry in list(_cache.values()):
+        if any(b is backend for b in registry.backends):
+            return registry.pm
+    return None
 
 
 def reset_registry() -> None:

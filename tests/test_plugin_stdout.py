@@ -63,6 +63,13 @@ def test_register_backends_output_is_a_plugin_warning_not_stdout(capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_a_quiet_plugin_has_no_warnings(capsys):
+    reg = build_registry([("quiet", _plugin(lambda: [Chatty("q")]))], load_entrypoints=False)
+    record = reg.plugins[0]
+    assert record.warnings == () and reg.warnings == ()
+    assert "warnings" not in record.to_dict()  # the backends JSON key appears only when there is something to say
+
+
 def test_import_output_is_captured_even_when_the_import_fails(monkeypatch, capsys):
     import moedispatch.plugins as mp
 
