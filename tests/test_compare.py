@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import jsonschema
 import pytest
 
 from moedispatch.compare import Variant, parse_variants
 from moedispatch.errors import UsageError
 
 
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "schemas" / "compare.schema.json").read_text())
+
+
 def _json(cli, *args, env=None):
+    """Run compare --format json; every document it prints is valid against docs/schemas/compare.schema.json."""
     proc = cli("compare", *args, "--format", "json", env=env)
-    return proc, (json.loads(proc.stdout) if proc.stdout.strip() else None)
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
+    if doc is not None:
+        jsonschema.validate(doc, SCHEMA)
+    return proc, doc
 
 
 def test_parse_variants_is_the_product_of_the_lists_and_names_the_varying_axes():
