@@ -26,13 +26,20 @@ def _bf16_inter(inter: int, gfx: str | None) -> int:
 
 def _a8w8_inter(inter: int, gfx: str | None) -> int:
     # gfx950 fp8 stage-2 K tile is 256 for block_m 32/64 (KPerBlock=64 instances commented out: "gfx950 fp8 mfma
-    # instruction limitation"); gfx942 follows the bf16 rule (derived: the "minimum safe alignment").
+    # instruction limitation"). gfx942: 128, not the bf16 "64 if <= 192" rule: an fp8 per-tensor inter_dim of 192
+    # has no ck_moe_stage2 instance on MI300X either ("device_gemm does not support this GEMM problem" in warmup,
+    # ROCm/aiter#3202, aiter 0.1.16.post2), so 192 must pad to 256 (derived: 128 is the smallest multiple that
+    # excludes 192 and keeps the 128-wide tiles every tuned gfx942 fp8 row uses).
     if gfx == "gfx950":
         return 256
-    return 64 if inter <= 192 else 128
+    return 128
 
 
 _BOTH = ("gfx942", "gfx950")
+#: CK plain-fp8 SwiGLU-OAI (gpt-oss form): ROCm/aiter#3886, commit 78e45124a0, first tag v0.1.19.post1 (not in v0.1.19).
+SWIGLU_SINCE = "0.1.19.post1"
+_SWIGLU_SRC = ("ROCm/aiter#3886; ROCm/aiter@v0.1.20:csrc/ck_gemm_moe_2stages_codegen/gen_instances.py (swiglu x "
+               "plain-f8 per_tensor / per_token instances)")
 
 COMBOS = (
     Combo("bf16", "bf16", _BOTH, "CK 2-stage a16w16", _TILES, hidden_multiple=64, inter_multiple=_bf16_inter),
@@ -62,6 +69,7 @@ class AiterCK(AiterFamily):
     activations = {
         "silu": "CK kernel names ..._silu",
         "gelu": "CK kernel names ..._gelu",
+        "swigluoai": "CK plain-fp8 (per_tensor / per_token) swiglu_oai instances (ROCm/aiter#3886, >= 0.1.19.post1)",
     }
     bias_supported = False
     bias_source = (f"{A3}:aiter/fused_moe.py: ck_moe_stage1/2 take no bias tensors; bias is a CK-Tile (fp32) / FlyDSL "
@@ -72,6 +80,22 @@ class AiterCK(AiterFamily):
         "CK 2-stage kernels implement silu and gelu only (kernel names ..._silu/_gelu); AITER routes Swiglu MXFP4 to "
         "FlyDSL / CK-Tile ('SwiGLU MXFP4 ... not supported by CK2stages codegen; routing to CK-Tile (ROCM-25478)')",
         f"{A3}:csrc/ck_gemm_moe_2stages_codegen/gen_instances.py; {AH}:aiter/fused_moe.py")
+
+    def extra_checks(self, layer: MoELayer, caps: Capabilities, combo: Combo | None) -> list[Reason | str]:
+        failures = super().extra_checks(layer, caps, combo)
+        if layer.activation == "swigluoai":
+            plain_fp8 = (layer.weight.dtype == "fp8" and layer.act.dtype == "fp8"
+                         and layer.weight.granularity in ("tensor", "channel")
+                         and layer.act.granularity in ("tensor", "token"))
+            if not plain_fp8:
+                failures.append(Reason(
+                    "CK's swiglu_oai instances exist only for plain fp8 (per_tensor / per_token) 2-stage MoE; other CK "
+                    "schemes implement silu and gelu", "failed", _SWIGLU_SRC))
+            elif caps.aiter_version is not None and not caps.aiter_at_least(SWIGLU_SINCE):
+                failures.append(Reason(
+                    f"CK fp8 swiglu_oai needs AITER >= {SWIGLU_SINCE} (ROCm/aiter#3886); target AITER is "
+                    f"{caps.aiter_version}", "failed", _SWIGLU_SRC))
+        return failures
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities,
                     padding: Padding) -> tuple[int, int, list[Reason | str]]:

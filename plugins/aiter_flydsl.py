@@ -111,6 +111,22 @@ class AiterFlyDSL(AiterFamily):
                 "the FlyDSL heuristic path keeps expert_mask. Check the tuned CSV for this shape, or run without EP",
                 "caveat", "ROCm/aiter@v0.1.19:aiter/fused_moe.py (fused_moe_2stages, metadata.output_aux); "
                 "ROCm/aiter#3832"))
+        if layer.activation == "situv2":
+            notes.append(Reason(
+                "caveat: AITER_SITUV2_A8W4=1 (AITER's a8w4 SiTUv2 kernels) needs the engine to lay the weights out for "
+                "it too (vLLM VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4=1); one without the other silently produces garbage",
+                "caveat", "vllm-project/vllm#52442; vllm-project/vllm#50582", "vllm#52442"))
+        if layer.ep > 1 and layer.weight.dtype == "int4":
+            notes.append(Reason(
+                f"caveat: FlyDSL W4A16 (int4) with expert parallelism (ep={layer.ep}) gave gibberish for Kimi-K2.5 in "
+                "vLLM's review of the path; verify accuracy at this EP degree before serving", "caveat",
+                "https://github.com/vllm-project/vllm/pull/44400", "vllm#44400", "derived"))
+        if layer.ep > 1 and layer.weight.dtype == "mxfp4" and layer.act.dtype == "fp8":
+            notes.append(Reason(
+                f"caveat: W4A8 (fp8 x MXFP4) with expert parallelism (ep={layer.ep}): DeepSeek-V4-Pro on MI355X scored "
+                "GSM8K 0.0000 at EP8 through SGLang's AITER MoE while EP1 was unaffected (cause not isolated); "
+                "verify accuracy at this EP degree before serving", "caveat",
+                "https://github.com/SemiAnalysisAI/InferenceX/pull/1266", "InferenceX#1266", "derived"))
         return notes
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities,
