@@ -197,6 +197,12 @@ def _plan_layout(launch: Launch) -> tuple[int, int]:
     return attn_tp, (tp if f.get("ep_flag") and ep == 1 else ep)
 
 
+class _EngineRefuses(Exception):
+    def __init__(self, choice: Any) -> None:
+        super().__init__(choice.error)
+        self.choice = choice
+
+
 def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
     """The MoE path family the engine runs for this launch ("aiter", "triton", "emulation"), before conversions."""
     from moedispatch.recipes import engine_data
@@ -205,6 +211,15 @@ def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
     on = launch.env.get(eng["aiter_switch"], eng["aiter_switch_default"]).lower() in _TRUE
     backend = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
     if launch.engine == "vllm":
+        from moedispatch.recipes import modelled_choice
+
+        d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
+        choice = modelled_choice("vllm", version, d0.layer, plan.caps, dict(launch.env), backend,
+                                 plan.model.quant_method)
+        if choice is not None:  # the engine model of this release (checked against vLLM's own oracles)
+            if not choice.ok:
+                raise _EngineRefuses(choice)
+            return _fam_of(choice.family, plan) if choice.family else None
         moe_on = launch.env.get("VLLM_ROCM_USE_AITER_MOE", "1").lower() in _TRUE
         if backend == "aiter":
             return "aiter"
@@ -288,7 +303,13 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         switch = eng["aiter_switch"]
         on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
         backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
-        family = _family_run(launch, plan, version)
+        try:
+            family = _family_run(launch, plan, version)
+        except _EngineRefuses as exc:
+            src = next((r.source for r in exc.choice.reasons if r.source), None)
+            findings.append(Finding("error", f"{engine} {version} refuses this launch for the MoE layers: "
+                                    f"{exc.choice.error}", src or eng["source"], fix_line))
+            family = None
         conv = conversion(engine, version, d0.layer, caps.gfx)
         if conv and family != "emulation":
             family = conv["family"]

@@ -145,6 +145,23 @@ def engine_padding(engine: str, layer: MoELayer, family: str | None,
     return h, i, kh, ki
 
 
+def modelled_choice(engine: str, version: str, layer: MoELayer, caps: Any, env: dict[str, str],
+                    moe_backend: str, quant_method: str | None = None) -> Any:
+    """:func:`moedispatch.engine_choice.choice_for_layer` where that module models this exact release (checked
+    against the engine's real code by tests/peers/), else None: the recipe then uses this file's rows."""
+    try:
+        from moedispatch import engine_choice as ec
+    except ImportError:  # pragma: no cover - the module ships with moedispatch
+        return None
+    if version not in ec.ENGINES.get(engine, {}):
+        return None
+    try:
+        return ec.choice_for_layer(layer, caps, engine, version, env=env, moe_backend=moe_backend,
+                                   quant_method=quant_method)
+    except (UsageError, OSError, KeyError):  # the engine model's data is absent for this engine: use the rows
+        return None
+
+
 def matching_issues(engine: str, version: str, layer: MoELayer, gfx: str, *, ep: int, family: str | None,
                     env: dict[str, str], runner: str | None = None) -> list[dict[str, Any]]:
     """Engine-level known issues (capability_db/engines.toml ``[[<engine>.issue]]``) that match this launch."""
@@ -208,6 +225,21 @@ def _forced(plan: Plan, backend: str) -> list[Decision] | None:
     return out
 
 
+def _family_of(backend: str | None) -> str | None:
+    """``Backend.family`` of a registered backend name (``aiter-ck`` → ``ck``), or the name itself."""
+    if backend is None:
+        return None
+    from moedispatch.plugins import get_registry
+
+    b = get_registry().get(backend)
+    return getattr(b, "family", None) or backend
+
+
+def _row_args(row: dict[str, Any], weight: str) -> list[dict[str, str]]:
+    """A backend row's arguments for a checkpoint whose experts are ``weight`` (``args_when_weight`` wins)."""
+    return row.get("args_when_weight", {}).get(weight, row["args"])
+
+
 def _engine_env(rows: list[dict[str, Any]]) -> dict[str, str]:
     return {e["name"]: e["value"] for r in rows for e in r["env"]}
 
@@ -229,8 +261,8 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
     if refusals:
         return refusals, rows, warnings
     env = _engine_env(rows)
-    runner = next((a["arg"].split()[-1] for r in rows for a in r["args"] if a["arg"].startswith("--moe-runner")),
-                  None)
+    runner = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, decisions[0].layer.weight.dtype)
+                   if a["arg"].startswith("--moe-runner")), None)
     gfx = plan.caps.gfx
     seen: set[str] = set()
     d = decisions[0]
@@ -241,6 +273,21 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
         refusals.append(Reason(f"{engine} {version} does not run {backend} here: {conv['what']}", "failed",
                                conv["source"], None, conv.get("confidence", "confirmed")))
     h, i, kh, ki = engine_padding(engine, layer, d.family, version)
+    forced = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, layer.weight.dtype)
+                   if a["arg"].startswith(eng["backend_arg"])), "auto")
+    choice = modelled_choice(engine, version, layer, plan.caps, env, forced, plan.model.quant_method)
+    if choice is not None:
+        src = next((r.source for r in choice.reasons if r.source), None) or eng["source"]
+        if not choice.ok:
+            refusals.append(Reason(f"{engine} {version} refuses {eng['backend_arg']} {forced} for this layer: "
+                                   f"{choice.error}", "failed", src))
+            return refusals, rows, warnings
+        if _fam(_family_of(choice.family)) != fam:
+            refusals.append(Reason(f"with {eng['backend_arg']} {forced} {engine} {version} runs {choice.backend} "
+                                   f"({choice.family or 'no moedispatch backend'}), not {backend}", "failed", src))
+            return refusals, rows, warnings
+        if choice.hidden and choice.intermediate_per_rank:
+            h, i = choice.hidden, choice.intermediate_per_rank
     if h % p.hidden_multiple or i % p.intermediate_multiple:
         src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
                     and _match(r, version, layer)), eng["source"])
@@ -339,7 +386,7 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
         by_weight = row.get("args_when_weight", {})
         weights = {d.layer.weight.dtype for d in moe}
         special = [w for w in sorted(weights) if w in by_weight]
-        args += [dict(a) for a in (by_weight[special[0]] if special else row["args"])]
+        args += [dict(a) for a in _row_args(row, special[0] if special else "")]
     for cav in data.get("caveat", []):
         if not _caveat_applies(cav, engine, plan, chosen, moe):
             continue

@@ -111,3 +111,13 @@ def test_table_output_names_severity_source_and_fix(cli):
     proc = cli("lint", "--target", "MI355X", "--engine-version", "0.5.20", "--", *SGLANG_28244.replace("\\\n", " ").split())
     assert proc.returncode == 3
     assert "ERROR" in proc.stdout and "source: sgl-project/sglang#28244" in proc.stdout and "fix:" in proc.stdout
+
+
+def test_a_forced_backend_the_engine_refuses(cli):
+    """vLLM 0.33's MXFP8 map has no 'emulation' (oracle/mxfp8.py): forcing it fails to start — error, and the fix line
+    is the recipe (auto, which ends on EMULATION on gfx942)."""
+    line = ["vllm", "serve", "MiniMaxAI/MiniMax-M3-MXFP8", "--tensor-parallel-size", "8", "--moe-backend", "emulation"]
+    proc, doc = _lint(cli, "--target", "MI300X", "--", *line)
+    assert proc.returncode == 3
+    err = [f for f in _sev(doc, "error") if "not supported for mxfp8" in f["message"]]
+    assert err and "--moe-backend auto" in err[0]["fix"]

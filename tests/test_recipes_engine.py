@@ -212,3 +212,26 @@ def test_engine_accepts_fusedmoe_constructor_arguments_and_per_partition_size(ca
         select_moe_backend(intermediate_size=3072.5, **base)
     with pytest.raises(UsageError, match="^ep 3 must divide tp 8"):
         select_moe_backend(intermediate_size=14336, ep_size=3, **base)
+
+
+def test_every_forced_vllm_backend_is_one_vllm_033_accepts_for_the_layer(caps):
+    """The engine model of vLLM 0.33.0 (moedispatch.engine_choice, checked against its real oracles) accepts the
+    --moe-backend each recipe prints, with the recipe's env, for every MoE layer, and runs the recipe's family."""
+    from moedispatch.engine_choice import choice_for_layer
+    from moedispatch.recipes import build_recipe
+
+    for model, target, tp in [("MiniMax-M3-MXFP4", "gfx950", 8), ("MiniMax-M3-MXFP4", "gfx950", 4),
+                              ("MiniMax-M3-MXFP8", "gfx942", 8), ("Qwen3-30B-A3B", "gfx950", 8),
+                              ("Qwen3-30B-A3B", "gfx942", 4), ("DeepSeek-V3", "gfx950", 8), ("gpt-oss-120b", "gfx950", 8),
+                              ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx942", 8)]:
+        c = caps(target, "0.1.20.post1")
+        plan = plan_model(model, c, tp=tp)
+        r = build_recipe(plan, "vllm")
+        if not r.ok:
+            continue
+        forced = next((a["arg"].split()[-1] for a in r.args if a["arg"].startswith("--moe-backend")), "auto")
+        env = {e["name"]: e["value"] for e in r.env}
+        for d in {d.layer.signature(): d for d in plan.decisions if d.layer.kind == "moe"}.values():
+            ch = choice_for_layer(d.layer, c, "vllm", "0.33.0", env=env, moe_backend=forced,
+                                  quant_method=plan.model.quant_method)
+            assert ch.ok, (model, target, tp, forced, ch.error)
