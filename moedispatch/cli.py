@@ -420,8 +420,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _configure_logging(args.verbose, args.log_format, args.quiet)
         from moedispatch.deadline import set_fd_capture
 
-        set_fd_capture(True)  # this process is ours: plugin writes to fd 1 during discovery are captured too
-        return _COMMANDS[args.command](args)
+        set_fd_capture(True)  # the CLI owns fd 1: plugin writes to it during discovery are captured too
+        try:
+            return _COMMANDS[args.command](args)
+        finally:
+            set_fd_capture(False)  # main() called in-process (a notebook, tests) leaves the library default
     except NoBackendError as exc:
         sys.stderr.write(f"moedispatch: {exc}\n")
         return EXIT_NO_BACKEND
