@@ -183,6 +183,20 @@ def test_fuzz_config_json(config, target, tp):
 BUILTINS = [(e["name"], e["config"]) for e in builtin_models()]
 
 
+@pytest.mark.parametrize("name,config", BUILTINS, ids=[n for n, _ in BUILTINS])
+def test_valid_configs_are_never_an_allowed_error(name, config):
+    """The fuzz tests accept a one-line error for broken input; an unbroken built-in config must plan (every MoE layer
+    with a backend on gfx950 at TP 1 and 8), so a parser that rejects everything cannot pass them."""
+    for tp in (1, 8):
+        plan = _plan_or_error(copy.deepcopy(config), "gfx950", tp)
+        assert plan is not None, (name, tp)
+        moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+        assert moe and all(d.backend for d in moe), (name, tp)
+        q = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
+        if q is not None:
+            assert parse_quantization_config(q) is not None, name
+
+
 def _mutate(config, path_choices, value, delete):
     cfg = copy.deepcopy(config)
     node = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and path_choices[0] else cfg
@@ -335,6 +349,22 @@ def broken_db(monkeypatch):
     _clear_caches()
 
 
+def test_unbroken_capability_db_is_never_an_allowed_error(broken_db):
+    """The capability_db fuzz test accepts a one-line error for a broken entry; the real files load and select every
+    layer of :data:`LAYERS` on every target without one."""
+    from moedispatch.layers import MoELayer
+    from moedispatch.selector import select
+
+    for name in sorted(REAL):
+        broken_db(name, copy.deepcopy(REAL[name]))
+        capdb.gpus(), capdb.aiter_db(), rules.known_issues()
+        for target in ("gfx942", "MI355X", None):
+            for aiter in (None, "0.1.13.post1", "none"):
+                for fields in LAYERS:
+                    d = select(MoELayer.build(**fields), target_capabilities(target, aiter), backends())
+                    assert d.backend, (name, target, aiter, fields)
+
+
 @settings(max_examples=650, **FUZZ)
 @given(st.sampled_from(sorted(REAL)), st.data(), toml_values, st.booleans())
 def test_fuzz_capability_db_entries(broken_db, name, data, value, delete):
@@ -365,4 +395,6 @@ def test_fuzz_capability_db_entries(broken_db, name, data, value, delete):
                     crashed = [r for r in d.rejected if any(x.startswith("plugin error") for x in texts(r.reasons))]
                     assert not crashed, crashed
     except MoedispatchError as exc:
+        # Only the database changed, so an error found later must still name the broken file.
         one_line(exc)
+        assert f"capability_db/{name}" in str(exc), str(exc)
