@@ -77,7 +77,8 @@ class AiterCK(AiterFamily):
     bias_confidence = "derived"
     # Say where the activation does run, so the reason is actionable.
     activation_hint = (
-        "CK 2-stage kernels implement silu and gelu only (kernel names ..._silu/_gelu); AITER routes Swiglu MXFP4 to "
+        "CK 2-stage kernels implement silu and gelu (kernel names ..._silu/_gelu; swiglu_oai only for plain fp8 from "
+        "0.1.19.post1, ROCm/aiter#3886); AITER routes Swiglu MXFP4 to "
         "FlyDSL / CK-Tile ('SwiGLU MXFP4 ... not supported by CK2stages codegen; routing to CK-Tile (ROCM-25478)')",
         f"{A3}:csrc/ck_gemm_moe_2stages_codegen/gen_instances.py; {AH}:aiter/fused_moe.py")
 
