@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from moedispatch import capdb
 from moedispatch.backend import AITER_FAMILIES, round_up
 from moedispatch.decision import Decision
-from moedispatch.errors import UsageError
+from moedispatch.errors import MoedispatchError, UsageError
 from moedispatch.layers import MoELayer
 from moedispatch.layout import Layout, realize_layout
 from moedispatch.plan import Plan
@@ -158,7 +158,7 @@ def modelled_choice(engine: str, version: str, layer: MoELayer, caps: Any, env: 
     try:
         return ec.choice_for_layer(layer, caps, engine, version, env=env, moe_backend=moe_backend,
                                    quant_method=quant_method)
-    except (UsageError, OSError, KeyError):  # the engine model's data is absent for this engine: use the rows
+    except (MoedispatchError, OSError, KeyError):  # the engine model's data is absent for this engine: use the rows
         return None
 
 

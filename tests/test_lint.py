@@ -121,3 +121,29 @@ def test_a_forced_backend_the_engine_refuses(cli):
     assert proc.returncode == 3
     err = [f for f in _sev(doc, "error") if "not supported for mxfp8" in f["message"]]
     assert err and "--moe-backend auto" in err[0]["fix"]
+
+
+def test_lint_never_tracebacks_on_odd_launches(capsys):
+    """Fuzzed launch lines and scripts: exit 0, 2 or 3 with one line on stderr, never a traceback."""
+    from hypothesis import given, settings, strategies as st
+
+    from moedispatch.cli import main
+
+    words = st.sampled_from(["vllm", "serve", "python3", "-m", "sglang.launch_server", "--model-path", "--tp", "8",
+                             "3", "0", "x", "--tensor-parallel-size", "--enable-expert-parallel", "--ep-size",
+                             "--data-parallel-size", "--moe-backend", "aiter", "triton", "emulation", "auto",
+                             "--moe-runner-backend", "Qwen/Qwen3-30B-A3B", "amd/MiniMax-M3-MXFP4", "DeepSeek-V3",
+                             "SGLANG_USE_AITER=1", "VLLM_ROCM_USE_AITER=1", "AITER_CONFIG_FMOE=/x.csv", "env", "'",
+                             "--tp=4", "--dp-size", "--enable-dp-attention", "\\", "#"])
+
+    @settings(max_examples=40, deadline=None, derandomize=True)
+    @given(st.lists(words, max_size=10), st.sampled_from([["--target", "MI355X"], ["--target", "MI300X"], []]))
+    def check(tokens, target):
+        rc = main(["lint", "--format", "json", *target, "--", *tokens])
+        err = capsys.readouterr().err
+        assert rc in (0, 2, 3), (tokens, rc)
+        assert "Traceback" not in err
+        if rc == 2:
+            assert err.count("\n") == 1, err
+
+    check()
