@@ -66,6 +66,22 @@ def _logical_lines(text: str) -> list[str]:
     return out
 
 
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _expand(line: str, variables: Mapping[str, str]) -> str:
+    """``$X``, ``${X}``, ``${X:-default}`` from the script's own assignments (and the given env); unknown ones stay."""
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in variables:
+            return variables[name]
+        if m.group(2) is not None:
+            return m.group(2)
+        return m.group(0)
+
+    return _VAR.sub(sub, line)
+
+
 def _engine_of(tokens: list[str]) -> tuple[str, int] | None:
     """(engine, index of the first engine argument) when ``tokens`` launch vLLM or SGLang."""
     for k, tok in enumerate(tokens):
@@ -121,13 +137,17 @@ def _parse_args(engine: str, args: Sequence[str]) -> tuple[str | None, dict[str,
 
 
 def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
-                 env: Mapping[str, str] | None = None) -> Launch:
-    """A :class:`Launch` from a script's text or from argv (``vllm serve …``); ``env`` overrides the script's."""
+                 env: Mapping[str, str] | None = None, variables: Mapping[str, str] | None = None) -> Launch:
+    """A :class:`Launch` from a script's text or from argv (``vllm serve …``); ``env`` overrides the script's.
+
+    ``$X`` / ``${X}`` / ``${X:-default}`` in a script expand from its own assignments, then ``env``, then
+    ``variables`` (e.g. the caller's environment); unknown ones stay as written."""
     script_env: dict[str, str] = {}
     tokens: list[str] | None = None
     if text is not None:
+        variables = {**dict(variables or {}), **dict(env or {})}
         for line in _logical_lines(text):
-            stripped = line.strip()
+            stripped = _expand(line.strip(), variables)
             if not stripped or stripped.startswith("#"):
                 continue
             try:
@@ -138,7 +158,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                 for t in toks[1:]:
                     m = _ASSIGN.match(t)
                     if m:
-                        script_env[m.group(1)] = m.group(2)
+                        script_env[m.group(1)] = variables[m.group(1)] = m.group(2)
                 continue
             prefix: dict[str, str] = {}
             rest = list(toks[1:] if toks and toks[0] == "env" else toks)
@@ -149,8 +169,8 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
             if _engine_of(rest) is not None and tokens is None:
                 tokens = rest
                 script_env.update(prefix)
-            elif not rest:
-                script_env.update(prefix)
+            elif not rest:  # a plain assignment line: a shell variable (exported only with `export`)
+                variables.update(prefix)
         if tokens is None:
             raise UsageError("no `vllm serve …` or `python -m sglang.launch_server …` line in the script")
     else:
@@ -322,7 +342,8 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         elif plan_aiter and not on and family != "aiter":
             findings.append(Finding("warning", f"{switch} is unset: {engine} runs the MoE on {family} while the "
                                     f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
-                                    env_src, fix_line))
+                                    env_src, f"export {switch}=1" + (f"; the full recipe: {fix_line}" if fix_line
+                                                                      else "")))
         gate = _gate_fails(engine, version, plan) if on and family == "triton" and engine == "sglang" else None
         if gate is not None and backend_flag == "auto":
             findings.append(Finding("info", f"{engine} {version} runs this MoE on Triton itself with {switch}=1: "
@@ -431,9 +452,10 @@ def run_cli(args: Any, out: Any) -> int:
         engine_args = engine_args[1:]
     if text is None and not engine_args:
         raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)")
-    launch = parse_launch(text, engine_args if text is None else None, None)
+    given = parse_env_args(args.env or [])
+    launch = parse_launch(text, engine_args if text is None else None, None, {**os.environ, **given})
     env.update(launch.env)
-    env.update(parse_env_args(args.env or []))
+    env.update(given)
     launch.env = env
     doc = lint_launch(launch, target=args.target, aiter_version=args.aiter_version, model=args.model,
                       engine_version=args.engine_version)

@@ -147,3 +147,44 @@ def test_lint_never_tracebacks_on_odd_launches(capsys):
             assert err.count("\n") == 1, err
 
     check()
+
+
+# SemiAnalysisAI/InferenceX@286dc1ae7d78a3514286e192c50ebf35f6a47296:benchmarks/single_node/fixed_seq_len/
+# gptoss_fp4_mi355x.sh — the env and launch lines of the production gpt-oss-120b MI355X benchmark (excerpt).
+INFERENCEX_GPTOSS = r'''
+export VLLM_ROCM_USE_AITER=1
+export VLLM_USE_ROCM_AITER_MXFP4=1
+export AITER_BF16_FP8_BOUND=0
+ATTN_BACKEND="--attention-backend ROCM_AITER_UNIFIED_ATTN"
+SPEC_DECODE="--speculative-config {\"method\":\"ngram\",\"num_speculative_tokens\":3,\"prompt_lookup_min\":2,\"prompt_lookup_max\":64}"
+SERVER_LOG=/workspace/server.log
+version=`rocm-smi --showfw | grep MEC | head -n 1 |  awk '{print $NF}'`
+if [[ "$version" == "" || $version -lt 177 ]]; then
+  export HSA_NO_SCRATCH_RECLAIM=1
+fi
+vllm serve $MODEL --port $PORT \
+  $ATTN_BACKEND \
+  --tensor-parallel-size=$TP \
+  --gpu-memory-utilization 0.97 \
+  --max-model-len $MAX_MODEL_LEN \
+  --block-size=64 \
+  --no-enable-prefix-caching \
+  $SPEC_DECODE > $SERVER_LOG 2>&1 &
+'''
+
+
+def test_a_production_script_with_shell_variables_lints_clean_and_loses_aiter_when_the_export_goes(cli, tmp_path):
+    """The InferenceX gpt-oss-120b MI355X script (variables from --env, `$VAR` flags, redirections, an `if` block):
+    no error or warning at TP 1/2/4/8; without its `export VLLM_ROCM_USE_AITER=1` the MoE silently runs off AITER."""
+    script = tmp_path / "gptoss_fp4_mi355x.sh"
+    script.write_text(INFERENCEX_GPTOSS)
+    for tp in ("1", "2", "4", "8"):
+        proc, doc = _lint(cli, str(script), "--target", "MI355X", "--env", "MODEL=openai/gpt-oss-120b",
+                          "--env", f"TP={tp}")
+        assert proc.returncode == 0 and doc["parallel"]["tp"] == int(tp), (tp, doc)
+        assert not _sev(doc, "error") and not _sev(doc, "warning"), (tp, doc["findings"])
+    script.write_text(INFERENCEX_GPTOSS.replace("export VLLM_ROCM_USE_AITER=1\n", ""))
+    proc, doc = _lint(cli, str(script), "--target", "MI355X", "--env", "MODEL=openai/gpt-oss-120b", "--env", "TP=8")
+    warn = [f for f in _sev(doc, "warning") if "VLLM_ROCM_USE_AITER is unset" in f["message"]]
+    assert proc.returncode == 0 and warn and warn[0]["fix"].startswith("export VLLM_ROCM_USE_AITER=1")
+    assert "vllm-project/vllm#56945" in warn[0]["source"]
