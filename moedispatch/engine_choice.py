@@ -393,6 +393,66 @@ def _vllm(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabilit
                             tuple(rejected), tuple(reasons))
 
 
+# -- SGLang ---------------------------------------------------------------------------------------------------------
+
+def _sglang(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabilities", env: Mapping[str, str],
+            moe_backend: str) -> EngineChoice:
+    scheme = _scheme(layer)
+    if scheme not in doc["modelled"]:
+        raise UsageError(f"engine_choice: the SGLang {version} model covers bf16, FP8 and Quark MXFP4 W4A4 MoE "
+                         f"layers, not {scheme}")
+    kind = "bf16" if scheme == "bf16" else ("mxfp4_a4" if scheme == "mxfp4_a4" else "fp8")
+    r = doc["runner"][kind]
+    src = r["source"]
+    use_aiter = _env_flag(env, "SGLANG_USE_AITER", False) and (caps.gfx or "").startswith("gfx9")
+    mb = moe_backend.strip().lower().replace("-", "_")
+    h, i = layer.hidden, layer.intermediate_per_rank
+    reasons: list[Reason] = []
+    rejected: list[tuple[str, str]] = []
+    error = None
+    if mb != "auto" and mb not in r["forced"]:
+        error = (f"{'Quark MXFP4 MoE currently requires the AITER runner' if kind == 'mxfp4_a4' else 'no such runner'}"
+                 f"; got {mb!r}.")
+        runner = None
+    elif kind == "bf16":
+        why = None
+        if use_aiter and mb in ("auto", "aiter"):
+            if i % r["aiter_alignment"]:
+                why = f"intermediate_size_per_partition={i} is not 128-aligned"
+            elif caps.gfx == "gfx950" and layer.activation.startswith("swigluoai"):
+                why = ("activation=swiglu with gemm1_alpha / gemm1_clamp_limit (SwiGLU-OAI) is not implemented by the "
+                       "aiter CK bf16 fused-MoE kernels")
+        if use_aiter and mb in ("auto", "aiter") and why is None:
+            runner = "AITER"
+        elif mb == "aiter" and use_aiter:
+            runner, error = None, f"moe_runner_backend=aiter is not supported: {why}; use --moe-runner-backend triton."
+        else:
+            runner = "TRITON"
+            if why:
+                rejected.append(("AITER", why))
+                reasons.append(Reason(f"aiter CK fused-MoE does not support this layer: {why}; using triton MoE "
+                                      "runner", "warning", src))
+    elif kind == "fp8":
+        runner = "AITER" if (mb == "aiter" or (mb == "auto" and use_aiter)) else "TRITON"
+        if use_aiter:
+            i = -(-i // 128) * 128
+    else:
+        runner = "AITER"
+        if use_aiter:
+            i = -(-i // 256) * 256
+    if error:
+        reasons.insert(0, Reason(f"SGLang {version} refuses the layer: {error}", "failed", src))
+        return EngineChoice("sglang", version, mb, None, None, None, None, error, "select", None, tuple(rejected),
+                            tuple(reasons))
+    family = "aiter-ck" if runner == "AITER" else "triton"
+    how = f"--moe-runner-backend {mb}" + ("" if mb != "auto" else (" with SGLANG_USE_AITER=1" if use_aiter else
+                                                                  " without SGLANG_USE_AITER"))
+    reasons.insert(0, Reason(f"SGLang {version} runs the {runner} MoE runner ({how})", "decision", src))
+    p = doc["padding"]["aiter"]
+    reasons.append(Reason(f"allocates hidden {h} × intermediate/rank {i}: {p['why']}", "padding", p["source"]))
+    return EngineChoice("sglang", version, mb, runner, family, h, i, None, None, None, tuple(rejected), tuple(reasons))
+
+
 # -- public API ----------------------------------------------------------------------------------------------------
 
 def choice_for_layer(layer: "MoELayer", caps: "Capabilities", engine: str = "vllm", engine_version: str | None = None,
@@ -406,9 +466,7 @@ def choice_for_layer(layer: "MoELayer", caps: "Capabilities", engine: str = "vll
         raise UsageError("engine_choice: the layer is dense (no MoE backend)")
     if engine == "vllm":
         return _vllm(doc, version, layer, caps, env, moe_backend, quant_method)
-    from moedispatch import _engine_sglang
-
-    return _engine_sglang.choose(doc, version, layer, caps, env, moe_backend, quant_method)
+    return _sglang(doc, version, layer, caps, env, moe_backend)
 
 
 def engine_choice(engine: str, engine_version: str | None = None, *, caps: "Capabilities | None" = None,

@@ -78,26 +78,33 @@ def forced_grid(values=("aiter", "triton", "emulation", "triton_unfused")) -> li
     return cases
 
 
-def _run_group(python: str, gfx: str, env_extra: dict, cases: list[dict]) -> list[dict]:
+def _run_group(python: str, gfx: str, cases: list[dict]) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    env.update(PEERS_GFX=gfx, PYTHONPATH=str(HERE / "stubs"), **env_extra)
+    env.update(PEERS_GFX=gfx, PYTHONPATH=str(HERE / "stubs"))
     r = subprocess.run([python, str(HERE / "vllm_side.py")], input=json.dumps(cases), capture_output=True, text=True,
                        env=env, timeout=900)
     if r.returncode != 0:
-        raise RuntimeError(f"vllm_side.py failed ({gfx}, {env_extra}): {r.stderr[-3000:]}")
+        raise RuntimeError(f"vllm_side.py failed ({gfx}): {r.stderr[-3000:]}")
     return json.loads(r.stdout)
 
 
-def run_vllm(python: str, cases: list[dict], env_key=lambda c: {"VLLM_ROCM_USE_AITER": "1"} if c["aiter"] else {}):
-    """The real vLLM's answer for every case, in case order (one process per gfx × environment, two at a time)."""
-    groups: dict[tuple, list[int]] = {}
+def case_env(case: dict) -> dict:
+    """The engine environment of a case: its ``env``, else AITER on (``VLLM_ROCM_USE_AITER=1``) or vLLM's default."""
+    if case.get("env") is not None:
+        return dict(case["env"])
+    return {"VLLM_ROCM_USE_AITER": "1"} if case.get("aiter") else {}
+
+
+def run_vllm(python: str, cases: list[dict]) -> list[dict]:
+    """The real vLLM's answer for every case, in case order (one process per gfx target, two at a time)."""
+    groups: dict[str, list[int]] = {}
     for n, c in enumerate(cases):
-        groups.setdefault((c["gfx"], tuple(sorted(env_key(c).items()))), []).append(n)
+        groups.setdefault(c["gfx"], []).append(n)
     answers: list[dict | None] = [None] * len(cases)
 
     def work(item):
-        (gfx, env_items), idx = item
-        return idx, _run_group(python, gfx, dict(env_items), [cases[n] for n in idx])
+        gfx, idx = item
+        return idx, _run_group(python, gfx, [{**cases[n], "env": case_env(cases[n])} for n in idx])
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for idx, res in pool.map(work, groups.items()):
@@ -114,6 +121,57 @@ def fields(case: dict) -> dict:
     if case.get("quant_method"):
         f["quant_method"] = case["quant_method"]
     return f
+
+
+_SCHEME = {"bf16": "bf16", "fp8_tensor": "fp8_tensor", "fp8_block": "fp8_block", "mxfp4_a16": "mxfp4_w4a16",
+           "mxfp4_a4": "mxfp4_w4a4", "mxfp8": "mxfp8"}
+
+
+def recipe_cases():
+    """(cases, meta): every built-in model's vLLM 0.33.0 recipe × gfx942/gfx950 × TP 1/8, one case per MoE layer group
+    with the recipe's --moe-backend and environment."""
+    from moedispatch import capdb
+    from moedispatch.engine_choice import _scheme
+    from moedispatch.errors import MoedispatchError
+    from moedispatch.models import builtin_models, load_model
+    from moedispatch.plan import plan_model
+    from moedispatch.recipes import build_recipe
+
+    cases, meta = [], []
+    for entry in builtin_models():
+        model = load_model(entry["name"])
+        for gfx in ("gfx942", "gfx950"):
+            caps = capdb.target_capabilities(gfx, None)
+            for tp in (1, 8):
+                try:
+                    plan = plan_model(model, caps, tp=tp)
+                    recipe = build_recipe(plan, "vllm", "0.33.0")
+                except MoedispatchError:
+                    continue
+                if not recipe.command:
+                    continue
+                args = " ".join(a["arg"] for a in recipe.args)
+                words = args.split()
+                mb = words[words.index("--moe-backend") + 1] if "--moe-backend" in words else "auto"
+                env = {e["name"]: str(e["value"]) for e in recipe.env}
+                for group in plan.groups():
+                    layer = group[0].layer
+                    if layer.kind != "moe":
+                        continue
+                    try:
+                        scheme = _SCHEME.get(_scheme(layer))
+                    except MoedispatchError:  # a scheme vLLM's ROCm model does not cover here (int4 …)
+                        continue
+                    if scheme is None:
+                        continue
+                    qm = getattr(plan.model, "quant_method", None)
+                    cases.append(dict(scheme=scheme, gfx=gfx, aiter=None, env=env, activation=layer.activation,
+                                      i=layer.intermediate_per_rank, h=layer.hidden, tp=layer.moe_tp,
+                                      experts=layer.experts, top_k=layer.top_k, moe_backend=mb,
+                                      model_type=layer.model_type,
+                                      **({"quant_method": qm} if qm in ("mxfp4", "quark", "fp8") else {})))
+                    meta.append((entry["name"], gfx, tp, layer, caps, plan))
+    return cases, meta
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual run: python tests/peers/peers.py > answers.json

@@ -1,8 +1,9 @@
 """Ask the real vLLM 0.33.0 which MoE backend it picks, and what it allocates, for a list of layers.
 
 Runs ONLY inside .peers-venv (tests/peers/setup_env.sh) with ``tests/peers/stubs`` first on ``sys.path``:
-``PEERS_GFX=gfx950 [VLLM_ROCM_USE_AITER=1] python tests/peers/vllm_side.py < cases.json > answers.json``.
-One process per (gfx, environment): vLLM resolves its platform and AITER switches once at import.
+``PEERS_GFX=gfx950 python tests/peers/vllm_side.py < cases.json > answers.json``. One process per gfx target (vLLM
+resolves its platform once at import); each case carries its engine environment (``env``, e.g.
+``{"VLLM_ROCM_USE_AITER": "1"}``), applied before the case with vLLM's ``rocm_aiter_ops.refresh_env_variables()``.
 
 Each case is a dict: ``scheme`` (bf16 | fp8_tensor | fp8_block | mxfp4_w4a16 | mxfp4_w4a4 | mxfp8), ``quant_method``
 (quark | mxfp4 | fp8 — routes MXFP4 to its quant method), ``activation`` (silu | swigluoai |
@@ -62,8 +63,16 @@ def main() -> int:
     assert current_platform.is_rocm(), "stub amdsmi did not make vLLM pick ROCm"
     acts = {"silu": MoEActivation.SILU, "swigluoai": MoEActivation.SWIGLUOAI,
             "swigluoai_uninterleave": MoEActivation.SWIGLUOAI_UNINTERLEAVE, "gelu": MoEActivation.GELU}
+    from vllm._aiter_ops import rocm_aiter_ops
+
     out = []
     for case in cases:
+        # The case's engine environment, as vLLM would see it at start-up: reset the VLLM_* variables and re-read
+        # them (rocm_aiter_ops.refresh_env_variables is vLLM's own helper for exactly this).
+        for key in [k for k in os.environ if k.startswith("VLLM_")]:
+            del os.environ[key]
+        os.environ.update(case.get("env") or {})
+        rocm_aiter_ops.refresh_env_variables()
         tp = int(case.get("tp", 8))
         os.environ["PEERS_TP"] = str(tp)
         model_type = case.get("model_type") or "difftest"

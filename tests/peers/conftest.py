@@ -1,0 +1,24 @@
+"""One run of the real engine oracles for the whole peer suite (two processes, one per gfx target)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def vllm_oracle():
+    """{"grid": (cases, answers), "recipes": (cases, meta, answers)} from the real vLLM 0.33.0."""
+    py = peers.peers_python()
+    if py is None or not peers.has_vllm(py):
+        pytest.skip("vLLM peer environment absent (.peers-venv): run tests/peers/setup_env.sh")
+    grid = peers.grid() + peers.forced_grid()
+    rcases, meta = peers.recipe_cases()
+    answers = peers.run_vllm(py, grid + rcases)
+    return {"grid": (grid, answers[:len(grid)]), "recipes": (rcases, meta, answers[len(grid):])}
