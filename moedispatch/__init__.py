@@ -31,6 +31,8 @@ __all__ = [
     "select_moe_backend",
     "plan_model",
     "Decision",
+    "engine_choice",
+    "EngineChoice",
     "MoELayer",
     "QuantSpec",
     "Capabilities",
@@ -58,6 +60,12 @@ def __getattr__(name: str):  # lazy: keep `import moedispatch` cheap
         from moedispatch.decision import Decision
 
         return Decision
+    if name in ("engine_choice", "EngineChoice"):  # what vLLM / SGLang do on their own (capability_db/engines)
+        import importlib
+
+        # The module moedispatch.engine_choice is itself callable as engine_choice(...) (it shares the name).
+        module = importlib.import_module("moedispatch.engine_choice")
+        return module if name == "engine_choice" else module.EngineChoice
     if name == "__version__":
         from importlib.metadata import version
 

@@ -12,6 +12,8 @@ engine's pick for this layer: the reasons and sources say why) or ``refused`` (t
 from __future__ import annotations
 
 import math
+import sys
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -569,3 +571,14 @@ def compare_plan(plan: "Plan", engine: str = "vllm", engine_version: str | None 
         entry.update(compare_decision(d, choice))
         out.append(entry)
     return out
+
+
+class _CallableModule(types.ModuleType):
+    """``moedispatch.engine_choice`` names both this module and its function: importing the module binds the package
+    attribute to the module, so the module itself answers ``moedispatch.engine_choice("vllm", …)``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> EngineChoice:
+        return engine_choice(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
