@@ -41,7 +41,10 @@ _IGNORED = {"params_dtype", "dp_size", "pcp_size", "renormalize", "prefix", "use
             "topk_group", "scoring_func", "routed_scaling_factor", "e_score_correction_bias",
             "custom_routing_function", "reduce_results", "quant_config", "apply_router_weight_on_input",
             "enable_eplb", "num_redundant_experts", "is_act_and_mul", "layer_id", "is_sequence_parallel",
-            "router_logits_dtype", "zero_expert_num", "zero_expert_type", "n_shared_experts", "routing_method_type"}
+            "router_logits_dtype", "zero_expert_num", "zero_expert_type", "n_shared_experts", "routing_method_type",
+            # The checkpoint's quantization_config.quant_method: engine_choice() routes MX checkpoints by it; which
+            # kernel is correct does not depend on it.
+            "quant_method"}
 
 
 def normalize_fields(fields: dict[str, Any]) -> dict[str, Any]:
