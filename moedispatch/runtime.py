@@ -28,8 +28,9 @@ __all__ = ["Runtime", "DEFAULT_TOKENS", "parse_tokens", "dispatch_for", "dispatc
 
 #: Token counts planned when none are given: decode (1, 4), a decode batch (64), prefill chunks (512, 8192).
 DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
-#: Environment variables AITER's fused-MoE dispatch reads (the rest of the environment does not change a plan).
-_AITER_PREFIXES = ("AITER_", "GPTOSS_SWIGLU")
+#: Environment variables that change what AITER's fused-MoE dispatch runs (the rest of the environment does not
+#: change a plan): AITER's own, and vLLM's switch that folds the shared expert into the routed AITER call.
+_AITER_PREFIXES = ("AITER_", "GPTOSS_SWIGLU", "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS")
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,48 @@ def parse_tokens(text: str) -> tuple[int, ...]:
 
 def dispatch_for(layer: "MoELayer", caps: "Capabilities", padding: "Padding", runtime: Runtime) -> Any:
     """AITER's simulated dispatch of ``layer`` allocated as ``padding`` (a DispatchPlan)."""
-    from moedispatch.aiter_dispatch import plan_dispatch
+    from moedispatch.aiter_dispatch import Assumptions, plan_dispatch
 
-    return plan_dispatch(layer, caps, tokens=runtime.tokens, env=runtime.env_dict, padding=padding)
+    env = runtime.env_dict
+    return plan_dispatch(layer, caps, tokens=runtime.tokens, env=env, padding=padding,
+                         assumptions=Assumptions.from_engine_env(layer, env))
+
+
+#: Token buckets a serving engine sees (decode through a large prefill chunk): a plan without padding must be
+#: decided by tuned rows at every one of them.
+SERVING_BUCKETS = tuple(2 ** i for i in range(14))  # 1 … 8192
+
+
+def native_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilities", padded: "Padding",
+                   runtime: Runtime) -> "tuple[Padding, tuple[Reason, ...]] | None":
+    """An unpadded plan for an AITER backend when AITER runs the unpadded shape natively: at every serving token
+    bucket (and every planned count) a tuned row of the unpadded shape decides, no known kernel × bucket bug
+    applies, and no known issue of the backend applies to the unpadded plan. Returns (padding, notes that replace
+    the padded plan's known-issue notes) or None (keep the padded plan)."""
+    if not padded.padded:
+        return None
+    from moedispatch.aiter_dispatch import Assumptions, plan_dispatch
+    from moedispatch.backend import Padding
+    from moedispatch.rules import evaluate_issues
+
+    unpadded = Padding.none(layer)
+    outcome = evaluate_issues(backend.name, layer, caps, unpadded)
+    if outcome.blocking:
+        return None
+    env = runtime.env_dict
+    tokens = tuple(sorted(set(SERVING_BUCKETS) | set(runtime.tokens)))
+    dp = plan_dispatch(layer, caps, tokens=tokens, env=env, padding=unpadded,
+                       assumptions=Assumptions.from_engine_env(layer, env))
+    if not dp.steps or any(s.basis != "tuned" for s in dp.steps) or any(h.severity == "error" for h in dp.issues):
+        return None
+    rows = ", ".join(dict.fromkeys(s.config for s in dp.steps if s.config))
+    note = Reason(f"no padding: AITER {dp.aiter_version} runs hidden {layer.hidden} × intermediate/rank "
+                  f"{layer.intermediate_per_rank} natively — tuned rows decide every token bucket "
+                  f"{tokens[0]}–{tokens[-1]} ({dp.configs}: {rows}); padding to {padded.hidden} × "
+                  f"{padded.intermediate_per_rank} would only add work and miss those rows", "padding",
+                  "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py (get_2stage_cfgs)")
+    return Padding(hidden=layer.hidden, intermediate_per_rank=layer.intermediate_per_rank,
+                   pad_semantics=padded.pad_semantics, notes=(note,)), outcome.notes
 
 
 def _span(tokens: tuple[int, int]) -> str:
@@ -120,13 +160,14 @@ def dispatch_reasons(dispatch: Any, backend: str, family: str | None) -> tuple[R
 
 
 def costs_for(backend: "Backend", layer: "MoELayer", caps: "Capabilities", padding: "Padding", runtime: Runtime,
-              dispatch: Any = None) -> tuple[Any, ...]:
-    """Predicted time per token count of ``backend`` running ``layer`` with ``padding`` (``()``: not predictable)."""
+              dispatch: Any = None, pm: Any = None) -> tuple[Any, ...]:
+    """Predicted time per token count of ``backend`` running ``layer`` with ``padding`` (``()``: not predictable).
+    ``pm``: the plugin manager whose ``moe_cost`` hook may answer for a third-party backend (basis ``plugin``)."""
     from moedispatch import cost
 
     try:
         return cost.predict(layer, caps, backend_family=backend.name, padding=padding, tokens=runtime.tokens,
-                            dispatch=dispatch)
+                            dispatch=dispatch, pm=pm)
     except UsageError:
         return ()
 

@@ -159,6 +159,7 @@ def select_uncached(
     costs: dict[str, tuple] = {}
     slower: dict[str, str] = {}
     blocked: dict[str, tuple[Reason, ...]] = {}
+    replaced: dict[str, tuple[Reason, ...]] = {}  # known-issue notes of a plan replaced by an unpadded native one
     for candidate in candidates:
         plan = _plan(candidate, layer, caps, strict)
         if isinstance(plan, Reason):
@@ -170,7 +171,7 @@ def select_uncached(
         plans[candidate.name] = plan
     if runtime is not None and plans:
         winner, padding = _by_runtime(layer, caps, [c for c in candidates if c.name in plans], plans, runtime,
-                                      blocked, dispatch, costs, slower)
+                                      blocked, dispatch, costs, slower, replaced)
 
     rejected: list[Rejection] = []
     for b in ranked:
@@ -243,7 +244,11 @@ def select_uncached(
         from moedispatch.runtime import dispatch_reasons
 
         runtime_reasons = dispatch_reasons(dispatch[winner.name], winner.name, winner.family)
-    reasons = ((Reason(head, "decision"),) + verdicts[winner.name].reasons + padding.notes + shard_caveats(layer)
+    verdict_reasons = verdicts[winner.name].reasons
+    if winner.name in replaced:  # the padded plan's known-issue notes no longer apply to the unpadded one
+        verdict_reasons = tuple(r for r in verdict_reasons if not (r.kind == "note" and r.issue is not None)) \
+            + replaced[winner.name]
+    reasons = ((Reason(head, "decision"),) + verdict_reasons + padding.notes + shard_caveats(layer)
                + runtime_reasons)
     warnings = tuple(r for r in reasons if r.kind == "warning")
     decision = Decision(
@@ -263,16 +268,21 @@ def _cost_reason(a: str, costs: dict[str, tuple], b: str) -> str:
 
 def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], plans: dict[str, Padding],
                 runtime: "Runtime", blocked: dict[str, tuple[Reason, ...]], dispatch: dict[str, Any],
-                costs: dict[str, tuple], slower: dict[str, str]) -> tuple[Backend | None, Padding | None]:
+                costs: dict[str, tuple], slower: dict[str, str],
+                replaced: dict[str, tuple[Reason, ...]]) -> tuple[Backend | None, Padding | None]:
     """Simulate AITER's dispatch of each correct plan, drop paths that hit a known-wrong kernel with no
     workaround, predict costs, and order by predicted time (preference breaks ties). Fills the dicts in place."""
     from moedispatch.backend import AITER_FAMILIES
     from moedispatch.cost import rank
-    from moedispatch.runtime import blocking_reasons, costs_for, dispatch_for
+    from moedispatch.runtime import blocking_reasons, costs_for, dispatch_for, native_padding
 
     alive: list[Backend] = []
     for b in candidates:
         if b.family in AITER_FAMILIES and is_builtin(b):
+            native = native_padding(b, layer, caps, plans[b.name], runtime)
+            if native is not None:
+                plans[b.name] = native[0]
+                replaced[b.name] = native[1]
             dp = dispatch_for(layer, caps, plans[b.name], runtime)
             why = blocking_reasons(dp)
             if why:
@@ -281,8 +291,12 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
             dispatch[b.name] = dp
         alive.append(b)
     for b in alive:
-        costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, dispatch.get(b.name)) if is_builtin(b) \
-            else ()
+        if is_builtin(b):
+            costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, dispatch.get(b.name))
+        else:  # a third-party backend: its plugin's moe_cost hook, else a roofline with the wide "other" band
+            from moedispatch.plugins import plugin_manager_for
+
+            costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, None, plugin_manager_for(b))
     order = rank([(b.name, b.preference, costs[b.name]) for b in alive])
     if not order:
         return None, None
