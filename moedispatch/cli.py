@@ -56,7 +56,7 @@ def _build_parser() -> _Parser:
                        help="table for people (default), json for programs (only JSON on stdout)")
         if target:
             p.add_argument("--target", help="GPU arch or product: gfx942, gfx950, MI300X, MI355X, …")
-            p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3, or 'none')")
+            p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3; 'installed' for the AITER in this Python; 'none')")
 
     explain = sub.add_parser("explain", help="plan every layer of a model and say why")
     explain.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
@@ -72,6 +72,12 @@ def _build_parser() -> _Parser:
                               "AITER_BYPASS_TUNE_CONFIG=1")
     explain.add_argument("--recipe", choices=["vllm", "sglang"], help="print an engine launch recipe")
     explain.add_argument("--engine-version", help="engine release the recipe targets (default: newest known)")
+    explain.add_argument("--engine", metavar="ENGINE[@VERSION]",
+                         help="also show what that engine does on its own per layer group (vllm, vllm@0.33.0, "
+                              "sglang@0.5.23): its --moe-backend auto choice and allocation, and whether it differs")
+    explain.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
+                         help="the engine's environment for --engine (repeatable), e.g. VLLM_ROCM_USE_AITER=1; "
+                              "absent variables take the engine's defaults")
     explain.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
     explain.add_argument("--html", metavar="FILE", help="also write the plan as one self-contained HTML page (layer "
                          "map, dispatch, predicted time, rejected backends, warnings)")
@@ -227,8 +233,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     caps, first_line = resolve_capabilities(args.target, args.aiter_version)
     registry = get_registry(strict=args.strict_plugins)
     _check_backend(args.backend, registry)
+    from moedispatch.engine import installed_aiter_warning
+
     warnings = (([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
-                + list(registry.warnings))
+                + list(registry.warnings) + list(installed_aiter_warning(caps)))
     from moedispatch.runtime import Runtime, parse_tokens
 
     runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens else None,
@@ -248,6 +256,19 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             sys.stderr.write(f"moedispatch: no safe {args.recipe} {recipe.version} launch for this plan: "
                              f"{recipe.refusals[0].text}\n")
             return EXIT_NO_BACKEND
+    elif args.engine:  # what the engine does on its own, only when asked (moedispatch.engine_choice)
+        from moedispatch.engine_choice import compare_plan, parse_engine_spec, render_comparison
+        from moedispatch.plan import plan_to_json
+
+        engine_env = _env_pairs(args.engine_env, "--engine-env")
+        if args.format == "json":
+            _print(json.dumps(plan_to_json(plan, engine=args.engine, engine_env=engine_env), indent=2))
+        else:
+            name, version = parse_engine_spec(args.engine)
+            comparisons = compare_plan(plan, name, version, env=engine_env,
+                                       quant_method=getattr(plan.model, "quant_method", None))
+            _print(render_table(plan, first_line=first_line, brief=args.brief).rstrip("\n") + "\n"
+                   + "\n".join(render_comparison(comparisons, env=engine_env)))
     elif args.format == "json":
         _print(render_json(plan))
     else:

@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.layers import MoELayer
     from moedispatch.plan import Plan
 
-__all__ = ["EngineChoice", "engine_choice", "choice_for_layer", "compare_plan", "ENGINES", "parse_engine_spec"]
+__all__ = ["EngineChoice", "engine_choice", "choice_for_layer", "compare_plan", "compare_decision", "ENGINES",
+           "parse_engine_spec", "render_comparison"]
 
 #: Engine → {release: capability_db file}. The newest release is the default.
 ENGINES = {"vllm": {"0.33.0": "engines/vllm.toml"}, "sglang": {"0.5.23": "engines/sglang.toml"}}
@@ -560,17 +561,57 @@ def compare_plan(plan: "Plan", engine: str = "vllm", engine_version: str | None 
                  quant_method: str | None = None) -> list[dict[str, Any]]:
     """Per MoE layer group of ``plan``: what ``engine`` does on ``moe_backend`` with ``env``, and how that compares
     with moedispatch's decision (``verdict``: same | slower | wrong | refused | different; ``padding_differs``)."""
+    engine = engine.strip().lower()
+    engine_version, _ = _data(engine, engine_version)  # an unknown engine or release is bad input, not a layer note
     out = []
     for group in plan.groups():
         d = group[0]
         if d.layer.kind != "moe":
             continue
-        choice = choice_for_layer(d.layer, plan.caps, engine, engine_version, env=env, moe_backend=moe_backend,
-                                  quant_method=quant_method)
-        entry = {"layers": [g.layer.index for g in group], "engine": choice.to_dict()}
+        entry: dict[str, Any] = {"layers": [g.layer.index for g in group]}
+        try:
+            choice = choice_for_layer(d.layer, plan.caps, engine, engine_version, env=env, moe_backend=moe_backend,
+                                      quant_method=quant_method)
+        except UsageError as exc:  # a scheme the engine model does not cover: say so, never guess
+            entry.update(engine=None, verdict="unmodelled", padding_differs=False, why=[str(exc)],
+                         why_details=[Reason(str(exc), "note").to_dict()])
+            out.append(entry)
+            continue
+        entry["engine"] = choice.to_dict()
         entry.update(compare_decision(d, choice))
         out.append(entry)
     return out
+
+
+_VERDICT_TEXT = {"same": "same kernel family as moedispatch", "slower": "correct, but moedispatch prefers another",
+                 "wrong": "WRONG for this layer per moedispatch", "refused": "REFUSED by the engine",
+                 "different": "no matching moedispatch backend", "unmodelled": "not modelled"}
+
+
+def render_comparison(comparisons: list[dict[str, Any]], *, env: Mapping[str, str] | None = None) -> list[str]:
+    """Text lines for explain's table: per MoE group, what the engine does on its own and how it compares."""
+    from moedispatch.plan import layer_span
+
+    lines = []
+    for c in comparisons:
+        e = c.get("engine")
+        head = layer_span(c["layers"])
+        if e is None:
+            lines.append(f"engine  {head}: {c['why'][0]}")
+            continue
+        label = f"{e['engine']} {e['engine_version']}"
+        how = f"--{'moe-backend' if e['engine'] == 'vllm' else 'moe-runner-backend'} {e['moe_backend']}"
+        envs = " ".join(f"{k}={v}" for k, v in sorted((env or {}).items())) or "default environment"
+        if e["error"]:
+            what = f"raises at {e['stage']}: {e['error']}"
+        else:
+            what = (f"{e['backend']} ({e['family'] or 'no moedispatch backend'}), allocates {e['hidden']} × "
+                    f"{e['intermediate_per_rank']}/rank")
+        lines.append(f"engine  {head}: {label} {how} ({envs}) → {what} — {_VERDICT_TEXT.get(c['verdict'], c['verdict'])}"
+                     + ("; padding differs" if c.get("padding_differs") else ""))
+        for why in c.get("why", []):
+            lines.append(f"        {why}")
+    return lines
 
 
 class _CallableModule(types.ModuleType):

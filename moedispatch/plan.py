@@ -203,8 +203,19 @@ def layer_entry(d: Decision) -> dict[str, Any]:
     return entry
 
 
-def plan_to_json(plan: Plan) -> dict[str, Any]:
+def plan_to_json(plan: Plan, *, engine: str | None = None,
+                 engine_env: "dict[str, str] | None" = None) -> dict[str, Any]:
+    """The explain JSON. With ``engine`` (``vllm``, ``vllm@0.33.0``, ``sglang``) it also carries ``engine_auto``: per
+    MoE layer group, what that engine does on its own (``--moe-backend auto`` with ``engine_env``) and how that
+    compares with the plan (:func:`moedispatch.engine_choice.compare_plan`); computed only when asked."""
     totals = [padded_bytes(d.layer, d) for d in plan.decisions]
+    engine_part: dict[str, Any] = {}
+    if engine is not None:
+        from moedispatch.engine_choice import compare_plan, parse_engine_spec
+
+        name, version = parse_engine_spec(engine)
+        engine_part["engine_auto"] = compare_plan(plan, name, version, env=engine_env or {},
+                                            quant_method=getattr(plan.model, "quant_method", None))
     return {
         "schema": SCHEMA,
         "model": plan.model.to_dict(),
@@ -217,6 +228,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "warning_details": [w.to_dict() for w in plan.warnings],
         "padded_bytes": sum(extra for _, extra in totals),
         "fingerprint": plan.fingerprint,
+        **engine_part,
     }
 
 
