@@ -239,7 +239,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                 + list(registry.warnings) + list(installed_aiter_warning(caps)))
     from moedispatch.runtime import Runtime, parse_tokens
 
-    runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens else None,
+    runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens is not None else None,
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
                       strict=args.strict_plugins, warnings=warnings, runtime=runtime)

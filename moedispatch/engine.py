@@ -34,18 +34,30 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     """Capabilities for explain/engines: flags, else ``MOEDISPATCH_TARGET``, else the probe, else the DB default.
 
     Returns ``(caps, first_line)`` where ``first_line`` announces a default target (None otherwise).
+    ``aiter_version="installed"`` plans for the AITER installed in this Python (read from its files, never
+    imported): its version and its own tuned CSVs.
     """
     env_target = os.environ.get("MOEDISPATCH_TARGET") or None
+    aiter_source = "flag"
+    if aiter_version is not None and aiter_version.strip().lower() == "installed":
+        from moedispatch.aiter_configs import installed_aiter
+
+        version, pkg = installed_aiter()
+        if version is None or pkg is None:
+            raise UsageError("--aiter-version installed: no AITER (PyPI/ROCm distribution amd-aiter) is installed in "
+                             "this Python environment")
+        aiter_version, aiter_source = version, "installed"
     if target is not None:
-        return capdb.target_capabilities(target, aiter_version), None
+        return capdb.target_capabilities(target, aiter_version, aiter_source=aiter_source), None
     if env_target is not None:
-        return capdb.target_capabilities(env_target, aiter_version, target_source="env"), None
+        return capdb.target_capabilities(env_target, aiter_version, target_source="env",
+                                         aiter_source=aiter_source), None
     from moedispatch.probe import capabilities_from_probe, probe
 
     caps = capabilities_from_probe(probe(), aiter_version=aiter_version)
     if caps is not None:
         return caps, None
-    caps = capdb.target_capabilities(None, aiter_version)
+    caps = capdb.target_capabilities(None, aiter_version, aiter_source=aiter_source)
     if aiter_version is None:
         aiter = f"AITER {caps.aiter_version} (the newest in capability_db)"
     else:
@@ -53,6 +65,20 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     line = (f"No AMD GPU found; using the default target {caps.gfx} ({caps.product}) with {aiter} "
             f"(pass --target or set MOEDISPATCH_TARGET to choose)")
     return caps, line
+
+
+def installed_aiter_warning(caps: Capabilities) -> tuple[Reason, ...]:
+    """When an AITER is installed here but the plan assumes another version, say so (never silently)."""
+    if caps.source_of("aiter_version") in ("installed", "probe") or caps.source == "probe":
+        return ()
+    from moedispatch.aiter_configs import installed_aiter
+
+    version, pkg = installed_aiter()
+    if version is None or pkg is None or version == caps.aiter_version:
+        return ()
+    planned = f"AITER {caps.aiter_version}" if caps.aiter_version else "no AITER"
+    return (Reason(f"amd-aiter {version} is installed in this Python ({pkg}) but the plan assumes {planned}; pass "
+                   "--aiter-version installed to plan for the installed AITER and its own tuned CSVs", "warning"),)
 
 
 def _default_target_warning(caps: Capabilities) -> tuple[Reason, ...]:

@@ -308,13 +308,16 @@ def build_registry(
             collector.records.append(PluginRecord("MOEDISPATCH_LOAD_PLUGINS", None, None, (), (), (message,), False))
     else:
         keep = collector.backends
-    return Registry(
+    registry = Registry(
         backends=tuple(keep),
         plugins=tuple(collector.records),
         strict=strict,
         owners=tuple(sorted(collector.owner.items())),
         pm=pm,
     )
+    _recent.append(registry)
+    del _recent[:-16]  # the last few registries built (tests and hosts build their own): for optional hooks
+    return registry
 
 
 _DIST_CACHE: dict[str, tuple[str | None, str | None]] = {}
@@ -442,10 +445,13 @@ def get_registry(*, strict: bool = False, refresh: bool = False) -> Registry:
 def plugin_manager_for(backend: Backend) -> Any:
     """The plugin manager of a loaded registry that holds ``backend`` (for optional hooks such as ``moe_cost``),
     or None."""
-    for registry in list(_cache.values()):
+    for registry in [*_cache.values(), *reversed(_recent)]:
         if any(b is backend for b in registry.backends):
             return registry.pm
     return None
+
+
+_recent: list[Registry] = []
 
 
 def reset_registry() -> None:

@@ -1,0 +1,221 @@
+"""Issues 12 and 13 in the decision: what AITER's own dispatcher runs per token count, the padding those kernels
+need, kernel × bucket bugs on the layer, predicted cost, and correct backends ordered by time.
+
+Sources of the motivating cases:
+- DeepSeek-V3 rows of the PyPI amd-aiter 0.1.7.post2.dev18 wheel's aiter/configs/tuned_fmoe.csv (installed here).
+- MiniMax-M3-MXFP4 FlyDSL rows at inter_dim 384: ROCm/aiter@e4048607:aiter/configs/model_configs/
+  minimax_m3_fp4_tuned_fmoe.csv (keyed on the fused shared expert, 129 experts / top-5; vllm-project/vllm#46474).
+- aiter#3933: https://github.com/ROCm/aiter/issues/3933 (stage-1 kernel wrong only at bucket 4).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moedispatch import Backend, Padding, Verdict, hookimpl
+from moedispatch.capdb import target_capabilities
+from moedispatch.cost import Cost
+from moedispatch.errors import UsageError
+from moedispatch.layers import MoELayer
+from moedispatch.models import expand_layers, load_model
+from moedispatch.runtime import Runtime, parse_tokens
+from moedispatch.selector import select, select_uncached
+
+MI355X = ("MI355X", "0.1.20.post1")
+NATIVE_ENV = {"VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "1", "GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}
+
+
+def _minimax(tp: int = 8) -> MoELayer:
+    return next(la for la in expand_layers(load_model("MiniMax-M3-MXFP4"), tp, 1) if la.kind == "moe")
+
+
+def test_deepseek_v3_with_the_installed_aiter_names_kernels_and_rows_per_bucket(cli):
+    """Issue 12, done when 1: the real PyPI amd-aiter's tuned_fmoe.csv decides DeepSeek-V3 TP8 on MI355X."""
+    proc = cli("explain", "--model", "DeepSeek-V3", "--target", "MI355X", "--tp", "8", "--aiter-version",
+               "installed", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["target"]["aiter_version"] == "0.1.7.post2.dev18"
+    steps = data["layers"][3]["aiter_dispatch"]
+    tuned = [s for s in steps if s["basis"] == "tuned"]
+    assert [s["config"] for s in tuned] == ["aiter/configs/tuned_fmoe.csv:637", "aiter/configs/tuned_fmoe.csv:640",
+                                            "aiter/configs/tuned_fmoe.csv:641"]
+    assert all(s["family"] == "ck" and len(s["kernels"]) == 2 and "A8W8blkscale" in s["kernels"][0] for s in tuned)
+    assert steps[0]["tokens"] == [1, 4] and steps[0]["basis"] == "heuristic" and steps[0]["family"] == "asm"
+    assert data["tokens"] == [1, 4, 64, 512, 8192] and "cost_total" in data
+    table = " ".join(cli("explain", "--model", "DeepSeek-V3", "--target", "MI355X", "--tp", "8", "--aiter-version",
+                         "installed").stdout.split())
+    assert "tuned row aiter/configs/tuned_fmoe.csv:637" in table and "(--aiter-version installed)" in table
+
+
+def test_installed_aiter_that_is_not_planned_for_is_said_not_silent(cli):
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--format", "json")
+    assert any("amd-aiter 0.1.7.post2.dev18 is installed" in w and "--aiter-version installed" in w
+               for w in json.loads(proc.stdout)["warnings"])
+
+
+def test_minimax_m3_keeps_384_unpadded_where_tuned_rows_decide_every_bucket(caps, builtins):
+    """Issue 12, done when 2: with the fused shared expert (the key AITER's MiniMax-M3 rows are tuned for) and MXFP4
+    decode activations, AITER runs inter_dim 384 natively at every bucket: no 384 -> 512 pad."""
+    rt = Runtime.build(env={}, overrides=NATIVE_ENV)
+    d = select(_minimax(), caps(*MI355X), builtins, runtime=rt)
+    assert d.backend == "aiter-flydsl"
+    assert d.padding.intermediate_per_rank == 384 and not d.padding.padded
+    note = next(r for r in d.reasons if r.kind == "padding" and r.text.startswith("no padding"))
+    assert "minimax_m3_fp4_tuned_fmoe.csv:" in note.text and "1–8192" in note.text
+    assert all(s.basis == "tuned" and s.family == "flydsl" for s in d.dispatch.steps)
+    assert not any(r.issue == "aiter-pr#3538" for r in d.reasons)  # a pad-skipping note of the padded plan: gone
+    assert all(c.basis == "tuned" for c in d.cost)
+
+
+@pytest.mark.parametrize("env", [{}, {"VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "1"}])
+def test_minimax_m3_pads_where_decode_falls_to_heuristics(caps, builtins, env):
+    """Without the fused shared expert no row matches; with it but bf16 decode activations (AITER's Swiglu
+    SEPARATED policy below 256 tokens) decode runs CK-Tile heuristics, wrong at inter_dim % 256 (aiter#5233):
+    the plan keeps the 512 alignment."""
+    d = select(_minimax(), caps(*MI355X), builtins, runtime=Runtime.build(env={}, overrides=env))
+    assert d.backend == "aiter-flydsl" and d.padding.intermediate_per_rank == 512
+
+
+def test_aiter_3933_is_flagged_at_its_bucket_with_its_workaround(caps, builtins):
+    """Issue 12, done when 3: DeepSeek-V4-like MXFP4 W4A8 (fp8 activations from AITER_BF16_FP8_MOE_BOUND=0),
+    interleaved gate/up, TP8 on MI355X: the bucket-4 stage-1 kernel is named with the workaround."""
+    layer = MoELayer.build(hidden=7168, intermediate=4096, experts=384, top_k=6, tp=8, weight="mxfp4", act="mxfp4",
+                           activation="swigluoai")
+    rt = Runtime.build((1, 2, 3, 4, 8, 64), env={}, overrides={"AITER_BF16_FP8_MOE_BOUND": "0"})
+    d = select(layer, caps(*MI355X), builtins, runtime=rt)
+    hit = next(r for r in d.warnings if r.issue == "ROCm/aiter#3933")
+    assert "tokens 3–4 (bucket 4)" in hit.text and "AITER_BYPASS_TUNE_CONFIG=1" in hit.text
+    assert hit.source == "https://github.com/ROCm/aiter/issues/3933"
+    rt_bypass = Runtime.build((1, 2, 3, 4, 8, 64), env={}, overrides={"AITER_BF16_FP8_MOE_BOUND": "0",
+                                                                       "AITER_BYPASS_TUNE_CONFIG": "1"})
+    d = select(layer, caps(*MI355X), builtins, runtime=rt_bypass)
+    assert not any(r.issue == "ROCm/aiter#3933" for r in d.reasons)
+
+
+def test_a_known_wrong_kernel_with_no_workaround_rejects_the_aiter_path(caps, builtins, monkeypatch):
+    """A kernel × bucket bug with no workaround rejects AITER for the layer; the next correct backend runs."""
+    import moedispatch.aiter_dispatch as ad
+
+    real = ad.plan_dispatch
+
+    def no_workaround(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        step = plan.steps[0]
+        hit = ad.IssueHit(issue="test#1", tokens=step.tokens, bucket=step.bucket, kernel=step.kernels[0],
+                          effect="garbled output", workaround="", workaround_env=(), token_cap=None,
+                          source="https://github.com/ROCm/aiter/issues/1", confidence="confirmed", severity="error")
+        from dataclasses import replace
+
+        return replace(plan, issues=(hit,))
+
+    monkeypatch.setattr(ad, "plan_dispatch", no_workaround)
+    layer = MoELayer.build(hidden=4096, intermediate=14336, experts=8, top_k=2, tp=1)
+    d = select_uncached(layer, caps(*MI355X), builtins, runtime=Runtime.build(env={}))
+    assert d.backend == "triton"
+    for name in ("aiter-ck",):
+        rej = d.rejection(name)
+        assert rej is not None and not rej.supported and rej.reasons[0].issue == "test#1"
+        assert "no workaround known" in rej.reasons[0].text
+
+
+class _Fast(Backend):
+    name = "fast-moe"
+    preference = 1
+    family = "fast"
+
+    def check(self, layer, caps):
+        return Verdict.supported("bf16 MoE anywhere")
+
+    def plan_padding(self, layer, caps):
+        return Padding.none(layer)
+
+
+def _registry_with_cost(us: float):
+    import types
+
+    from moedispatch.testing import registered
+
+    @hookimpl
+    def register_backends():
+        return [_Fast()]
+
+    @hookimpl
+    def moe_cost(backend, layer, caps, tokens):
+        if backend != "fast-moe":
+            return None
+        return [Cost(t, us, us * 0.9, us * 1.1, "plugin") for t in tokens]
+
+    module = types.ModuleType("fast_moe_plugin")
+    module.register_backends, module.moe_cost = register_backends, moe_cost
+    return registered(module)
+
+
+def test_a_much_faster_correct_backend_wins_over_preference_and_says_why(caps):
+    """Issue 13 item 3: order by predicted time where the bars separate; the winning reason says it."""
+    registry = _registry_with_cost(1.0)
+    layer = MoELayer.build(hidden=4096, intermediate=14336, experts=8, top_k=2, tp=1)
+    d = select_uncached(layer, caps(*MI355X), registry.backends, runtime=Runtime.build((1, 64), env={}))
+    assert d.backend == "fast-moe" and d.cost[0].basis == "plugin"
+    assert "predicted faster than the higher-preference aiter-ck" in d.reasons[0].text
+    assert " vs aiter-ck " in d.reasons[0].text and "µs" in d.reasons[0].text
+    rej = d.rejection("aiter-ck")
+    assert rej.supported and rej.cost and rej.reasons[0].text.startswith("supported, slower")
+
+
+def test_overlapping_bars_leave_preference_in_charge(caps):
+    registry = _registry_with_cost(10_000.0)  # slower than everything: never promoted
+    layer = MoELayer.build(hidden=4096, intermediate=14336, experts=8, top_k=2, tp=1)
+    d = select_uncached(layer, caps(*MI355X), registry.backends, runtime=Runtime.build((1, 64), env={}))
+    assert d.backend == "aiter-ck"
+    assert "highest preference (80)" in d.reasons[0].text
+
+
+def test_engine_api_and_explain_carry_the_same_dispatch_and_cost(caps):
+    from moedispatch import select_moe_backend
+    from moedispatch.engine import plan_model
+    from moedispatch.plan import plan_to_json
+
+    c = caps(*MI355X)
+    entry = plan_to_json(plan_model("Qwen3-30B-A3B", c, tp=4))["layers"][0]
+    d = select_moe_backend(caps=c, hidden_size=2048, intermediate_size=768, num_experts=128, top_k=8, tp_size=4,
+                           model="Qwen3-30B-A3B", model_type="qwen3_moe")
+    got = d.to_dict()
+    assert got["aiter_dispatch"] == entry["aiter_dispatch"] and got["cost"] == entry["cost"]
+
+
+@pytest.mark.parametrize("text", ["", "0", "1,x", "-4", "1,,0"])
+def test_bad_token_lists_are_one_line_errors(cli, text):
+    with pytest.raises(UsageError):
+        parse_tokens(text)
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--tokens", text)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_bad_aiter_env_is_a_one_line_error(cli):
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--aiter-env", "NOEQUALS")
+    assert proc.returncode == 2 and "KEY=VALUE" in proc.stderr
+
+
+def test_plan_json_carries_tokens_env_and_totals(cli, explain_schema):
+    import jsonschema
+
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--tokens", "1,64,4096",
+               "--aiter-env", "AITER_ONLINE_TUNE=0", "--format", "json")
+    data = json.loads(proc.stdout)
+    jsonschema.validate(data, explain_schema)
+    assert data["tokens"] == [1, 64, 4096] and data["aiter_env"] == {"AITER_ONLINE_TUNE": "0"}
+    totals = {t["tokens"]: t for t in data["cost_total"]}
+    per_layer = {c["tokens"]: c for c in data["layers"][3]["cost"]}
+    assert totals[1]["us"] == pytest.approx(per_layer[1]["us"] * 57, rel=1e-3)
+    assert all(t["low"] <= t["us"] <= t["high"] for t in data["cost_total"])
+
+
+def test_table_shows_dispatch_cost_and_totals(cli):
+    out = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--tokens",
+              "1,64,4096").stdout
+    assert "    aiter   tokens 1–64: cktile 2-stage" in out
+    assert "    cost    1 token " in out and "µs" in out
+    assert "total   predicted MoE time per forward pass on one rank (57 MoE layers)" in out
