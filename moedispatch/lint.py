@@ -378,9 +378,9 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 "correctly", None, "see `moedispatch explain`"))
     override = launch.env.get("AITER_CONFIG_FMOE", "").strip()
     if override:
-        findings.append(Finding("warning", f"AITER_CONFIG_FMOE={override} replaces AITER's whole tuned set (the default "
-                                "tuned_fmoe.csv and every model_configs/*tuned_fmoe*.csv are not merged): every shape "
-                                "missing from it runs untuned heuristics", "sgl-project/sglang#37072",
+        findings.append(Finding("warning", f"AITER_CONFIG_FMOE={override} replaces AITER's whole tuned set (the "
+                                "default tuned_fmoe.csv and every model_configs/*tuned_fmoe*.csv are not merged): "
+                                "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
                                 "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
     for w in plan.warnings:
         if w.confidence != "confirmed" or "default target" in w.text:

@@ -141,7 +141,8 @@ def engine_padding(engine: str, layer: MoELayer, family: str | None,
     if engine == "sglang":
         return h, i, raw_h, raw_i
     kh = raw_h // 128 * 128
-    ki = 0 if layer.model_type in ("minimax_m3_vl", "minimax_m3") else raw_i // 64 * 64 * (2 if layer.moe_tp == 1 else 1)
+    ki = (0 if layer.model_type in ("minimax_m3_vl", "minimax_m3")
+          else raw_i // 64 * 64 * (2 if layer.moe_tp == 1 else 1))
     return h, i, kh, ki
 
 
@@ -265,61 +266,64 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
                    if a["arg"].startswith("--moe-runner")), None)
     gfx = plan.caps.gfx
     seen: set[str] = set()
-    d = decisions[0]
-    layer, p = d.layer, d.padding
-    fam = path_family(engine, version, layer, gfx, d.family)
-    conv = conversion(engine, version, layer, gfx)
-    if conv and fam != _fam(d.family) and not (fam == "triton" and engine == "sglang"):
-        refusals.append(Reason(f"{engine} {version} does not run {backend} here: {conv['what']}", "failed",
-                               conv["source"], None, conv.get("confidence", "confirmed")))
-    h, i, kh, ki = engine_padding(engine, layer, d.family, version)
-    forced = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, layer.weight.dtype)
-                   if a["arg"].startswith(eng["backend_arg"])), "auto")
-    choice = modelled_choice(engine, version, layer, plan.caps, env, forced, plan.model.quant_method)
-    if choice is not None:
-        src = next((r.source for r in choice.reasons if r.source), None) or eng["source"]
-        if not choice.ok:
-            refusals.append(Reason(f"{engine} {version} refuses {eng['backend_arg']} {forced} for this layer: "
-                                   f"{choice.error}", "failed", src))
-            return refusals, rows, warnings
-        if _fam(_family_of(choice.family)) != fam:
-            refusals.append(Reason(f"with {eng['backend_arg']} {forced} {engine} {version} runs {choice.backend} "
-                                   f"({choice.family or 'no moedispatch backend'}), not {backend}", "failed", src))
-            return refusals, rows, warnings
-        if choice.hidden and choice.intermediate_per_rank:
-            h, i = choice.hidden, choice.intermediate_per_rank
-    if h % p.hidden_multiple or i % p.intermediate_multiple:
-        src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
-                    and _match(r, version, layer)), eng["source"])
-        refusals.append(Reason(
-            f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; {backend} needs "
-            f"multiples of {p.hidden_multiple} × {p.intermediate_multiple} (the plan pads to {p.hidden} × "
-            f"{p.intermediate_per_rank}) — the engine's allocation does not meet the kernel's alignment", "failed",
-            src))
-    elif (h, i) != (p.hidden, p.intermediate_per_rank) and _fam(d.family) == "aiter":
-        warnings.append(Reason(f"{engine} {version} allocates hidden {h} × intermediate/rank {i} (zero-filled); the "
-                               f"plan's {p.hidden} × {p.intermediate_per_rank} is one valid choice of the kernel's "
-                               f"alignment ({p.hidden_multiple} × {p.intermediate_multiple}): both hold", "warning",
-                               None, None, "derived"))
-    if kh is not None and ki is not None and (h, i) == (p.hidden, p.intermediate_per_rank) \
-            and p.pad_semantics == "skip" and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad):
-        warnings.append(Reason(
-            f"{engine} {version} passes hidden_pad={kh}, intermediate_pad={ki} to aiter.fused_moe; the plan needs "
-            f"{p.kernel_hidden_pad}, {p.kernel_intermediate_pad} for {backend}", "warning",
-            "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py; "
-            "vllm-project/vllm#44679" if engine == "vllm" else
-            "sgl-project/sglang@v0.5.23:python/sglang/srt/layers/moe/moe_runner/aiter.py"))
-    for gate in eng.get("gate", []):
-        if _fam(d.family) in gate["families"] and _match(gate, version, layer, gfx) \
-                and i % gate["intermediate_multiple"]:
-            refusals.append(Reason(f"{engine} {version} would not run {backend} for intermediate/rank {i}: "
-                                   f"{gate['what']}", "failed", gate["source"]))
-    for row in matching_issues(engine, version, layer, gfx, ep=plan.ep, family=fam, env=env, runner=runner):
-        if row["id"] in seen:
-            continue
-        seen.add(row["id"])
-        (refusals if row["severity"] == "error" else warnings).append(
-            _issue_reason(row, "failed" if row["severity"] == "error" else "warning"))
+    # Every distinct MoE layer shape: a model whose layers differ (quant, experts) is checked layer group by group.
+    for d in {x.layer.signature(): x for x in decisions}.values():
+        layer, p = d.layer, d.padding
+        fam = path_family(engine, version, layer, gfx, d.family)
+        conv = conversion(engine, version, layer, gfx)
+        if conv and fam != _fam(d.family) and not (fam == "triton" and engine == "sglang"):
+            refusals.append(Reason(f"{engine} {version} does not run {backend} here: {conv['what']}", "failed",
+                                   conv["source"], None, conv.get("confidence", "confirmed")))
+        h, i, kh, ki = engine_padding(engine, layer, d.family, version)
+        forced = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, layer.weight.dtype)
+                       if a["arg"].startswith(eng["backend_arg"])), "auto")
+        choice = modelled_choice(engine, version, layer, plan.caps, env, forced, plan.model.quant_method)
+        if choice is not None:
+            src = next((r.source for r in choice.reasons if r.source), None) or eng["source"]
+            if not choice.ok:
+                refusals.append(Reason(f"{engine} {version} refuses {eng['backend_arg']} {forced} for this layer: "
+                                       f"{choice.error}", "failed", src))
+                continue
+            if _fam(_family_of(choice.family)) != fam:
+                refusals.append(Reason(f"with {eng['backend_arg']} {forced} {engine} {version} runs {choice.backend} "
+                                       f"({choice.family or 'no moedispatch backend'}), not {backend}", "failed", src))
+                continue
+            if choice.hidden and choice.intermediate_per_rank:
+                h, i = choice.hidden, choice.intermediate_per_rank
+        if h % p.hidden_multiple or i % p.intermediate_multiple:
+            src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
+                        and _match(r, version, layer)), eng["source"])
+            refusals.append(Reason(
+                f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; {backend} needs "
+                f"multiples of {p.hidden_multiple} × {p.intermediate_multiple} (the plan pads to {p.hidden} × "
+                f"{p.intermediate_per_rank}) — the engine's allocation does not meet the kernel's alignment",
+                "failed", src))
+        elif (h, i) != (p.hidden, p.intermediate_per_rank) and _fam(d.family) == "aiter":
+            warnings.append(Reason(
+                f"{engine} {version} allocates hidden {h} × intermediate/rank {i} (zero-filled); the plan's "
+                f"{p.hidden} × {p.intermediate_per_rank} is one valid choice of the kernel's alignment "
+                f"({p.hidden_multiple} × {p.intermediate_multiple}): both hold", "warning", None, None, "derived"))
+        if kh is not None and ki is not None and (h, i) == (p.hidden, p.intermediate_per_rank) \
+                and p.pad_semantics == "skip" and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad):
+            warnings.append(Reason(
+                f"{engine} {version} passes hidden_pad={kh}, intermediate_pad={ki} to aiter.fused_moe; the plan needs "
+                f"{p.kernel_hidden_pad}, {p.kernel_intermediate_pad} for {backend}", "warning",
+                "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py; "
+                "vllm-project/vllm#44679" if engine == "vllm" else
+                "sgl-project/sglang@v0.5.23:python/sglang/srt/layers/moe/moe_runner/aiter.py"))
+        for gate in eng.get("gate", []):
+            if _fam(d.family) in gate["families"] and _match(gate, version, layer, gfx) \
+                    and i % gate["intermediate_multiple"]:
+                refusals.append(Reason(f"{engine} {version} would not run {backend} for intermediate/rank {i}: "
+                                       f"{gate['what']}", "failed", gate["source"]))
+        for row in matching_issues(engine, version, layer, gfx, ep=plan.ep, family=fam, env=env, runner=runner):
+            if row["id"] in seen:
+                continue
+            seen.add(row["id"])
+            (refusals if row["severity"] == "error" else warnings).append(
+                _issue_reason(row, "failed" if row["severity"] == "error" else "warning"))
+    refusals = list(dict.fromkeys(refusals))
+    warnings = list(dict.fromkeys(warnings))
     return refusals, rows, warnings
 
 

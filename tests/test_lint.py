@@ -108,7 +108,8 @@ def test_unusable_input_is_one_line_exit_2(cli, tmp_path):
 
 
 def test_table_output_names_severity_source_and_fix(cli):
-    proc = cli("lint", "--target", "MI355X", "--engine-version", "0.5.20", "--", *SGLANG_28244.replace("\\\n", " ").split())
+    line = SGLANG_28244.replace("\\\n", " ").split()
+    proc = cli("lint", "--target", "MI355X", "--engine-version", "0.5.20", "--", *line)
     assert proc.returncode == 3
     assert "ERROR" in proc.stdout and "source: sgl-project/sglang#28244" in proc.stdout and "fix:" in proc.stdout
 
