@@ -1,0 +1,159 @@
+"""Golden decisions: the full reasons (kind, text, source, issue, confidence), padding and rejections of real
+deployments, compared with tests/golden/decisions.json.
+
+Every reason a user reads is pinned here, so a changed rule, a reworded reason or a lost source shows up as a
+reviewed diff of the golden file rather than passing silently. After an intended change, regenerate and review:
+
+    UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden_decisions.py && git diff tests/golden/
+
+Targets are simulated from capability_db (no GPU); "probed" rows add what a probe of the installed AITER reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from moedispatch.errors import NoBackendError
+from moedispatch.models import expand_layers, load_model
+from moedispatch.recipes import build_recipe
+from moedispatch.plan import plan_model
+from moedispatch.selector import select
+from moedispatch.testing import fake_capabilities
+
+GOLDEN = Path(__file__).parent / "golden" / "decisions.json"
+A3 = "0.1.15.post3"
+
+#: (model, target, AITER, tp, ep, probed overrides): the built-in models on the targets and AITER releases where
+#: their rules differ (MXFP4 W4A4/W4A16, block FP8, bf16 tiles, MXFP8, bias, swiglu, old AITER, no AITER, gfx90a).
+CASES = [
+    ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1, {}),
+    ("MiniMax-M3-MXFP4", "gfx950", "0.1.14", 8, 1, {}),
+    ("MiniMax-M3-MXFP4", "gfx950", "0.1.13.post1", 8, 1, {}),
+    ("MiniMax-M3-MXFP4", "gfx942", A3, 8, 1, {}),
+    ("gpt-oss-120b", "gfx950", A3, 1, 1, {}),
+    ("gpt-oss-120b", "gfx950", A3, 2, 1, {}),
+    ("gpt-oss-120b", "gfx950", "0.1.15", 2, 1, {}),
+    ("gpt-oss-120b", "gfx950", "0.1.14", 8, 1, {}),
+    ("gpt-oss-120b", "gfx942", A3, 8, 1, {}),
+    ("gpt-oss-20b", "gfx950", "0.1.20.post1", 1, 1, {}),
+    ("DeepSeek-V3", "gfx950", A3, 8, 1, {}),
+    ("DeepSeek-V3", "gfx942", A3, 8, 1, {}),
+    ("DeepSeek-V3", "gfx942", "none", 8, 1, {}),
+    ("DeepSeek-V3", "gfx90a", "none", 8, 1, {}),
+    ("DeepSeek-V3", "MI300X", A3, 8, 1, {"tuned_cu_nums": {80, 256}, "compute_units": 304}),
+    ("DeepSeek-V3", "gfx950", A3, 8, 1, {"aiter_catalog": {"gfx950:fmoe_bf16_blockscaleFp8_g1u1_silu"}}),
+    ("DeepSeek-V3", "gfx950", A3, 8, 1, {"aiter_catalog": {"gfx950:fmoe_bf16_pertokenFp8_g1u1_silu"}}),
+    ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx950", A3, 8, 1, {}),
+    ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx942", A3, 8, 8, {}),
+    ("Qwen3-235B-A22B-Instruct-2507", "gfx942", A3, 8, 1, {}),
+    ("Qwen3-235B-A22B-Instruct-2507-MXFP4", "gfx950", A3, 8, 1, {}),
+    ("Qwen3-30B-A3B", "gfx950", A3, 8, 1, {}),
+    ("Qwen3-30B-A3B", "gfx942", A3, 4, 1, {}),
+    ("Qwen3.5-397B-A17B-MXFP4", "gfx950", A3, 8, 1, {}),
+    ("MiniMax-M3-MXFP8", "gfx950", A3, 4, 1, {}),
+    ("MiniMax-M3-MXFP8", "gfx950", "0.1.16.post1", 4, 1, {}),
+    ("MiniMax-M3-MXFP8", "gfx942", A3, 8, 1, {}),
+    ("MiniMax-M3", "gfx950", A3, 8, 1, {}),
+    ("MiniMax-M2.1", "gfx950", A3, 8, 1, {}),
+    ("Mixtral-8x7B", "gfx942", A3, 8, 1, {}),
+    ("Mixtral-8x7B", "gfx1100", "none", 2, 1, {}),
+    ("grok-1", "gfx942", A3, 8, 1, {}),
+    ("grok-2", "gfx950", A3, 8, 1, {}),
+    ("GLM-4.7", "gfx950", A3, 8, 1, {}),
+    ("Kimi-K2", "gfx942", A3, 8, 1, {}),
+    ("Kimi-K2", "gfx950", A3, 8, 1, {}),
+    ("Llama-4-Scout-17B-16E", "gfx942", A3, 8, 1, {}),
+    ("Llama-4-Maverick-17B-128E-Instruct-FP8", "gfx950", A3, 8, 1, {}),
+]
+
+#: (model, target, AITER, tp, ep, engine, engine version): recipes whose lines differ by engine and release.
+RECIPES = [
+    ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1, "vllm", "0.31.0"),
+    ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1, "vllm", None),
+    ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1, "sglang", None),
+    ("gpt-oss-120b", "gfx950", A3, 2, 1, "vllm", None),
+    ("gpt-oss-120b", "gfx942", A3, 8, 1, "sglang", None),
+    ("MiniMax-M3-MXFP8", "gfx942", A3, 8, 1, "vllm", None),
+    ("Qwen3-30B-A3B", "gfx950", A3, 8, 1, "vllm", "0.30.0"),
+    ("Qwen3-30B-A3B", "gfx950", A3, 8, 1, "sglang", "0.5.20"),
+    ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx950", A3, 8, 1, "vllm", None),
+    ("DeepSeek-V3", "gfx942", A3, 8, 1, "sglang", None),
+]
+
+
+def _reasons(reasons) -> list[list]:
+    return [[r.kind, r.text, r.source, r.issue, r.confidence] for r in reasons]
+
+
+def _case_id(case) -> str:
+    model, target, aiter, tp, ep, extra = case
+    return f"{model} {target} aiter={aiter} tp={tp} ep={ep}" + (f" probed={sorted(extra)}" if extra else "")
+
+
+def decision_record(case, backends) -> dict:
+    model, target, aiter, tp, ep, extra = case
+    caps = fake_capabilities(target, aiter, **extra)
+    layer = next(la for la in expand_layers(load_model(model), tp, ep) if la.kind == "moe")
+    try:
+        d = select(layer, caps, backends)
+    except NoBackendError as exc:
+        d = exc.decision
+    return {
+        "backend": d.backend,
+        "padding": d.padding.to_dict(),
+        "reasons": _reasons(d.reasons),
+        "warnings": _reasons(d.warnings),
+        "rejected": [{"backend": r.backend, "supported": r.supported, "reasons": _reasons(r.reasons)}
+                     for r in d.rejected],
+    }
+
+
+def recipe_record(case, backends) -> dict:
+    model, target, aiter, tp, ep, engine, version = case
+    plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=backends)
+    r = build_recipe(plan, engine, version)
+    out = r.to_dict()
+    out["warnings"] = _reasons(r.warnings)
+    out["reasons"] = _reasons(r.refusals)
+    out["caveats"] = _reasons(r.caveats)
+    for key in ("warning_details", "reason_details"):
+        out.pop(key, None)
+    return out
+
+
+def current(backends) -> dict:
+    return {"decisions": {_case_id(c): decision_record(c, backends) for c in CASES},
+            "recipes": {" ".join(str(x) for x in c): recipe_record(c, backends) for c in RECIPES}}
+
+
+def _first_difference(old, new, path="") -> str:
+    if type(old) is not type(new):
+        return f"{path}: {old!r:.300} -> {new!r:.300}"
+    if isinstance(old, dict):
+        for k in sorted(set(old) | set(new)):
+            if old.get(k) != new.get(k):
+                return _first_difference(old.get(k), new.get(k), f"{path}/{k}")
+    if isinstance(old, list):
+        if len(old) != len(new):
+            return f"{path}: {len(old)} entries -> {len(new)}: {new!r:.600}"
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{i}]")
+    return f"{path}: {old!r:.300} -> {new!r:.300}"
+
+
+def test_decisions_and_recipes_match_the_golden_file(builtins):
+    """Every reason, padding, rejection and recipe line of the real deployments above is the reviewed one."""
+    now = json.loads(json.dumps(current(builtins)))
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(now, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+        pytest.skip("golden file regenerated: review `git diff tests/golden/`")
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    assert now == golden, ("decisions differ from tests/golden/decisions.json (after an intended change: "
+                           "UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden_decisions.py, then review the diff)"
+                           f"; first difference {_first_difference(golden, now)}")
