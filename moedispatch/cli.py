@@ -67,6 +67,12 @@ def _build_parser() -> _Parser:
     explain.add_argument("--brief", action="store_true", help="one line per group of identical layers")
     explain.add_argument("--tokens", help="token counts per call to plan AITER's dispatch and cost for, comma-separated "
                          "(default 1,4,64,512,8192: decode and prefill)")
+    explain.add_argument("--what-if", action="store_true",
+                         help="per layer group, the cheapest change (AITER env switch, newer AITER) that makes it "
+                              "faster, with the predicted gain, and what its padding costs")
+    explain.add_argument("--tuning-list", action="store_true",
+                         help="print only the shapes AITER runs on heuristics, ranked by predicted time, as AITER's "
+                              "untuned fused-MoE CSV (feed it to AITER's tuner)")
     explain.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
                          help="AITER environment to assume on top of this shell's (repeatable), e.g. "
                               "AITER_BYPASS_TUNE_CONFIG=1")
@@ -243,6 +249,21 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
                       strict=args.strict_plugins, warnings=warnings, runtime=runtime)
+    if args.tuning_list:
+        from moedispatch.whatif import tuning_list
+
+        text, count = tuning_list(plan)
+        _print(text)
+        sys.stderr.write(f"moedispatch: {count} shape(s) of {plan.model.name} run on AITER heuristics at the planned "
+                         f"token counts ({', '.join(map(str, runtime.tokens))}), highest predicted time first; this "
+                         "is AITER's untuned fused-MoE CSV format\n")
+        return EXIT_OK
+    if args.what_if:
+        from dataclasses import replace as _replace
+
+        from moedispatch.whatif import plan_what_if
+
+        plan = _replace(plan, what_if=plan_what_if(plan, registry.backends))
     if args.html:
         from moedispatch.render_html import write_html
 

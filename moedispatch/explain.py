@@ -131,6 +131,8 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
                 lines += _wrap(f"assumes {assumption}", "            ")
         if d.cost:
             lines += _wrap(_costs_line(d.cost), "    cost    ")
+        for reason in plan.what_if_for(group):
+            lines += _wrap(reason.marked().removeprefix("what-if: "), "    what-if ")
         why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
         for n, reason in enumerate(why):
             lines += _wrap(reason.marked(), "    why     " if n == 0 else "            ")

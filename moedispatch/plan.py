@@ -39,6 +39,12 @@ class Plan:
     warnings: tuple[Reason, ...]
     #: The token counts and AITER environment the plan assumed (None: planned without run-time simulation).
     runtime: "Runtime | None" = None
+    #: ``((first layer index of a group, what-if reasons), …)`` when asked for (``explain --what-if``).
+    what_if: tuple[tuple[int, tuple[Reason, ...]], ...] = ()
+
+    def what_if_for(self, group: Sequence[Decision]) -> tuple[Reason, ...]:
+        first = group[0].layer.index
+        return next((r for i, r in self.what_if if i == first), ())
 
     @property
     def ok(self) -> bool:
@@ -222,7 +228,8 @@ def plan_to_json(plan: Plan, *, engine: str | None = None,
         "target": plan.caps.target_dict(),
         "parallel": {"tp": plan.tp, "ep": plan.ep},
         "layers": [layer_entry(d) for d in plan.decisions],
-        "groups": [group_entry(g) for g in plan.groups()],
+        "groups": [{**group_entry(g), **({"what_if": texts(plan.what_if_for(g))} if plan.what_if_for(g) else {})}
+                   for g in plan.groups()],
         **_runtime_entries(plan),
         "warnings": texts(plan.warnings),
         "warning_details": [w.to_dict() for w in plan.warnings],

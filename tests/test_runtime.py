@@ -219,3 +219,34 @@ def test_table_shows_dispatch_cost_and_totals(cli):
     assert "    aiter   tokens 1–64: cktile 2-stage" in out
     assert "    cost    1 token " in out and "µs" in out
     assert "total   predicted MoE time per forward pass on one rank (57 MoE layers)" in out
+
+
+def test_what_if_names_the_cheapest_change_and_what_the_padding_costs(cli):
+    """Issue 13 item 4: MiniMax-M3-MXFP4 TP8 pads 384→512 by default; the env switches that let AITER run its
+    tuned 384 rows are the cheapest faster path, with the predicted gain."""
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--what-if", "--format",
+               "json")
+    data = json.loads(proc.stdout)
+    moe = next(g for g in data["groups"] if g["kind"] == "moe")
+    pad, change = moe["what_if"]
+    assert pad.startswith("what-if: the pad 384→512 (intermediate/rank) costs +") and "at 8192 tokens" in pad
+    assert "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0" in change and "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1" in change
+    assert "384 unpadded" in change and "at 8192 tokens (-" in change
+    # with the switches already set there is nothing cheaper to suggest and nothing padded
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--what-if", "--format",
+               "json", "--aiter-env", "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0", "--aiter-env",
+               "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1")
+    assert "what_if" not in next(g for g in json.loads(proc.stdout)["groups"] if g["kind"] == "moe")
+
+
+def test_tuning_list_is_aiters_untuned_csv_ranked_by_predicted_time(cli):
+    """Issue 13 item 5: the shapes that fall to heuristics, in AITER's untuned-CSV columns, heaviest first."""
+    proc = cli("explain", "--model", "Qwen3-235B-A22B-Instruct-2507", "--target", "MI355X", "--tp", "8",
+               "--tuning-list")
+    assert proc.returncode == 0
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == ("token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,"
+                        "doweight_stage1")
+    assert len(lines) > 1 and all(ln.split(",")[1:5] == ["4096", "192", "128", "8"] for ln in lines[1:])
+    assert int(lines[1].split(",")[0]) == 8192  # the largest bucket costs the most time: first
+    assert "run on AITER heuristics" in proc.stderr
