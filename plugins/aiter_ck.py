@@ -90,8 +90,9 @@ class AiterCK(AiterFamily):
                          and layer.act.granularity in ("tensor", "token"))
             if not plain_fp8:
                 failures.append(Reason(
-                    "CK's swiglu_oai instances exist only for plain fp8 (per_tensor / per_token) 2-stage MoE; other CK "
-                    "schemes implement silu and gelu", "failed", _SWIGLU_SRC))
+                    f"CK 2-stage kernels for {layer.weight.describe()} × {layer.act.describe()} implement silu and gelu "
+                    "only; CK's swiglu_oai instances exist only for plain fp8 (per_tensor / per_token)", "failed",
+                    _SWIGLU_SRC))
             elif caps.aiter_version is not None and not caps.aiter_at_least(SWIGLU_SINCE):
                 failures.append(Reason(
                     f"CK fp8 swiglu_oai needs AITER >= {SWIGLU_SINCE} (ROCm/aiter#3886); target AITER is "
