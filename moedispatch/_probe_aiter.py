@@ -368,6 +368,12 @@ def inspect_aiter(flydsl_version: str | None, *, do_import: bool, timeout: float
         tuned = tuned_files(pkg)
         if not tuned:
             unknown.append(("tuned_cu_nums", "no aiter/configs/tuned_fmoe.csv or model_configs/*tuned_fmoe*.csv"))
+        else:
+            # A malformed or partial tuned CSV: AITER's merge may fail or skip rows; say which file and line
+            # (moedispatch's dispatch model then falls back to AITER's heuristics for the rows it cannot read).
+            from moedispatch.aiter_configs import installed_config_warnings
+
+            notes += [f"tuned CSV problem: {w}" for w in installed_config_warnings()]
     features = reconcile(version, params, gate_enum, flydsl_kernels, notes)
     pin = flydsl_check(version, flydsl_version, notes)
     status = try_import(timeout) if do_import else None
