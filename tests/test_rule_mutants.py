@@ -7,6 +7,7 @@ Targets are simulated from capability_db (no GPU).
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -171,3 +172,272 @@ def test_cli_fixture_imports_the_tree_under_test(tmp_path):
     assert all(f.startswith(str(ROOT)) for f in files), files
     done = run_cli("models", "--format", "json", env={"PYTHONPATH": str(tmp_path)})
     assert done.returncode == 0, done.stderr
+
+
+# -- engine padding branches (capability_db/engines.toml [[vllm.allocation]] / [[sglang.allocation]]) -------------
+
+@pytest.mark.parametrize("model,tp,engine,version,family,expected", [
+    # vLLM >= 0.31 pads bf16 for AITER with its CK tile rule, 64 when <= 192 else 128 (oracle/unquantized.py,
+    # vllm-project/vllm#55368): Qwen3-30B-A3B TP8 96 -> 128; <= 0.30 it does not pad (the #55368 crash).
+    ("Qwen3-30B-A3B", 8, "vllm", "0.33.0", "ck", (2048, 128, 0, 0)),
+    ("Qwen3-30B-A3B", 8, "vllm", "0.30.0", "ck", (2048, 96, 0, 0)),
+    ("Qwen3-235B-A22B-Instruct-2507", 8, "vllm", "0.33.0", "ck", (4096, 192, 0, 0)),
+    ("Qwen3-30B-A3B", 8, "vllm", "0.33.0", "triton", (2048, 96, None, None)),
+    # SGLang pads fp8 AITER intermediates to 128 (AITER_PADDING_SIZE) and passes the difference: 192 -> 256, pad 64
+    ("Qwen3-235B-A22B-Instruct-2507-FP8", 8, "sglang", "0.5.23", "ck", (4096, 256, 0, 64)),
+    ("Qwen3-30B-A3B", 8, "sglang", "0.5.23", "triton", (2048, 96, None, None)),
+])
+def test_engine_padding_per_release(model, tp, engine, version, family, expected):
+    """The allocation and kernel pads each engine release uses for a real layer (sources in engines.toml rows)."""
+    assert engine_padding(engine, moe_layer(model, tp), family, version) == expected
+
+
+def test_vllm_kernel_pads_double_the_intermediate_at_tp1_and_zero_for_minimax():
+    """vLLM passes hidden_pad//128*128 and intermediate_pad//64*64, doubled at TP 1 (the fused gate/up rows), to
+    AITER (experts/rocm_aiter_moe.py); MiniMax-M3 passes intermediate_pad=0 (vllm-project/vllm#46419)."""
+    fields = dict(hidden=2880, intermediate=2880, experts=32, top_k=4, weight="mxfp4", act="mxfp4",
+                  activation="silu")
+    assert engine_padding("vllm", MoELayer.build(tp=1, **fields), "flydsl", "0.31.0") == (3072, 3072, 128, 384)
+    assert engine_padding("vllm", MoELayer.build(tp=2, **fields), "flydsl", "0.31.0") == (3072, 1536, 128, 64)
+    minimax = MoELayer.build(tp=1, model_type="minimax_m3", **fields)
+    assert engine_padding("vllm", minimax, "flydsl", "0.31.0") == (3072, 3072, 128, 0)
+    assert engine_padding("sglang", MoELayer.build(tp=1, **fields), "flydsl", "0.5.23") == (2880, 3072, 0, 192)
+
+
+# -- kernel tile rules of the AITER families --------------------------------------------------------------------
+
+def test_ck_intermediate_tiles():
+    """CK 2-stage bf16: stage-1 N tile 64 when inter_dim <= 192 else 128 (vllm-project/vllm#55368,
+    ROCm/aiter#5444); fp8 needs 256 on gfx950 (KPerBlock=64 instances disabled, ROCm/aiter
+    csrc/ck_gemm_moe_2stages_codegen) and 128 on gfx942 (192 has no ck_moe_stage2 instance, ROCm/aiter#3202)."""
+    from moedispatch_plugins.aiter_ck import _a8w8_inter, _bf16_inter
+
+    assert [_bf16_inter(i, "gfx942") for i in (64, 192, 193, 2048)] == [64, 64, 128, 128]
+    assert [_a8w8_inter(i, "gfx942") for i in (64, 192, 193)] == [128, 128, 128]
+    assert [_a8w8_inter(i, None) for i in (192, 193)] == [128, 128]
+    assert [_a8w8_inter(i, "gfx950") for i in (64, 192, 2048)] == [256, 256, 256]
+
+
+@pytest.mark.parametrize("tag,gfx", [("pertokenFp8", "gfx942"), ("blockscaleFp8", "gfx942"),
+                                     ("blockscaleFp8", "gfx950"), ("pertokenMXfp4", "gfx950")])
+def test_asm_subgu_multiple_is_the_minimal_padding(tag, gfx):
+    """ASM 1-stage picks a kernel whose subGU_n divides inter_dim (hsa/<gfx>/fmoe/*.csv at ROCm/aiter v0.1.15.post3):
+    the plan pads to the smallest size some listed subGU_n divides — no more, no less."""
+    from moedispatch.backend import round_up
+    from moedispatch_plugins.aiter_asm import SUBGU_N, _subgu
+
+    multiple = _subgu(tag)
+    sizes = SUBGU_N[(tag, gfx)]
+    for inter in (64, 128, 192, 200, 320, 352, 704, 1408, 1536, 2048):
+        n = multiple(inter, gfx)
+        assert n in sizes
+        assert round_up(inter, n) == min(-(-inter // s) * s for s in sizes), (inter, n)
+    assert multiple(704, "gfx90a") == 1 and multiple(704, None) == 1
+
+
+def test_asm_table_tags():
+    """Each ASM combo names its kernel table (hsa/<gfx>/fmoe/<tag> CSVs): pertokenFp8, blockscaleFp8, pertokenMXfp4."""
+    from moedispatch_plugins.aiter_asm import COMBOS, _table_tag
+
+    assert [_table_tag(c) for c in COMBOS] == ["pertokenFp8", "blockscaleFp8", "pertokenMXfp4"]
+
+
+# -- known_issues.toml validation: a broken entry is one clear line naming the file, entry, key and problem ----------
+
+def _issues_doc():
+    import copy
+
+    from moedispatch import capdb
+
+    return copy.deepcopy(capdb.load_toml("known_issues.toml"))
+
+
+def _load_issues_from(monkeypatch, doc):
+    from moedispatch import capdb, rules
+
+    real = capdb.load_toml
+    monkeypatch.setattr(capdb, "load_toml", lambda name: doc if name == "known_issues.toml" else real(name))
+    rules.known_issues.cache_clear()
+    try:
+        return rules.known_issues()
+    finally:
+        monkeypatch.undo()
+        rules.known_issues.cache_clear()
+
+
+def _set_path(entry, path, value):
+    *parents, last = path
+    for key in parents:
+        entry = entry[key]
+    if value is _DELETE:
+        del entry[last]
+    else:
+        entry[last] = value
+
+
+_DELETE = object()
+_WHERE = "capability_db/known_issues.toml: issue[0] (aiter#5233)"
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("families",), _DELETE, "missing key 'families'"),
+    (("source",), _DELETE, "missing key 'source'"),
+    (("title",), 3, "title must be a string, got int"),
+    (("status",), ["open"], "status must be a string, got list"),
+    (("families",), [], "families must be a non-empty array of backend names"),
+    (("families",), "aiter-cktile", "families must be a non-empty array of backend names"),
+    (("predicate",), "gfx950", "predicate must be a table, got str"),
+    (("workaround",), [], "workaround must be a table, got list"),
+    (("predicate", "gfx"), "gfx950", "predicate.gfx must be an array of strings"),
+    (("predicate", "has_bias"), "yes", "predicate.has_bias must be a boolean"),
+    (("predicate", "inter_mod"), 0, "predicate.inter_mod must be a positive integer"),
+    (("predicate", "inter_mod"), True, "predicate.inter_mod must be a positive integer"),
+    (("predicate", "inter_in"), [384, "512"], "predicate.inter_in must be an array of integers"),
+    (("predicate", "kernel_inter_pad_gt"), -1, "predicate.kernel_inter_pad_gt must be a non-negative integer"),
+    (("workaround", "route"), 5, "workaround.route must be a string"),
+    (("workaround", "reject"), "yes", "workaround.reject must be a boolean"),
+    (("workaround", "pad_intermediate_to"), 0, "workaround.pad_intermediate_to must be a positive integer"),
+    (("workaround", "kernel_intermediate_pad"), -1, "workaround.kernel_intermediate_pad must be a non-negative"),
+    (("effect",), "garbage", "effect 'garbage' not one of wrong_output, crash, hang, slow, unsupported"),
+    (("predicate", "vram"), [1], "unknown predicate key(s) vram"),
+    (("workaround", "reboot"), True, "unknown workaround key(s) reboot"),
+    (("confidence",), "sure", "confidence 'sure' not one of confirmed, derived, unconfirmed"),
+    (("aiter",), ">>0.1", "aiter '>>0.1' is not a PEP 440 specifier"),
+])
+def test_broken_known_issue_entry_is_one_clear_line(monkeypatch, path, value, message):
+    """Each malformed field of a known issue fails at load time with the file, the entry and the problem (never
+    later, mid-selection, with a TypeError)."""
+    from moedispatch.errors import CapabilityDBError
+
+    doc = _issues_doc()
+    _set_path(doc["issue"][0], path, value)
+    with pytest.raises(CapabilityDBError) as err:
+        _load_issues_from(monkeypatch, doc)
+    assert str(err.value).startswith(_WHERE + ": ") and message in str(err.value), str(err.value)
+
+
+def test_broken_known_issue_table_shapes(monkeypatch):
+    """A duplicate id, an empty id, a non-table entry and a non-array [[issue]] are named precisely too."""
+    from moedispatch.errors import CapabilityDBError
+
+    doc = _issues_doc()
+    doc["issue"][1]["id"] = doc["issue"][0]["id"]
+    with pytest.raises(CapabilityDBError, match=r"issue\[1\] \(aiter#5233\): duplicate id 'aiter#5233' \(also "
+                                                r"issue\[0\]\)"):
+        _load_issues_from(monkeypatch, doc)
+    doc = _issues_doc()
+    doc["issue"][0]["id"] = "  "
+    with pytest.raises(CapabilityDBError, match=r"issue\[0\] \(  \): id must not be empty"):
+        _load_issues_from(monkeypatch, doc)
+    doc = _issues_doc()
+    doc["issue"][2] = "aiter#1"
+    with pytest.raises(CapabilityDBError, match=r"known_issues.toml: issue\[2\] must be a table$"):
+        _load_issues_from(monkeypatch, doc)
+    with pytest.raises(CapabilityDBError, match=r"issue must be an array of tables \(\[\[issue\]\]\)"):
+        _load_issues_from(monkeypatch, {"issue": {"id": "x"}})
+    assert _load_issues_from(monkeypatch, {}) == ()
+
+
+def test_known_issues_are_frozen_values():
+    """Loaded issues are hashable values (lists frozen to tuples, keys sorted); confidence defaults to confirmed."""
+    from moedispatch.rules import known_issues
+
+    issues = {i.id: i for i in known_issues()}
+    cktile = issues["aiter#5233"]
+    assert hash(cktile) and cktile.pred == {"gfx": ("gfx950",), "weight": ("mxfp4",), "inter_mod": 256}
+    assert [k for k, _ in cktile.predicate] == sorted(cktile.pred) and cktile.fix == {"pad_intermediate_to": 256}
+    assert (cktile.families, cktile.aiter, cktile.effect, cktile.confidence) == (("aiter-cktile",), ">=0.1.12",
+                                                                                 "wrong_output", "confirmed")
+    assert issues["vllm-pr#46419"].confidence == "derived"
+
+
+# -- plugin failures are reported precisely (a third-party backend's mistakes never crash selection) ---------------
+
+class _Plugin:
+    """A third-party backend (module outside moedispatch_plugins, so it runs under the plugin deadline)."""
+
+    def __new__(cls, name, *, check=None, plan=None, preference=5):
+        from moedispatch.backend import Backend, Padding, Verdict
+
+        class ThirdParty(Backend):
+            def check(self, layer, caps):
+                return check(layer, caps) if check else Verdict.supported("runs anywhere")
+
+            def plan_padding(self, layer, caps):
+                return plan(layer, caps) if plan else Padding.none(layer)
+
+        backend = ThirdParty()
+        backend.name, backend.preference = name, preference
+        return backend
+
+
+def _raise(exc):
+    def fn(layer, caps):
+        raise exc
+    return fn
+
+
+@pytest.mark.parametrize("check,plan,expected", [
+    (_raise(ValueError("boom\nsecond line")), None, "plugin error: check() raised ValueError: boom"),
+    (_raise(KeyError()), None, "plugin error: check() raised KeyError"),
+    (_raise(RuntimeError("   ")), None, "plugin error: check() raised RuntimeError"),
+    (lambda la, c: "yes", None, "plugin error: check() returned str, not a Verdict"),
+    (None, _raise(ZeroDivisionError("pads")), "plugin error: plan_padding() raised ZeroDivisionError: pads"),
+    (None, lambda la, c: {"hidden": 1}, "plugin error: plan_padding() returned dict, not a Padding"),
+])
+def test_plugin_errors_name_the_method_and_exception(caps, builtins, check, plan, expected):
+    """A plugin that raises or returns garbage is rejected with ``plugin error: <method>() …`` (first line of the
+    exception only) and selection goes on with the built-ins; ``strict=True`` raises PluginError instead."""
+    from moedispatch.errors import PluginError
+
+    layer = moe_layer("Mixtral-8x7B", 8)
+    acme = _Plugin("acme", check=check, plan=plan, preference=1000)
+    d = select(layer, caps("gfx942", AITER), tuple(builtins) + (acme,))
+    assert d.backend != "acme"
+    rejection = d.rejection("acme")
+    assert [r.text for r in rejection.reasons] == [expected] and rejection.reasons[0].kind == "failed"
+    with pytest.raises(PluginError, match="backend 'acme': " + re.escape(expected[len("plugin error: "):])):
+        select(layer, caps("gfx942", AITER), tuple(builtins) + (acme,), strict=True)
+
+
+def test_plugin_padding_inconsistent_with_the_layer_is_rejected(caps, builtins):
+    """Allocated sizes must be the layer's plus the pads: a plan that says otherwise is a plugin error."""
+    from moedispatch.backend import Padding
+
+    layer = moe_layer("Mixtral-8x7B", 8)
+    acme = _Plugin("acme", plan=lambda la, c: Padding(hidden=la.hidden + 64, intermediate_per_rank=
+                                                      la.intermediate_per_rank), preference=1000)
+    d = select(layer, caps("gfx942", AITER), tuple(builtins) + (acme,))
+    text = d.rejection("acme").reasons[0].text
+    assert text == (f"plugin error: plan_padding() returned sizes inconsistent with the layer (hidden "
+                    f"{layer.hidden + 64} - pad 0 != {layer.hidden} or intermediate {layer.intermediate_per_rank} - "
+                    f"pad 0 != {layer.intermediate_per_rank})")
+
+
+def test_verdict_and_padding_values():
+    """Verdict.unsupported needs a reason; from_checks is supported iff nothing failed; str reasons become Reasons
+    of the verdict's kind; Padding refuses impossible values."""
+    from moedispatch.backend import Backend, Padding, Verdict
+    from moedispatch.reason import Reason
+
+    with pytest.raises(ValueError, match="an unsupported verdict needs at least one reason"):
+        Verdict.unsupported()
+    v = Verdict.unsupported("needs gfx950")
+    assert v.supported is False and v.reasons == (Reason("needs gfx950", "failed"),)
+    assert Verdict.from_checks([], ["fine"]) == Verdict(True, (Reason("fine", "supports"),))
+    assert Verdict.from_checks(["bad"], ["fine"]) == Verdict(False, (Reason("bad", "failed"),))
+    assert Verdict.supported("ok").reasons == (Reason("ok", "supports"),)
+    assert Padding(hidden=8, intermediate_per_rank=8, notes=("why",)).notes == (Reason("why", "padding"),)
+    with pytest.raises(ValueError, match="pad_semantics must be one of compute, skip, trim, got 'zero'"):
+        Padding(hidden=8, intermediate_per_rank=8, pad_semantics="zero")
+    with pytest.raises(ValueError, match="Padding.hidden must be a positive int"):
+        Padding(hidden=0, intermediate_per_rank=8)
+    with pytest.raises(ValueError, match="Padding.kernel_hidden_pad must be a non-negative int, got -1"):
+        Padding(hidden=8, intermediate_per_rank=8, kernel_hidden_pad=-1)
+    with pytest.raises(ValueError, match="a kernel pad cannot exceed the allocated pad"):
+        Padding(hidden=8, intermediate_per_rank=8, hidden_pad=1, kernel_hidden_pad=2)
+    b = Backend()
+    b.name, b.preference = "acme", 7
+    assert repr(b) == "<Backend 'acme' preference=7>"
+    with pytest.raises(NotImplementedError, match="backend 'acme' does not implement check()"):
+        b.check(None, None)
