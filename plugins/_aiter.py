@@ -83,6 +83,28 @@ def tuned_coverage_note(caps: Capabilities) -> list[Reason]:
                    "MI300X/MI325X (304 CUs) had none up to v0.1.15.post3", "note", source)]
 
 
+#: Model paths whose AITER floor the sources disagree on: model_types -> (floor A, its source, floor B, its source).
+#: Both are kept and shown; the rules enforce only what the kernels need (e.g. gate_mode >= 0.1.14).
+VERSION_FLOOR_CONFLICTS = {
+    ("minimax_m3", "minimax_m3_text", "minimax_m3_vl"): (
+        "0.1.15.post3", "vllm-project/vllm#46419 (the PR that enabled the AITER MoE path, GSM8K 0.940 at TP8)",
+        "0.1.16.post2", "the vLLM recipes with vllm-project/vllm#46692 (not read here: unconfirmed)"),
+}
+
+
+def version_floor_notes(layer: MoELayer, caps: Capabilities) -> list[Reason]:
+    """A caveat when the target AITER sits between two floors the sources give for this model's AITER path."""
+    out = []
+    for model_types, (low, low_src, high, high_src) in VERSION_FLOOR_CONFLICTS.items():
+        if layer.model_type in model_types and caps.aiter_version is not None and not caps.aiter_at_least(high):
+            out.append(Reason(
+                f"sources disagree on the AITER floor for this model's AITER MoE path: {low} per {low_src}, "
+                f"{high} per {high_src}; target AITER {caps.aiter_version} is below the higher one — moedispatch "
+                "enforces only the kernel features it needs", "caveat", f"{low_src}; {high_src}", "aiter-floor",
+                "unconfirmed"))
+    return out
+
+
 class AiterFamily(RuleBackend):
     """What every AITER family shares: AITER installed, CDNA >= 3, the fused_moe API gates, tuned-CSV coverage."""
 
@@ -94,7 +116,7 @@ class AiterFamily(RuleBackend):
         return list(aiter_common_checks(layer, caps, combo))
 
     def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
-        return list(tuned_coverage_note(caps))
+        return [*tuned_coverage_note(caps), *version_floor_notes(layer, caps)]
 
 
 @functools.lru_cache(maxsize=256)

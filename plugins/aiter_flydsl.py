@@ -15,7 +15,8 @@ from moedispatch.layers import MoELayer
 from moedispatch.reason import Reason
 from moedispatch.rules import Combo, need_feature
 
-from moedispatch_plugins._aiter import A3, V, AiterFamily, swiglu_decode_note, tuned_coverage_note
+from moedispatch_plugins._aiter import (A3, V, AiterFamily, swiglu_decode_note, tuned_coverage_note,
+                                        version_floor_notes)
 
 _KERNELS = f"{A3}:aiter/ops/flydsl/kernels/mixed_moe_gemm_2stage.py; {A3}:aiter/ops/flydsl/moe_kernels.py"
 _SRC = (f"{_KERNELS} (fp4 kernels use gfx950 scaled MFMA; stage-1/2 tile_k 256 for fp4); hidden/inter rounded to "
@@ -102,28 +103,29 @@ class AiterFlyDSL(AiterFamily):
         return failures
 
     def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
-        notes: list[Reason | str] = [*swiglu_decode_note(layer, combo), *tuned_coverage_note(caps)]
+        notes: list[Reason | str] = [*swiglu_decode_note(layer, combo), *tuned_coverage_note(caps),
+                                     *version_floor_notes(layer, caps)]
         if (layer.ep > 1 and layer.weight.dtype == "mxfp4" and layer.act.dtype == "mxfp4"
                 and caps.aiter_at_least(A4W4_PORT_SINCE)):
             notes.append(Reason(
-                f"caveat: at AITER >= {A4W4_PORT_SINCE} a tuned a4w4 row that routes to the RadeonFlow MXFP4 port raises "
+                f"at AITER >= {A4W4_PORT_SINCE} a tuned a4w4 row that routes to the RadeonFlow MXFP4 port raises "
                 "NotImplementedError with expert parallelism ('expert_mask is dropped by the output_aux sort path'); "
                 "the FlyDSL heuristic path keeps expert_mask. Check the tuned CSV for this shape, or run without EP",
                 "caveat", "ROCm/aiter@v0.1.19:aiter/fused_moe.py (fused_moe_2stages, metadata.output_aux); "
                 "ROCm/aiter#3832"))
         if layer.activation == "situv2":
             notes.append(Reason(
-                "caveat: AITER_SITUV2_A8W4=1 (AITER's a8w4 SiTUv2 kernels) needs the engine to lay the weights out for "
+                "AITER_SITUV2_A8W4=1 (AITER's a8w4 SiTUv2 kernels) needs the engine to lay the weights out for "
                 "it too (vLLM VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4=1); one without the other silently produces garbage",
                 "caveat", "vllm-project/vllm#52442; vllm-project/vllm#50582", "vllm#52442"))
         if layer.ep > 1 and layer.weight.dtype == "int4":
             notes.append(Reason(
-                f"caveat: FlyDSL W4A16 (int4) with expert parallelism (ep={layer.ep}) gave gibberish for Kimi-K2.5 in "
+                f"FlyDSL W4A16 (int4) with expert parallelism (ep={layer.ep}) gave gibberish for Kimi-K2.5 in "
                 "vLLM's review of the path; verify accuracy at this EP degree before serving", "caveat",
                 "https://github.com/vllm-project/vllm/pull/44400", "vllm#44400", "derived"))
         if layer.ep > 1 and layer.weight.dtype == "mxfp4" and layer.act.dtype == "fp8":
             notes.append(Reason(
-                f"caveat: W4A8 (fp8 x MXFP4) with expert parallelism (ep={layer.ep}): DeepSeek-V4-Pro on MI355X scored "
+                f"W4A8 (fp8 x MXFP4) with expert parallelism (ep={layer.ep}): DeepSeek-V4-Pro on MI355X scored "
                 "GSM8K 0.0000 at EP8 through SGLang's AITER MoE while EP1 was unaffected (cause not isolated); "
                 "verify accuracy at this EP degree before serving", "caveat",
                 "https://github.com/SemiAnalysisAI/InferenceX/pull/1266", "InferenceX#1266", "derived"))
