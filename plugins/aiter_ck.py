@@ -26,13 +26,12 @@ def _bf16_inter(inter: int, gfx: str | None) -> int:
 
 def _a8w8_inter(inter: int, gfx: str | None) -> int:
     # gfx950 fp8 stage-2 K tile is 256 for block_m 32/64 (KPerBlock=64 instances commented out: "gfx950 fp8 mfma
-    # instruction limitation"). gfx942: 128, not the bf16 "64 if <= 192" rule: an fp8 per-tensor inter_dim of 192
-    # has no ck_moe_stage2 instance on MI300X either ("device_gemm does not support this GEMM problem" in warmup,
-    # ROCm/aiter#3202, aiter 0.1.16.post2), so 192 must pad to 256 (derived: 128 is the smallest multiple that
-    # excludes 192 and keeps the 128-wide tiles every tuned gfx942 fp8 row uses).
+    # instruction limitation"); gfx942 follows the bf16 rule (derived: the "minimum safe alignment"). The fp8
+    # per-tensor inter_dim 192 that has no stage-2 instance on MI300X either is a known issue (ROCm/aiter#3202 in
+    # capability_db/known_issues.toml, padded to 256), not a wider alignment for every fp8 scheme.
     if gfx == "gfx950":
         return 256
-    return 128
+    return 64 if inter <= 192 else 128
 
 
 _BOTH = ("gfx942", "gfx950")
