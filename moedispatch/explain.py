@@ -78,8 +78,30 @@ def _brief_line(d: Decision, span: str, count: str) -> str:
     return f"{span} ({count}) → {d.backend or 'NO BACKEND'}: {pad}{extra}"
 
 
+class _Sources:
+    """Numbered sources for the table: a reason prints ``text [3]`` and the sources are listed once at the end, so
+    the 57 identical layers' citations do not drown the decision (the JSON keeps every source on its reason)."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def __call__(self, reason: Reason) -> str:
+        text = reason.text
+        if reason.source:
+            n = self.numbers.setdefault(reason.source, len(self.numbers) + 1)
+            text += f" [{n}]"
+        return text if reason.confidence == "confirmed" else f"{text} ({reason.confidence})"
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        for source, n in self.numbers.items():
+            out += _wrap(source, f"[{n}]".ljust(8))
+        return out
+
+
 def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = False) -> str:
     caps = plan.caps
+    cite = _Sources()
     lines: list[str] = []
     if first_line:
         lines.append(first_line)
@@ -132,16 +154,16 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
         if d.cost:
             lines += _wrap(_costs_line(d.cost), "    cost    ")
         for reason in plan.what_if_for(group):
-            lines += _wrap(reason.marked().removeprefix("what-if: "), "    what-if ")
+            lines += _wrap(cite(reason).removeprefix("what-if: "), "    what-if ")
         why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
         for n, reason in enumerate(why):
-            lines += _wrap(reason.marked(), "    why     " if n == 0 else "            ")
+            lines += _wrap(cite(reason), "    why     " if n == 0 else "            ")
         for reason in d.of_kind("caveat"):
-            lines += _wrap(reason.marked(), "    caveat  ")
+            lines += _wrap(cite(reason), "    caveat  ")
         for reason in d.of_kind("warning"):
-            lines += _wrap(reason.marked(), "    warning ")
+            lines += _wrap(cite(reason), "    warning ")
         for rej in d.rejected:
-            lines += _wrap(f"{rej.backend}: " + "; ".join(r.marked() for r in rej.reasons), "    not     ")
+            lines += _wrap(f"{rej.backend}: " + "; ".join(cite(r) for r in rej.reasons), "    not     ")
     totals = cost_total(plan)
     if totals and not brief:
         lines.append("")
@@ -155,7 +177,11 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     if plan.warnings:
         lines.append("")
         for w in plan.warnings:
-            lines += _wrap(w.marked(), "warning ")
+            lines += _wrap(cite(w), "warning ")
+    if cite.numbers:
+        lines.append("")
+        lines.append("sources")
+        lines += cite.lines()
     if any(r.confidence != "confirmed" for r in _all_reasons(plan)):
         lines.append("")
         lines.append(f"legend  {LEGEND}")
