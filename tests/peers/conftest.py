@@ -22,3 +22,13 @@ def vllm_oracle():
     rcases, meta = peers.recipe_cases()
     answers = peers.run_vllm(py, grid + rcases)
     return {"grid": (grid, answers[:len(grid)]), "recipes": (rcases, meta, answers[len(grid):])}
+
+
+@pytest.fixture(scope="session")
+def sglang_oracle():
+    """(cases, answers) from the real SGLang 0.5.23 helpers (tests/peers/sglang_side.py)."""
+    py = peers.peers_python()
+    if py is None or not peers.has_sglang(py):
+        pytest.skip("SGLang peer environment absent (.peers-venv with sglang): run tests/peers/setup_env.sh")
+    cases = peers.sglang_grid()
+    return cases, peers.run_sglang(py, cases)

@@ -113,6 +113,31 @@ def run_vllm(python: str, cases: list[dict]) -> list[dict]:
     return answers
 
 
+def has_sglang(python: str) -> bool:
+    r = subprocess.run([python, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('sglang') is None or "
+                        "u.find_spec('compressed_tensors') is None)"], capture_output=True)
+    return r.returncode == 0
+
+
+SGLANG_SCHEMES = {"bf16": "bf16", "fp8": "fp8_tensor", "mxfp4_w4a4": "mxfp4_w4a4"}
+
+
+def sglang_grid() -> list[dict]:
+    """bf16 / FP8 / Quark MXFP4 W4A4 × gfx942/gfx950 × silu/swigluoai/swigluoai_uninterleave × per-rank sizes."""
+    sizes = sorted(set(I_RANKS) | {64, 160, 224, 448, 640, 768, 1024, 2048})
+    return [dict(scheme=s, gfx=g, activation=a, i=i, h=h) for s, g, a, i, h in itertools.product(
+        SGLANG_SCHEMES, ("gfx942", "gfx950"), ("silu", "swigluoai", "swigluoai_uninterleave"), sizes, (2880, 6144))]
+
+
+def run_sglang(python: str, cases: list[dict]) -> list[dict]:
+    env = dict(os.environ)
+    r = subprocess.run([python, str(HERE / "sglang_side.py")], input=json.dumps(cases), capture_output=True,
+                       text=True, env=env, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"sglang_side.py failed: {r.stderr[-3000:]}")
+    return json.loads(r.stdout)
+
+
 def fields(case: dict) -> dict:
     """select_moe_backend()/engine_choice() fields for a case."""
     f = dict(SCHEMES[case["scheme"]])

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 V="${1:-.peers-venv}"
-if [ -x "$V/bin/python" ] && "$V/bin/python" -c "import vllm, sglang" 2>/dev/null; then
+if [ -x "$V/bin/python" ] && "$V/bin/python" -c "import vllm, sglang, compressed_tensors, gguf" 2>/dev/null; then
   echo "$V: ready"; exit 0
 fi
 python3 -m venv "$V"
@@ -23,6 +23,9 @@ $P --no-deps "xgrammar==0.2.8" "apache-tvm-ffi==0.1.11"   # xgrammar would other
 # SGLang 0.5.23: sglang.srt.server_args imports these.
 $P orjson tqdm dill sentencepiece loguru ipython
 $P --no-deps triton==3.8.0                # sglang.srt.utils.common imports triton unconditionally (it does not touch torch)
+# SGLang 0.5.23's MoE quantization package (tests/peers/sglang_side.py): its import chain needs these two.
+$P gguf
+$P --no-deps compressed-tensors==0.18.0   # --no-deps: it would otherwise pull a CUDA torch
 $P -e .
 "$V/bin/python" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$V: ready"
