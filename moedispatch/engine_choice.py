@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.plan import Plan
 
 __all__ = ["EngineChoice", "engine_choice", "choice_for_layer", "compare_plan", "compare_decision", "ENGINES",
-           "parse_engine_spec", "render_comparison"]
+           "parse_engine_spec", "render_comparison", "findings"]
 
 #: Engine → {release: capability_db file}. The newest release is the default.
 ENGINES = {"vllm": {"0.33.0": "engines/vllm.toml"}, "sglang": {"0.5.23": "engines/sglang.toml"}}
@@ -498,6 +498,14 @@ def engine_choice(engine: str, engine_version: str | None = None, *, caps: "Capa
         caps, _ = resolve_capabilities()
     return choice_for_layer(layer, caps, engine, engine_version, env=env, moe_backend=moe_backend,
                             quant_method=None if quant_method is None else str(quant_method))
+
+
+def findings(engine: str = "vllm", engine_version: str | None = None) -> list[dict[str, Any]]:
+    """Where the engine release and moedispatch's selector disagree, resolved: ``id``, ``what`` the engine does,
+    ``side`` (who is right for a user of that release: engine name | moedispatch | open), the ``rule`` moedispatch
+    should follow, ``source`` and ``confidence`` (capability_db/engines/<engine>.toml ``[[finding]]``)."""
+    _, doc = _data(engine.strip().lower(), engine_version)
+    return [{"confidence": "confirmed", **f} for f in doc.get("finding", [])]
 
 
 # -- plan comparison -----------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import pytest
 
 import moedispatch
 from moedispatch import capdb
-from moedispatch.engine_choice import EngineChoice, choice_for_layer, compare_plan, engine_choice, parse_engine_spec
+from moedispatch.engine_choice import (EngineChoice, choice_for_layer, compare_plan, engine_choice, findings,
+                                       parse_engine_spec)
 from moedispatch.errors import UsageError
 from moedispatch.models import load_model
 from moedispatch.plan import plan_model, plan_to_json
@@ -209,3 +210,14 @@ def test_explain_engine_flag_through_the_cli():
     for bad in (["--engine", "vllm@0.1"], ["--engine", "foo"], ["--engine", "vllm", "--engine-env", "X"]):
         r = subprocess.run(base + bad, capture_output=True, text=True)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_findings_resolve_every_issue_class_with_a_v0_33_source():
+    """Each disagreement class of issue 17 is recorded with who is right, the rule to follow and a vLLM v0.33.0
+    source the selector/recipes engineers can cite."""
+    got = {f["id"]: f for f in findings("vllm", "0.33.0")}
+    for prefix in ("S1-", "P2-", "P1-", "S2-S3-", "S5-", "S6-", "S7-S9-P3-", "S8-"):
+        f = next(v for k, v in got.items() if k.startswith(prefix))
+        assert f["side"] in ("vllm", "moedispatch", "open") and f["rule"]
+        assert "vllm-project/vllm@v0.33.0:" in f["source"]
+        assert f["confidence"] in ("confirmed", "derived", "unconfirmed")
