@@ -518,8 +518,30 @@ def _same_family(engine_family: str | None, ours: str | None) -> bool:
     return engine_family == ours
 
 
-def compare_decision(decision: Any, choice: EngineChoice) -> dict[str, Any]:
-    """How the engine's own choice relates to moedispatch's decision for one layer."""
+def _finding_applies(when: Mapping[str, Any], layer: "MoELayer", choice: EngineChoice, gfx: str | None,
+                     quant_method: str | None, padding_differs: bool) -> bool:
+    try:
+        scheme = _scheme(layer)
+    except UsageError:
+        return False
+    checks = (
+        ("schemes", lambda v: scheme in v),
+        ("activations", lambda v: layer.activation in v),
+        ("not_activations", lambda v: layer.activation not in v),
+        ("engine_backends", lambda v: choice.backend in v),
+        ("gfx", lambda v: gfx in v),
+        ("quant_methods", lambda v: (quant_method or "").lower() in v),
+        ("not_model_types", lambda v: layer.model_type not in v),
+        ("padding_differs", lambda v: padding_differs == v),
+        ("intermediate_not_multiple_of", lambda v: layer.intermediate_per_rank % v != 0),
+        ("dims_not_multiple_of", lambda v: layer.hidden % v != 0 or layer.intermediate_per_rank % v != 0),
+    )
+    return all(test(when[key]) for key, test in checks if key in when)
+
+
+def compare_decision(decision: Any, choice: EngineChoice, *, quant_method: str | None = None) -> dict[str, Any]:
+    """How the engine's own choice relates to moedispatch's decision for one layer, with the recorded findings
+    (capability_db/engines ``[[finding]]``) that explain the difference and say who is right."""
     p = decision.padding
     out: dict[str, Any] = {"moedispatch": {"backend": decision.backend, "hidden": p.hidden,
                                            "intermediate_per_rank": p.intermediate_per_rank}}
@@ -559,6 +581,15 @@ def compare_decision(decision: Any, choice: EngineChoice) -> dict[str, Any]:
         why.append(Reason(f"{choice.engine} allocates {choice.hidden} × {choice.intermediate_per_rank}, moedispatch "
                           f"plans {p.hidden} × {p.intermediate_per_rank}", "padding",
                           next((r.source for r in choice.reasons if r.kind == "padding"), None)))
+    if verdict != "same" or padding_differs:
+        gfx = decision.caps.gfx if decision.caps is not None else None
+        for f in findings(choice.engine, choice.version):
+            if "when" in f and _finding_applies(f["when"], decision.layer, choice, gfx, quant_method,
+                                                bool(padding_differs)):
+                side = {"moedispatch": "moedispatch is right", "open": "unresolved"}.get(
+                    f["side"], f"{choice.engine} {choice.version} is right")
+                why.append(Reason(f"[{f['id']}] {side}: {f['rule']}", "note", f["source"], None,
+                                  f.get("confidence", "confirmed")))
     out.update(verdict=verdict, padding_differs=bool(padding_differs), why=texts(why),
                why_details=[r.to_dict() for r in why])
     return out
@@ -586,7 +617,7 @@ def compare_plan(plan: "Plan", engine: str = "vllm", engine_version: str | None 
             out.append(entry)
             continue
         entry["engine"] = choice.to_dict()
-        entry.update(compare_decision(d, choice))
+        entry.update(compare_decision(d, choice, quant_method=quant_method))
         out.append(entry)
     return out
 

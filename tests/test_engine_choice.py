@@ -221,3 +221,23 @@ def test_findings_resolve_every_issue_class_with_a_v0_33_source():
         assert f["side"] in ("vllm", "moedispatch", "open") and f["rule"]
         assert "vllm-project/vllm@v0.33.0:" in f["source"]
         assert f["confidence"] in ("confirmed", "derived", "unconfirmed")
+
+
+def test_comparison_lines_carry_the_matching_finding(caps):
+    """Where vLLM and the plan differ, the comparison names the resolved class and who is right: the flagship's 384 vs
+    512 is P2 (vLLM 0.33 is right); a Quark MXFP4 W4A16 SiLU layer without AITER is S5."""
+    m3 = plan_model(load_model("MiniMax-M3-MXFP4"), caps["gfx950"], tp=8)
+    [on] = compare_plan(m3, "vllm", env=ON)
+    assert any(w.startswith("[P2-mxfp4-w4a4-aiter-round-up-128] vllm 0.33.0 is right") for w in on["why"])
+    from moedispatch.engine_choice import compare_decision
+    from moedispatch.fields import layer_from_fields
+    from moedispatch.selector import select
+    from moedispatch.plugins import get_registry
+
+    layer = layer_from_fields(dict(hidden_size=2880, intermediate_size=2880, tp_size=8, num_experts=128, top_k=4,
+                                   activation="silu", **Q["w4a16"]))
+    d = select(layer, caps["gfx950"], get_registry().backends)
+    ch = choice_for_layer(layer, caps["gfx950"], "vllm")
+    assert ch.backend == "EMULATION"
+    out = compare_decision(d, ch)
+    assert any(w.startswith("[S5-mxfp4-w4a16-silu-triton]") for w in out["why"])
