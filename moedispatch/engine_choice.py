@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.plan import Plan
 
 __all__ = ["EngineChoice", "engine_choice", "choice_for_layer", "compare_plan", "compare_decision", "ENGINES",
-           "parse_engine_spec", "render_comparison", "findings"]
+           "parse_engine_spec", "render_comparison", "findings", "recipe_engine_groups"]
 
 #: Engine → {release: capability_db file}. The newest release is the default.
 ENGINES = {"vllm": {"0.33.0": "engines/vllm.toml"}, "sglang": {"0.5.23": "engines/sglang.toml"}}
@@ -620,6 +620,25 @@ def compare_plan(plan: "Plan", engine: str = "vllm", engine_version: str | None 
         entry.update(compare_decision(d, choice, quant_method=quant_method))
         out.append(entry)
     return out
+
+
+def recipe_engine_groups(plan: "Plan", recipe: Any) -> dict[str, Any]:
+    """A recipe's ``engine_auto`` and ``engine_forced``: per MoE layer group, :func:`compare_plan` with the recipe's
+    environment on ``auto`` and on the recipe's forced ``--moe-backend`` / ``--moe-runner-backend`` value. Both are
+    ``None`` when the recipe's engine release is not modelled (capability_db/engines)."""
+    try:
+        version, _ = _data(recipe.engine, recipe.version)
+    except UsageError:
+        return {"engine_auto": None, "engine_forced": None}
+    env = {e["name"]: str(e["value"]) for e in recipe.env}
+    words = " ".join(a["arg"] for a in recipe.args).split()
+    flag = "--moe-backend" if recipe.engine == "vllm" else "--moe-runner-backend"
+    forced = words[words.index(flag) + 1] if flag in words[:-1] else "auto"
+    qm = getattr(plan.model, "quant_method", None)
+    auto = compare_plan(plan, recipe.engine, version, env=env, quant_method=qm)
+    pinned = auto if forced == "auto" else compare_plan(plan, recipe.engine, version, env=env, moe_backend=forced,
+                                                          quant_method=qm)
+    return {"engine_auto": auto, "engine_forced": pinned}
 
 
 _VERDICT_TEXT = {"same": "same kernel family as moedispatch", "slower": "correct, but moedispatch prefers another",

@@ -495,6 +495,12 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
         out = recipe.to_dict()
         out["plan_fingerprint"] = plan.fingerprint
         out["plan"] = plan_to_json(plan)
+        # --- issue 17 (engine_choice owner): per MoE layer group, what the engine does on its own (auto) and with the
+        # recipe's forced value, both with the recipe's env, and whether that differs from the plan.
+        from moedispatch.engine_choice import recipe_engine_groups
+
+        out.update(recipe_engine_groups(plan, recipe))
+        # --- end issue 17
         return json.dumps(out, indent=2) + "\n"
     caps = plan.caps
     lines = [f"# {engine} {recipe.version} recipe for {plan.model.name} on {caps.arch_label}"

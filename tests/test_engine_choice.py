@@ -241,3 +241,16 @@ def test_comparison_lines_carry_the_matching_finding(caps):
     assert ch.backend == "EMULATION"
     out = compare_decision(d, ch)
     assert any(w.startswith("[S5-mxfp4-w4a16-silu-triton]") for w in out["why"])
+
+
+def test_recipe_json_carries_engine_auto_and_engine_forced():
+    """explain --recipe vllm --format json: per MoE group what vLLM does on auto and with the recipe's forced value
+    (both with the recipe's env); the forced value is one vLLM accepts for every group."""
+    r = subprocess.run([sys.executable, "-m", "moedispatch", "explain", "--model", "gpt-oss-120b", "--target", "gfx942",
+                        "--tp", "8", "--recipe", "vllm", "--format", "json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    forced = next(a["arg"].split()[-1] for a in d["args"] if a["arg"].startswith("--moe-backend"))
+    assert d["engine_forced"] and all(g["engine"]["moe_backend"] == forced for g in d["engine_forced"])
+    assert all(g["verdict"] != "refused" for g in d["engine_forced"])
+    assert all(g["engine"]["moe_backend"] == "auto" for g in d["engine_auto"])
