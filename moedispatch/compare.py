@@ -155,35 +155,38 @@ def _decision_entry(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _why(cmp: Comparison, index: int, differs_in: list[str]) -> list[str]:
+def _why_items(cmp: Comparison, index: int, differs_in: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
     """Why a group differs, from the decisions' reasons by kind: each variant's ``decision`` reason (or its
     absence), why it did not choose what another variant chose (the rejection's ``failed`` reasons, else
     ``outranked``); with one backend everywhere, the ``padding`` reasons that are not the same in every variant."""
-    from moedispatch.reason import Reason
-
     decisions = [p.decisions[index] for p in cmp.plans]
-    out: list[str] = []
+    out: list[tuple[str, tuple[Any, ...]]] = []
     if "backend" in differs_in:
         chosen = {d.backend for d in decisions if d.backend}
         for i, d in enumerate(decisions):
             label = cmp.label(i)
             head = d.of_kind("decision")
-            out.append(f"{label}: {head[0]}" if d.backend and head else f"{label}: no correct backend")
+            out.append((f"{label}: ", head[:1]) if d.backend and head else (f"{label}: no correct backend", ()))
             for other in sorted(chosen - {d.backend}):
                 rej = d.rejection(other)
                 if rej is None:
-                    out.append(f"{label}: {other} is not registered")
+                    out.append((f"{label}: {other} is not registered", ()))
                     continue
-                picked: tuple[Reason, ...] = tuple(r for r in rej.reasons if r.kind == "failed") or tuple(
+                picked = tuple(r for r in rej.reasons if r.kind == "failed") or tuple(
                     r for r in rej.reasons if r.kind == "outranked")
                 if picked:
-                    out.append(f"{label}: not {other}: " + "; ".join(str(r) for r in picked))
+                    out.append((f"{label}: not {other}: ", picked))
     if differs_in == ["padding"]:  # same backend, other padding (a changed backend explains its own padding)
         per_variant = [tuple(r for r in d.reasons if r.kind == "padding") for d in decisions]
         everywhere = set.intersection(*(set(p) for p in per_variant)) if per_variant else set()
         for i, reasons in enumerate(per_variant):
-            out += [f"{cmp.label(i)}: padding: {r}" for r in reasons if r not in everywhere]
+            out += [(f"{cmp.label(i)}: padding: ", (r,)) for r in reasons if r not in everywhere]
     return list(dict.fromkeys(out))
+
+
+def _why_text(item: tuple[str, tuple[Any, ...]], cite: Callable[[Any], str] = str) -> str:
+    prefix, reasons = item
+    return prefix + "; ".join(cite(r) for r in reasons)
 
 
 def compare_to_json(cmp: Comparison) -> dict[str, Any]:
@@ -211,7 +214,8 @@ def compare_to_json(cmp: Comparison) -> dict[str, Any]:
                                                                      for d in decisions}) > 1]
         groups.append({"layers": indices, "kind": docs[0]["layers"][first]["kind"], "decisions": decisions,
                        "differs": bool(differs_in), "differs_in": differs_in,
-                       "why": _why(cmp, first, differs_in) if differs_in else []})
+                       "why": [_why_text(item) for item in _why_items(cmp, first, differs_in)] if differs_in
+                       else []})
     return {"schema": SCHEMA, "model": docs[0]["model"], "axes": list(cmp.axes), "variants": variants,
             "groups": groups}
 
@@ -260,6 +264,15 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
     from moedispatch.plan import layer_span
 
     doc = doc or compare_to_json(cmp)
+    numbers: dict[str, int] = {}
+
+    def cite(reason: Any) -> str:
+        """``text [3]``: sources are numbered and listed once at the end (the JSON keeps them on each line)."""
+        text = reason.text
+        if reason.source:
+            text += f" [{numbers.setdefault(reason.source, len(numbers) + 1)}]"
+        return text if reason.confidence == "confirmed" else f"{text} ({reason.confidence})"
+
     model = cmp.plans[0].model
     letters = [chr(ord("A") + i) for i in range(len(cmp.plans))]
     lines = [f"model   {model.name} ({model.source}" + (f", {model.architecture}" if model.architecture else "")
@@ -290,7 +303,8 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
                 lines += _wrap(_dispatch(d["aiter_dispatch"]), f"       {' ' * width}  aiter ")
             if d.get("cost"):
                 lines += _wrap(_costs(d["cost"]), f"       {' ' * width}  cost  ")
-        for n, why in enumerate(g["why"]):
+        whys = [_why_text(item, cite) for item in _why_items(cmp, idx[0], g["differs_in"])] if g["differs"] else []
+        for n, why in enumerate(whys):
             lines += _wrap(why, "    why " if n == 0 else "        ")
     totals = [(i, v["cost_total"]) for i, v in enumerate(doc["variants"]) if v.get("cost_total")]
     if totals:
@@ -313,6 +327,10 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
             where = [letters[i] for i, v in enumerate(doc["variants"]) if w in v["warnings"]]
             scope = "" if len(where) == len(letters) else f"[{','.join(where)}] "
             lines += _wrap(scope + w, "warning ")
+    if numbers:
+        lines.append("")
+        for source, n in numbers.items():
+            lines += _wrap(source, f"[{n}]".ljust(8))
     return "\n".join(lines) + "\n"
 
 

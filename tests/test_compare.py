@@ -145,3 +145,13 @@ def test_bad_input_exits_2_with_one_line(cli, args, message):
     assert proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_table_why_cites_sources_by_number_listed_once_at_the_end(cli):
+    proc = cli("compare", "--model", "MiniMax-M3-MXFP4", "--target", "MI300X,MI355X", "--tp", "8")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    why = next(n for n, line in enumerate(lines) if line.startswith("    why gfx942 (MI300X): emulation"))
+    assert "not aiter-flydsl: needs gfx950" in lines[why + 1]
+    assert any("[1]" in line for line in lines[why + 1:why + 4])
+    assert lines[-4].startswith("[1]     ROCm/aiter@") or any(line.startswith("[1]     ") for line in lines)
