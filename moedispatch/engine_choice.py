@@ -268,6 +268,12 @@ def _vllm(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabilit
                                       f"fit intermediate/rank {i}; only Triton takes refined blocks", "note", src))
         elif scheme == "fp8_tensor":
             check_scheme = "fp8_tensor"
+        if oracle == "mxfp8" and layer.has_bias:
+            refuse("Quark MXFP8 MoE does not support biases.", source=doc["padding"]["mxfp8"]["source"])
+        if layer.ep > 1:
+            reasons.append(Reason("expert parallelism is not modelled: vLLM's all-to-all backend and DP change which "
+                                  "classes accept the layer (the AITER Triton monolithic kernels refuse all-to-all); "
+                                  "this is the TP-only answer", "caveat", src, None, "derived"))
         requested_key = {"mxfp4_a16": "a16", "mxfp4_a4": "a4", "mxfp4_afp8": "afp8"}.get(scheme)
 
         def backend_key(name: str) -> str:
