@@ -9,7 +9,8 @@ Each row asserts that moedispatch's decision is consistent with the outcome:
   *sourced* reason and the row says why in ``divergence`` (an undocumented divergence fails, so does a stale one);
 - a failure (``wrong_output``, ``crash``, ``hang``): the decision is never on ``path`` — unless the failure depends on
   the token count and the decision carries it as a caveat naming ``caveat_issue``;
-- ``field_inter_per_rank``: the planned per-rank intermediate is no larger than the field's working one, unless
+- ``field_inter_per_rank`` (or, for MX weights served by an engine, vLLM's ROCm MXFP4 round-up to 256): the planned
+  per-rank intermediate is no larger than the field's working one, unless
   ``padding_reason`` says (with a source) why;
 - ``expect_backend`` / ``expect_inter_per_rank`` / ``expect_reason``: exact pins where the row motivated a rule.
 
@@ -155,7 +156,7 @@ def test_field_case(case):
         outranked = [b for b in path if b in rejected and rejected[b].supported]
         if d.backend in path or outranked:
             assert "divergence" not in case, f"{case['id']}: stale divergence, the decision is on {case['path']} now"
-            field = case.get("field_inter_per_rank")
+            field = case.get("field_inter_per_rank") or _engine_round_up(case, d)
             if field is not None and d.backend in path and "padding_reason" not in case:
                 assert d.padding.intermediate_per_rank <= field, (where, d.backend, d.padding.intermediate_per_rank)
         else:
@@ -176,6 +177,19 @@ def test_field_case(case):
     if "expect_inter_per_rank" in case:
         assert d.padding is not None and d.padding.intermediate_per_rank == case["expect_inter_per_rank"], \
             (where, d.padding)
+
+
+#: vLLM's ROCm MXFP4 round-up: the largest per-rank multiple an engine pads an MX layer to (256; 128 for the AITER
+#: W4A16 SiLU/SiTU path) — vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py
+#: (mxfp4_round_up_hidden_size_and_intermediate_size). A plan may not pad an MX layer beyond it without a reason.
+MX_ROUND_UP = 256
+
+
+def _engine_round_up(case: dict[str, Any], d) -> int | None:
+    if d.padding is None or not d.layer.weight.is_mx or case["engine"] not in ("vllm", "sglang", "atom"):
+        return None
+    per_rank = d.layer.intermediate_per_rank
+    return -(-per_rank // MX_ROUND_UP) * MX_ROUND_UP
 
 
 def _why(d) -> list[str]:
