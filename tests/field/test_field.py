@@ -7,8 +7,10 @@ Each row asserts that moedispatch's decision is consistent with the outcome:
 
 - ``outcome = "works"``: the decision is on ``path``; where it is not, every backend of ``path`` is rejected with a
   *sourced* reason and the row says why in ``divergence`` (an undocumented divergence fails, so does a stale one);
-- a failure (``wrong_output``, ``crash``, ``hang``): the decision is never on ``path`` — unless the failure depends on
-  the token count and the decision carries it as a caveat naming ``caveat_issue``;
+- a failure (``wrong_output``, ``crash``, ``hang``, ``unsupported``): the decision is never on ``path`` — unless it
+  avoids the failing configuration (``failing_inter_per_rank``), or the failure depends on the token count or EP degree
+  and the decision carries it as a caveat naming ``caveat_issue``, or ``divergence`` says (with a source) why the
+  failure is not the kernel's (an engine bug);
 - ``field_inter_per_rank`` (or, for MX weights served by an engine, vLLM's ROCm MXFP4 round-up to 256): the planned
   per-rank intermediate is no larger than the field's working one, unless
   ``padding_reason`` says (with a source) why;
