@@ -60,6 +60,21 @@ def _versions() -> list[str]:
     return sorted(capdb.aiter_db()["known_versions"], key=Version)
 
 
+def engine_ranges() -> dict[str, str]:
+    """``{backend: "vLLM >=0.23, SGLang >=0.5.18"}`` — the engine releases whose rows in capability_db/engines.toml
+    can select the backend (``unsupported`` rows excluded); a backend with no row gets no engine range."""
+    data = capdb.load_toml("engines.toml")
+    names = {"vllm": "vLLM", "sglang": "SGLang"}
+    out: dict[str, list[str]] = {}
+    for engine, label in names.items():
+        for row in data.get(engine, {}).get("backend", []):
+            if row.get("unsupported"):
+                continue
+            for backend in row.get("backends", []):
+                out.setdefault(backend, []).append(f"{label} {row.get('versions', 'any')}")
+    return {b: ", ".join(v) for b, v in out.items()}
+
+
 def _range(ok: list[str], versions: list[str]) -> str:
     if not ok:
         return ""
@@ -78,7 +93,9 @@ def matrix() -> dict[str, Any]:
     backends = _backends()
     caps_by_version = {arch: {v: target_capabilities(arch, v) for v in versions} for arch in ARCHS}
     no_aiter = {arch: target_capabilities(arch, "none") for arch in ARCHS}
-    out: dict[str, Any] = {"backends": [b.name for b in backends], "newest": versions[-1], "archs": {}}
+    engines = engine_ranges()
+    out: dict[str, Any] = {"backends": [b.name for b in backends], "newest": versions[-1], "archs": {},
+                           "engines": {b.name: engines.get(b.name, "") for b in backends}}
     for arch in ARCHS:
         rows = []
         for label, weight, act in SCHEMES:
@@ -126,6 +143,13 @@ def render(data: dict[str, Any] | None = None) -> str:
         "Shape limits (tile alignment, inter_dim gaps), TP/EP limits and known issues that depend on the shape are "
         "not in this table: `moedispatch explain` decides them per layer. Engine releases add their own gates "
         "(e.g. vLLM's `VLLM_ROCM_USE_AITER`): `moedispatch explain --recipe` shows them.",
+        "",
+        "Engine releases that can select each backend (capability_db/engines.toml; \"none\" = no engine row yet, so no "
+        "recipe realizes it):",
+        "",
+        "| backend | engine releases |",
+        "|---|---|",
+        *[f"| {b} | {data['engines'].get(b) or 'none'} |" for b in backends],
         "",
     ]
     for arch, rows in data["archs"].items():

@@ -35,3 +35,5 @@ def test_rendered_reasons_are_numbered_and_sourced():
     text = support_matrix.render()
     assert "## gfx942" in text and "## gfx950" in text and "✗ [1]" in text
     assert "ROCm/aiter#3886" in text  # the source of the CK swiglu_oai reason
+    # engine ranges come from capability_db/engines.toml: AITER families through vLLM and SGLang rows
+    assert "| aiter-ck | vLLM >=" in text and "SGLang >=" in text
