@@ -223,7 +223,7 @@ def test_every_forced_vllm_backend_is_one_vllm_033_accepts_for_the_layer(caps):
     for model, target, tp in [("MiniMax-M3-MXFP4", "gfx950", 8), ("MiniMax-M3-MXFP4", "gfx950", 4),
                               ("MiniMax-M3-MXFP8", "gfx942", 8), ("Qwen3-30B-A3B", "gfx950", 8),
                               ("Qwen3-30B-A3B", "gfx942", 4), ("DeepSeek-V3", "gfx950", 8),
-                              ("gpt-oss-120b", "gfx950", 8),
+                              ("gpt-oss-120b", "gfx950", 8), ("gpt-oss-20b", "gfx942", 4),
                               ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx942", 8)]:
         c = caps(target, "0.1.20.post1")
         plan = plan_model(model, c, tp=tp)

@@ -83,6 +83,8 @@ RECIPES = [
     ("DeepSeek-V3", "MI300X", 8, 8, "sglang", None),
     ("gpt-oss-120b", "MI355X", 8, 1, "vllm", None),
     ("gpt-oss-120b", "MI355X", 8, 1, "sglang", None),
+    ("gpt-oss-20b", "MI300X", 4, 1, "vllm", None),
+    ("gpt-oss-20b", "MI300X", 4, 1, "vllm", "0.29.0"),
 ]
 
 
