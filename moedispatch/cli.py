@@ -241,7 +241,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     _check_backend(args.backend, registry)
     from moedispatch.engine import installed_aiter_warning
 
-    warnings = (([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
+    from moedispatch.engine import _default_target_warning
+
+    # The same default-target warning plan_model() carries (the engine API and the CLI JSON agree word for word).
+    warnings = (list(_default_target_warning(caps)) + [f"plugin error: {e}" for e in registry.errors]
                 + list(registry.warnings) + list(installed_aiter_warning(caps)))
     from moedispatch.runtime import Runtime, parse_tokens
 

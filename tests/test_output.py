@@ -86,3 +86,15 @@ def test_version_names_the_capability_db_snapshot_and_releases(cli):
     assert proc.stdout.startswith("moedispatch ")
     assert "AITER" in proc.stdout and "vllm through" in proc.stdout and "sglang through" in proc.stdout
     assert "ROCm/aiter@" in proc.stdout  # the tuned-CSV snapshot's commit
+
+
+def test_library_plan_and_cli_json_carry_the_same_default_target_warning(cli, monkeypatch):
+    """Issue 14 item 4: with no GPU and no target, plan_model().to_dict() has the warning the CLI's JSON has."""
+    import moedispatch.engine as engine
+    from moedispatch.capdb import target_capabilities
+
+    cli_warnings = json.loads(cli("explain", "--model", "Mixtral-8x7B", "--format", "json").stdout)["warnings"]
+    monkeypatch.setattr(engine, "_caps", target_capabilities(None, None, target_source="default"))
+    lib_warnings = engine.plan_model("Mixtral-8x7B").to_dict()["warnings"]
+    default = [w for w in cli_warnings if "default target" in w]
+    assert default and default[0] in lib_warnings
