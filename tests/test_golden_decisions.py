@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from moedispatch.errors import NoBackendError
+from moedispatch.layers import QuantSpec
 from moedispatch.models import expand_layers, load_model
 from moedispatch.recipes import build_recipe
 from moedispatch.plan import plan_model
@@ -70,6 +71,33 @@ CASES = [
     ("Llama-4-Maverick-17B-128E-Instruct-FP8", "gfx950", A3, 8, 1, {}),
 ]
 
+#: Layers no built-in model has yet (select_moe_backend fields), on the AITER releases where their rules change:
+#: Kimi-K3's SiTUv2 (a16w4 / a4w4, EP, bias; ROCm/aiter#4397, #4463, #4502), W4A4 with EP past the RadeonFlow port
+#: (ROCm/aiter#3832), int4 and W4A8 with EP (vllm-project/vllm#44400; SemiAnalysisAI/InferenceX#1266).
+_SITU = dict(hidden=7168, intermediate=2048, experts=384, top_k=8, tp=8, weight="mxfp4", activation="situv2",
+             model_type="kimi_k3")
+LAYERS = [
+    ("situv2 a16w4", dict(_SITU, act="bf16"), "gfx950", "0.1.15.post3"),
+    ("situv2 a16w4", dict(_SITU, act="bf16"), "gfx950", "0.1.19"),
+    ("situv2 a16w4", dict(_SITU, act="bf16"), "gfx942", "0.1.19"),
+    ("situv2 a16w4 ep8 bias", dict(_SITU, act="bf16", ep=8, has_bias=True), "gfx950", "0.1.20.post1"),
+    ("situv2 a4w4", dict(_SITU, act="mxfp4"), "gfx950", "0.1.20.post1"),
+    ("w4a4 ep8", dict(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, ep=8, weight="mxfp4",
+                      act="mxfp4", activation="silu", model_type="deepseek_v3"), "gfx950", "0.1.20.post1"),
+    ("int4 ep8", dict(hidden=7168, intermediate=2048, experts=384, top_k=8, tp=8, ep=8,
+                      weight=QuantSpec("int4", "group32"), act="bf16", activation="silu", model_type="kimi_k2"),
+     "gfx950", "0.1.20.post1"),
+    ("w4a8 ep8", dict(hidden=7168, intermediate=3072, experts=384, top_k=6, tp=8, ep=8, weight="mxfp4", act="fp8",
+                      activation="silu", model_type="deepseek_v4"), "gfx950", "0.1.20.post1"),
+]
+
+#: Decisions ordered by predicted cost (a Runtime: token counts, AITER env) instead of preference alone.
+RUNTIME = [
+    ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1, (1, 64, 8192)),
+    ("DeepSeek-V3", "gfx950", A3, 8, 1, (1, 512)),
+    ("Qwen3-30B-A3B", "gfx942", A3, 4, 1, (4, 8192)),
+]
+
 #: (model, target, AITER, tp, ep, engine, engine version): recipes whose lines differ by engine and release.
 RECIPES = [
     ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1, "vllm", "0.31.0"),
@@ -94,12 +122,13 @@ def _case_id(case) -> str:
     return f"{model} {target} aiter={aiter} tp={tp} ep={ep}" + (f" probed={sorted(extra)}" if extra else "")
 
 
-def decision_record(case, backends) -> dict:
+def decision_record(case, backends, layer=None, runtime=None) -> dict:
     model, target, aiter, tp, ep, extra = case
     caps = fake_capabilities(target, aiter, **extra)
-    layer = next(la for la in expand_layers(load_model(model), tp, ep) if la.kind == "moe")
+    if layer is None:
+        layer = next(la for la in expand_layers(load_model(model), tp, ep) if la.kind == "moe")
     try:
-        d = select(layer, caps, backends)
+        d = select(layer, caps, backends, runtime=runtime)
     except NoBackendError as exc:
         d = exc.decision
     return {
@@ -126,7 +155,17 @@ def recipe_record(case, backends) -> dict:
 
 
 def current(backends) -> dict:
-    return {"decisions": {_case_id(c): decision_record(c, backends) for c in CASES},
+    from moedispatch.layers import MoELayer
+    from moedispatch.runtime import Runtime
+
+    layers = {f"{name} {target} aiter={aiter}": decision_record(("-", target, aiter, 0, 0, {}), backends,
+                                                                 layer=MoELayer.build(**fields))
+              for name, fields, target, aiter in LAYERS}
+    runtime = {f"{m} {t} aiter={a} tp={tp} ep={ep} tokens={list(tokens)}": decision_record(
+        (m, t, a, tp, ep, {}), backends, runtime=Runtime.build(tokens=tokens, env={}))
+        for m, t, a, tp, ep, tokens in RUNTIME}
+    return {"decisions": {_case_id(c): decision_record(c, backends) for c in CASES}, "layers": layers,
+            "runtime": runtime,
             "recipes": {" ".join(str(x) for x in c): recipe_record(c, backends) for c in RECIPES}}
 
 
