@@ -6,6 +6,7 @@ interpreter named by ``MOEDISPATCH_PEERS_PYTHON``. The suite skips when it is ab
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -197,6 +198,29 @@ def recipe_cases():
                                       **({"quant_method": qm} if qm in ("mxfp4", "quark", "fp8") else {})))
                     meta.append((entry["name"], gfx, tp, layer, caps, plan))
     return cases, meta
+
+
+@functools.lru_cache(maxsize=None)
+def vllm_oracle_data() -> dict | None:
+    """{"grid": (cases, answers), "recipes": (cases, meta, answers)} from the real vLLM 0.33.0, computed once per
+    process for the whole suite (two processes, one per gfx target); None when the environment is absent."""
+    py = peers_python()
+    if py is None or not has_vllm(py):
+        return None
+    cases = grid() + forced_grid()
+    rcases, meta = recipe_cases()
+    answers = run_vllm(py, cases + rcases)
+    return {"grid": (cases, answers[:len(cases)]), "recipes": (rcases, meta, answers[len(cases):])}
+
+
+@functools.lru_cache(maxsize=None)
+def sglang_oracle_data() -> tuple | None:
+    """(cases, answers) from the real SGLang 0.5.23 helpers, once per process; None when the environment is absent."""
+    py = peers_python()
+    if py is None or not has_sglang(py):
+        return None
+    cases = sglang_grid()
+    return cases, run_sglang(py, cases)
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual run: python tests/peers/peers.py > answers.json

@@ -7,8 +7,18 @@ environment (.peers-venv) is absent.
 
 from __future__ import annotations
 
+import pytest
+
 import peers
 from moedispatch.engine_choice import choice_for_layer
+
+
+@pytest.fixture
+def vllm_oracle():
+    data = peers.vllm_oracle_data()
+    if data is None:
+        pytest.skip("vLLM peer environment absent (.peers-venv): run tests/peers/setup_env.sh")
+    return data
 
 
 def test_no_recipe_forced_backend_is_refused_by_real_vllm(vllm_oracle):

@@ -4,9 +4,19 @@ FP8 and Quark MXFP4 W4A4 (sglang.srt.layers.moe.utils.get_moe_weight_sizes). Ski
 
 from __future__ import annotations
 
+import pytest
+
 import peers
 from moedispatch import capdb
 from moedispatch.engine_choice import engine_choice
+
+
+@pytest.fixture
+def sglang_oracle():
+    data = peers.sglang_oracle_data()
+    if data is None:
+        pytest.skip("SGLang peer environment absent (.peers-venv with sglang): run tests/peers/setup_env.sh")
+    return data
 
 
 def test_engine_choice_matches_real_sglang_gate_and_padding(sglang_oracle):

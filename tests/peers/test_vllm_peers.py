@@ -17,6 +17,14 @@ from moedispatch import capdb
 from moedispatch.engine_choice import engine_choice
 
 
+@pytest.fixture
+def vllm_oracle():
+    data = peers.vllm_oracle_data()
+    if data is None:
+        pytest.skip("vLLM peer environment absent (.peers-venv): run tests/peers/setup_env.sh")
+    return data
+
+
 #: Cases where engine_choice may knowingly differ from vLLM 0.33.0, each with why. Empty: every case agrees.
 KNOWN_EXCEPTIONS: dict[str, str] = {}
 
