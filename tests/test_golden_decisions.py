@@ -98,6 +98,19 @@ RUNTIME = [
     ("Qwen3-30B-A3B", "gfx942", A3, 4, 1, (4, 8192)),
 ]
 
+#: Every built-in backend forced (``--backend``) onto layers that need padding, so each one's own padding plan and
+#: notes are pinned even where it would not win (gpt-oss TP2 bias 1440/rank, MiniMax-M3 384/rank, DeepSeek-V3 block
+#: FP8, Qwen3-30B bf16 96/rank, Qwen3-235B FP8 192/rank, an MX layer whose hidden is not a multiple of 32).
+FORCED_ON = [
+    ("gpt-oss-120b", "gfx950", A3, 2, 1),
+    ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1),
+    ("DeepSeek-V3", "gfx942", A3, 8, 1),
+    ("Qwen3-30B-A3B", "gfx950", A3, 8, 1),
+    ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx942", A3, 8, 1),
+]
+ODD_MX = dict(hidden=2000, intermediate=1000, experts=8, top_k=2, tp=1, weight="mxfp4", act="bf16",
+              activation="silu")
+
 #: (model, target, AITER, tp, ep, engine, engine version): recipes whose lines differ by engine and release.
 RECIPES = [
     ("MiniMax-M3-MXFP4", "gfx950", A3, 8, 1, "vllm", "0.31.0"),
@@ -110,6 +123,12 @@ RECIPES = [
     ("Qwen3-30B-A3B", "gfx950", A3, 8, 1, "sglang", "0.5.20"),
     ("Qwen3-235B-A22B-Instruct-2507-FP8", "gfx950", A3, 8, 1, "vllm", None),
     ("DeepSeek-V3", "gfx942", A3, 8, 1, "sglang", None),
+    # refused launches, with the nearest safe alternatives
+    ("Qwen3-30B-A3B", "MI355X", None, 3, 1, "vllm", None),
+    ("Qwen3-30B-A3B", "MI355X", None, 8, 2, "vllm", None),
+    ("DeepSeek-V3", "MI300X", None, 1, 1, "vllm", None),
+    ("MiniMax-M3-MXFP8", "MI300X", None, 4, 1, "vllm", None),
+    ("Qwen3-30B-A3B", "MI355X", None, 1, 8, "sglang", None),
 ]
 
 
@@ -122,13 +141,13 @@ def _case_id(case) -> str:
     return f"{model} {target} aiter={aiter} tp={tp} ep={ep}" + (f" probed={sorted(extra)}" if extra else "")
 
 
-def decision_record(case, backends, layer=None, runtime=None) -> dict:
+def decision_record(case, backends, layer=None, runtime=None, force=None) -> dict:
     model, target, aiter, tp, ep, extra = case
     caps = fake_capabilities(target, aiter, **extra)
     if layer is None:
         layer = next(la for la in expand_layers(load_model(model), tp, ep) if la.kind == "moe")
     try:
-        d = select(layer, caps, backends, runtime=runtime)
+        d = select(layer, caps, backends, force, runtime=runtime)
     except NoBackendError as exc:
         d = exc.decision
     return {
@@ -146,6 +165,7 @@ def recipe_record(case, backends) -> dict:
     plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=backends)
     r = build_recipe(plan, engine, version)
     out = r.to_dict()
+    out["command"] = r.command
     out["warnings"] = _reasons(r.warnings)
     out["reasons"] = _reasons(r.refusals)
     out["caveats"] = _reasons(r.caveats)
@@ -164,8 +184,16 @@ def current(backends) -> dict:
     runtime = {f"{m} {t} aiter={a} tp={tp} ep={ep} tokens={list(tokens)}": decision_record(
         (m, t, a, tp, ep, {}), backends, runtime=Runtime.build(tokens=tokens, env={}))
         for m, t, a, tp, ep, tokens in RUNTIME}
+    forced = {}
+    for m, t, a, tp, ep in FORCED_ON:
+        for b in backends:
+            forced[f"{m} {t} aiter={a} tp={tp} ep={ep} --backend {b.name}"] = decision_record(
+                (m, t, a, tp, ep, {}), backends, force=b.name)
+    for b in backends:
+        forced[f"odd MX hidden 2000 gfx950 --backend {b.name}"] = decision_record(
+            ("-", "gfx950", A3, 0, 0, {}), backends, layer=MoELayer.build(**ODD_MX), force=b.name)
     return {"decisions": {_case_id(c): decision_record(c, backends) for c in CASES}, "layers": layers,
-            "runtime": runtime,
+            "runtime": runtime, "forced": forced,
             "recipes": {" ".join(str(x) for x in c): recipe_record(c, backends) for c in RECIPES}}
 
 
