@@ -174,6 +174,18 @@ def recipe_record(case, backends) -> dict:
     return out
 
 
+#: Recipe tables (the text a user pastes from): a realizable launch, a fallback with warnings, a refusal.
+TABLES = [RECIPES[0], RECIPES[6], RECIPES[10]]
+
+
+def recipe_table(case, backends) -> list[str]:
+    from moedispatch.recipes import render_recipe
+
+    model, target, aiter, tp, ep, engine, version = case
+    plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=backends)
+    return render_recipe(plan, engine, fmt="table", version=version).splitlines()
+
+
 def current(backends) -> dict:
     from moedispatch.layers import MoELayer
     from moedispatch.runtime import Runtime
@@ -194,7 +206,8 @@ def current(backends) -> dict:
             ("-", "gfx950", A3, 0, 0, {}), backends, layer=MoELayer.build(**ODD_MX), force=b.name)
     return {"decisions": {_case_id(c): decision_record(c, backends) for c in CASES}, "layers": layers,
             "runtime": runtime, "forced": forced,
-            "recipes": {" ".join(str(x) for x in c): recipe_record(c, backends) for c in RECIPES}}
+            "recipes": {" ".join(str(x) for x in c): recipe_record(c, backends) for c in RECIPES},
+            "recipe_tables": {" ".join(str(x) for x in c): recipe_table(c, backends) for c in TABLES}}
 
 
 def _first_difference(old, new, path="") -> str:

@@ -44,7 +44,8 @@ def test_vllm_031_minimax_m3_mxfp4_runs_aiter_as_planned(recipe):
     assert _env(data)["VLLM_ROCM_USE_AITER"] == "1" and _env(data)["VLLM_ROCM_USE_AITER_MOE"] == "1"
     assert "--moe-backend aiter" in data["command"] and "--tensor-parallel-size 8" in data["command"]
     assert data["command"].startswith("vllm serve amd/MiniMax-M3-MXFP4")
-    assert data["reasons"] == [] and data["plan_fingerprint"]
+    assert data["reasons"] == [] and data["plan_fingerprint"] and data["schema"] == "moedispatch.recipe/1"
+    assert data["plan"]["schema"] == "moedispatch.explain/1" and data["plan"]["parallel"] == {"tp": 8, "ep": 1}
     assert not any("allocates" in w for w in data["warnings"])
     lines = table.splitlines()
     assert lines[0].startswith("# vllm 0.31.0 recipe for MiniMax-M3-MXFP4 on gfx950")

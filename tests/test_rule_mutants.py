@@ -420,8 +420,9 @@ def test_verdict_and_padding_values():
     from moedispatch.backend import Backend, Padding, Verdict
     from moedispatch.reason import Reason
 
-    with pytest.raises(ValueError, match="an unsupported verdict needs at least one reason"):
+    with pytest.raises(ValueError) as err:
         Verdict.unsupported()
+    assert str(err.value) == "an unsupported verdict needs at least one reason"
     v = Verdict.unsupported("needs gfx950")
     assert v.supported is False and v.reasons == (Reason("needs gfx950", "failed"),)
     assert Verdict.from_checks([], ["fine"]) == Verdict(True, (Reason("fine", "supports"),))
@@ -434,10 +435,54 @@ def test_verdict_and_padding_values():
         Padding(hidden=0, intermediate_per_rank=8)
     with pytest.raises(ValueError, match="Padding.kernel_hidden_pad must be a non-negative int, got -1"):
         Padding(hidden=8, intermediate_per_rank=8, kernel_hidden_pad=-1)
-    with pytest.raises(ValueError, match="a kernel pad cannot exceed the allocated pad"):
+    with pytest.raises(ValueError) as err:
         Padding(hidden=8, intermediate_per_rank=8, hidden_pad=1, kernel_hidden_pad=2)
+    assert str(err.value) == "a kernel pad cannot exceed the allocated pad"
     b = Backend()
     b.name, b.preference = "acme", 7
     assert repr(b) == "<Backend 'acme' preference=7>"
     with pytest.raises(NotImplementedError, match="backend 'acme' does not implement check()"):
         b.check(None, None)
+
+
+# -- AITER version floors ---------------------------------------------------------------------------------------
+
+def test_need_feature_names_the_floor_its_source_and_confidence(caps, monkeypatch):
+    """A missing AITER feature fails with the version floor, the short name, the target's AITER (or that there is
+    none), the feature's citation and its confidence; a derived floor (swiglu_limit: fused_moe(swiglu_limit=) read
+    at ROCm/aiter@v0.1.15.post3, the first release not pinned down) says so in the text."""
+    from moedispatch import capdb
+    from moedispatch.rules import need_feature
+
+    assert need_feature(caps("gfx950", "0.1.15.post3"), "gate_mode", "x") is None
+    r = need_feature(caps("gfx950", "0.1.13.post1"), "gate_mode", "swigluoai_uninterleave")
+    assert r.text == ("swigluoai_uninterleave needs AITER >= 0.1.14 for fused_moe(gate_mode=) with "
+                      "GateMode.SEPARATED; target AITER is 0.1.13.post1")
+    assert (r.kind, r.source, r.issue, r.confidence) == ("failed", "ROCm/aiter#3123; vllm-project/vllm#46419", None,
+                                                         "confirmed")
+    r = need_feature(caps("gfx950", "0.1.14"), "swiglu_limit", "clamp")
+    assert r.text == ("clamp needs AITER >= 0.1.15 (derived floor) for fused_moe(swiglu_limit=); target AITER is "
+                      "0.1.14") and r.confidence == "derived"
+    r = need_feature(caps("gfx950", "none"), "gate_mode", "x")
+    assert r.text.endswith("; AITER is not installed")
+    bare = {"since": "0.1.30", "what": "a future kernel", "source": "ROCm/aiter#1"}
+    monkeypatch.setattr(capdb, "feature_info", lambda name: {**bare, "confidence": "unconfirmed"})
+    r = need_feature(caps("gfx950", "0.1.15.post3"), "future", "y")
+    assert r.text == ("y needs AITER >= 0.1.30 (unconfirmed floor) for a future kernel; target AITER is "
+                      "0.1.15.post3") and (r.source, r.confidence) == ("ROCm/aiter#1", "unconfirmed")
+
+
+def test_plugin_timeout_is_reported_as_the_deadline_says(caps, builtins, monkeypatch):
+    """A third-party check() that hangs is abandoned at MOEDISPATCH_PLUGIN_TIMEOUT and reported with the
+    deadline's own text; selection goes on."""
+    import threading
+
+    monkeypatch.setenv("MOEDISPATCH_PLUGIN_TIMEOUT", "0.2")
+    release = threading.Event()
+    acme = _Plugin("acme", check=lambda la, c: release.wait(5), preference=1000)
+    try:
+        d = select(moe_layer("Mixtral-8x7B", 8), caps("gfx942", AITER), tuple(builtins) + (acme,))
+    finally:
+        release.set()
+    assert d.backend == "aiter-ck"
+    assert [r.text for r in d.rejection("acme").reasons] == ["plugin error: check() timed out after 0.2s"]
