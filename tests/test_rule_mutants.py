@@ -486,3 +486,19 @@ def test_plugin_timeout_is_reported_as_the_deadline_says(caps, builtins, monkeyp
         release.set()
     assert d.backend == "aiter-ck"
     assert [r.text for r in d.rejection("acme").reasons] == ["plugin error: check() timed out after 0.2s"]
+
+
+def test_arch_reason_explains_missing_mx_instructions(builtins):
+    """MXFP4 kernels exist only on gfx950: on gfx942 (CDNA3, no MX/FP4 scaled MFMA; ROCm precision-support docs) the
+    rejection says so, naming the family when the target knows it and never printing a missing one."""
+    from moedispatch.testing import fake_capabilities
+
+    flydsl = next(b for b in builtins if b.name == "aiter-flydsl")
+    layer = moe_layer("MiniMax-M3-MXFP4", 8)
+    known = flydsl.check(layer, fake_capabilities("gfx942", AITER)).reasons[0].text
+    assert known == ("needs gfx950 for weights mxfp4 × activations mxfp4 (FlyDSL a4w4 (flydsl_moe*_afp4_wfp4_*)); "
+                     "target is gfx942 (MI300X) — gfx942 (CDNA3) has no MX/FP4 scaled-MFMA matrix instructions")
+    unknown = flydsl.check(layer, fake_capabilities("gfx942", AITER, family=None)).reasons[0].text
+    assert unknown.endswith("— gfx942 has no MX/FP4 scaled-MFMA matrix instructions")
+    native = flydsl.check(layer, fake_capabilities("gfx942", AITER, native_mx=True)).reasons[0].text
+    assert native.endswith("target is gfx942 (MI300X)")
