@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from moedispatch.reason import Reason
 
-__all__ = ["Backend", "Verdict", "Padding", "round_up", "PAD_SEMANTICS", "AITER_FAMILIES"]
+__all__ = ["Backend", "Verdict", "Padding", "round_up", "PAD_SEMANTICS", "AITER_FAMILIES", "FUSED_MOE_FAMILIES"]
 
 #: How a kernel reads padded weights (``Padding.pad_semantics``):
 #:   compute  computes over the whole padded extent, so every pad must hold zeros (AITER classic CK, ASM);
@@ -19,8 +19,11 @@ __all__ = ["Backend", "Verdict", "Padding", "round_up", "PAD_SEMANTICS", "AITER_
 #:   trim     takes ``K = shape - pad`` and never reads the pad (Triton).
 PAD_SEMANTICS = ("compute", "skip", "trim")
 
-#: ``Backend.family`` values that run through ``aiter.fused_moe`` (the engine's AITER path).
+#: ``Backend.family`` values of AITER's kernels (the engine's AITER path and its master switch).
 AITER_FAMILIES = frozenset({"ck", "cktile", "flydsl", "asm", "aiter-triton"})
+#: The AITER families reached through ``aiter.fused_moe`` (its own per-token dispatcher picks among them); AITER's
+#: Triton MoE GEMMs are called directly, outside that dispatcher.
+FUSED_MOE_FAMILIES = frozenset({"ck", "cktile", "flydsl", "asm"})
 
 
 def _coerce(obj: object, name: str, kind: str) -> None:

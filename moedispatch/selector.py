@@ -272,13 +272,13 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
                 replaced: dict[str, tuple[Reason, ...]]) -> tuple[Backend | None, Padding | None]:
     """Simulate AITER's dispatch of each correct plan, drop paths that hit a known-wrong kernel with no
     workaround, predict costs, and order by predicted time (preference breaks ties). Fills the dicts in place."""
-    from moedispatch.backend import AITER_FAMILIES
+    from moedispatch.backend import FUSED_MOE_FAMILIES
     from moedispatch.cost import rank
     from moedispatch.runtime import blocking_reasons, costs_for, dispatch_for, native_padding
 
     alive: list[Backend] = []
     for b in candidates:
-        if b.family in AITER_FAMILIES and is_builtin(b):
+        if b.family in FUSED_MOE_FAMILIES and is_builtin(b):
             native = native_padding(b, layer, caps, plans[b.name], runtime)
             if native is not None:
                 plans[b.name] = native[0]

@@ -56,7 +56,7 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
     """For one planned MoE decision: what its padding costs, and the cheapest change that makes the layer faster
     (correct by the same rules), as Reasons of kind ``note``."""
     from moedispatch import capdb
-    from moedispatch.backend import AITER_FAMILIES
+    from moedispatch.backend import FUSED_MOE_FAMILIES
     from moedispatch.cost import format_cost, padding_overhead
     from moedispatch.runtime import Runtime
     from moedispatch.selector import select
@@ -77,7 +77,7 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
         return tuple(out)
     env = runtime.env_dict
     trials: list[tuple[str, str, Runtime, Any]] = []
-    if decision.family in AITER_FAMILIES:
+    if decision.family in FUSED_MOE_FAMILIES:
         for switch, why, source in _SWITCHES:
             if all(env.get(k) == v for k, v in switch):
                 continue

@@ -30,8 +30,9 @@ TABLE = [
     ("gpt-oss-120b", "gfx950", 2, "aiter-flydsl", 1440, 1536, 2880, 3072, 0, "vllm.md §12.6 TP2 1440 -> 1536"),
     ("gpt-oss-120b", "gfx950", 4, "aiter-flydsl", 720, 768, 2880, 3072, 0, "vllm.md §12.6 TP4 720 -> 768"),
     ("gpt-oss-120b", "gfx950", 8, "aiter-flydsl", 360, 512, 2880, 3072, 0, "vllm.md §12.6 TP8 360 -> 512"),
-    ("gpt-oss-120b", "gfx942", 8, "triton", 360, 512, 2880, 3072, 152,
-     "vllm.md §4 (W4A16 on gfx942 -> TRITON); §12.2 256/256; Triton takes K = w.shape - pad"),
+    ("gpt-oss-120b", "gfx942", 8, "aiter-triton", 360, 512, 2880, 3072, 0,
+     "vllm-project/vllm#50622 (AITER Triton W4A16 is vLLM's gfx942 default for gpt-oss); 256/256 round-up; "
+     "moe_gemm_a16w4 takes no pads and computes over the zero-filled round-up"),
     ("MiniMax-M3-MXFP4", "gfx950", 1, "aiter-flydsl", 3072, 3072, 6144, 6144, 0, "models_hw.md §A.4 (no pad)"),
     ("MiniMax-M3-MXFP4", "gfx950", 2, "aiter-flydsl", 1536, 1536, 6144, 6144, 0, "models_hw.md §A.4"),
     ("MiniMax-M3-MXFP4", "gfx950", 4, "aiter-flydsl", 768, 768, 6144, 6144, 0, "vllm.md §12.6 (TP4 768, no pad)"),

@@ -101,6 +101,14 @@ ROWS = [
      "vllm.md §1.2 (AITER_MXFP4_FP8)"),
     ("triton", L("mxfp8", "mxfp8"), "gfx950", "none", True, "dot_scaled", "vllm.md §1.4, §7"),
     ("triton", L("mxfp8", "mxfp8"), "gfx942", "none", False, "needs gfx950", "vllm.md §7: gfx942 -> EMULATION"),
+    # aiter-triton — AITER's Triton MXFP4 MoE GEMMs (moe_gemm_a16w4 / a8w4), vLLM's gfx942 default for gpt-oss
+    ("aiter-triton", L("mxfp4", "bf16", activation="swigluoai", params=SWIGLU, bias=True), "gfx942", "0.1.15.post3",
+     True, "moe_gemm_a16w4", "vllm-project/vllm#50622; vllm-project/vllm#55934"),
+    ("aiter-triton", L("mxfp4", "bf16", activation="swigluoai", params=SWIGLU), "gfx942", "0.1.13.post1", False,
+     "needs AITER >= 0.1.14", "ROCm/aiter#2770 (first tag v0.1.14)"),
+    ("aiter-triton", L("mxfp4", "mxfp4"), "gfx950", "0.1.15.post3", False, "no aiter-triton kernel", "W4A16/W4A8 only"),
+    ("aiter-triton", L("mxfp4", "bf16", activation="silu"), "gfx950", "0.1.15.post3", False,
+     "activation silu not supported", "apply_swiglu is gpt-oss's SwiGLU only"),
     # emulation
     ("emulation", L("mxfp4", "mxfp4"), "gfx942", "none", True, "slow reference path", "vllm.md §14; vLLM #50817"),
     ("emulation", L(QuantSpec("mxfp6", "group32", scale_dtype="e8m0", fmt="e3m2"), "bf16"), "gfx90a", "none", True,

@@ -159,10 +159,11 @@ def test_registry_isolates_bad_register_backends_results():
 
 def test_builtins_come_through_entry_points_and_env_lists_filter(monkeypatch):
     reg = build_registry()
-    assert set(reg.names()) == {"aiter-asm", "aiter-ck", "aiter-cktile", "aiter-flydsl", "triton", "emulation"}
+    assert set(reg.names()) == {"aiter-asm", "aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-triton", "triton",
+                                 "emulation"}
     assert all(p.builtin and p.package == "moedispatch" and p.hooks == ("register_backends",) for p in reg.plugins)
     monkeypatch.setenv("MOEDISPATCH_DISABLE_PLUGINS", "triton,aiter-ck")
-    assert set(build_registry().names()) == {"aiter-asm", "aiter-cktile", "aiter-flydsl", "emulation"}
+    assert set(build_registry().names()) == {"aiter-asm", "aiter-cktile", "aiter-flydsl", "aiter-triton", "emulation"}
     monkeypatch.delenv("MOEDISPATCH_DISABLE_PLUGINS")
     monkeypatch.setenv("MOEDISPATCH_LOAD_PLUGINS", "emulation")
     assert build_registry().names() == ("emulation",)

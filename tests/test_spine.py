@@ -157,7 +157,7 @@ def test_backends_and_models_commands(cli):
     assert proc.returncode == 0
     data = json.loads(proc.stdout)
     assert [b["name"] for b in data["backends"]] == ["aiter-ck", "aiter-flydsl", "aiter-cktile", "aiter-asm",
-                                                      "triton", "emulation"]
+                                                      "aiter-triton", "triton", "emulation"]
     assert all(p["builtin"] and not p["errors"] for p in data["plugins"])
     proc = cli("models", "--format", "json")
     names = {m["name"] for m in json.loads(proc.stdout)["models"]}

@@ -277,7 +277,8 @@ BUILTIN_CASES = [
     # model, target, tp, forced backend, expected backend, expected semantics
     ("MiniMax-M3-MXFP4", "gfx950", 8, None, "aiter-flydsl", "compute"),
     ("gpt-oss-120b", "gfx950", 8, "aiter-cktile", "aiter-cktile", "skip"),
-    ("gpt-oss-20b", "gfx942", 4, None, "triton", "trim"),
+    ("gpt-oss-20b", "gfx942", 4, None, "aiter-triton", "compute"),
+    ("gpt-oss-20b", "gfx942", 4, "triton", "triton", "trim"),
 ]
 
 
@@ -408,7 +409,7 @@ def test_cli_builtin_minimax_m3_tp8_passes(cli):
 @pytest.mark.parametrize("args,backend,semantics", [
     (("--model", "gpt-oss-120b", "--target", "gfx950", "--tp", "8", "--backend", "aiter-cktile"), "aiter-cktile",
      "skip"),
-    (("--model", "gpt-oss-20b", "--target", "gfx942", "--tp", "4"), "triton", "trim"),
+    (("--model", "gpt-oss-20b", "--target", "gfx942", "--tp", "4", "--backend", "triton"), "triton", "trim"),
 ])
 def test_cli_builtin_skip_and_trim_plans_pass(cli, args, backend, semantics):
     proc, out = _verify_json(cli, *args, "--experts", "4", "--tokens", "4", "--format", "json", "-q")
