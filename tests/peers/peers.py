@@ -66,6 +66,11 @@ def grid() -> list[dict]:
                                                    I_RANKS, (2880, 7168)):
         cases.append(dict(scheme="mxfp4_w4a16", quant_method="mxfp4", gfx=gfx, aiter=aiter, activation=act, i=i, h=h,
                           tp=TP, moe_backend="auto"))
+    # Other TP degrees: the FP8 block refinement / shard padding and the per-rank round-ups depend on them.
+    for scheme, gfx, aiter, mb, tp, i in itertools.product(("fp8_block", "mxfp4_w4a4", "bf16"), ("gfx950",),
+                                                           (True, False), ("auto", "aiter", "triton"), (1, 2, 4),
+                                                           (96, 192, 360, 1536)):
+        cases.append(dict(scheme=scheme, gfx=gfx, aiter=aiter, activation="silu", i=i, h=7168, tp=tp, moe_backend=mb))
     return cases
 
 
