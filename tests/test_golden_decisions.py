@@ -4,7 +4,7 @@ deployments, compared with tests/golden/decisions.json.
 Every reason a user reads is pinned here, so a changed rule, a reworded reason or a lost source shows up as a
 reviewed diff of the golden file rather than passing silently. After an intended change, regenerate and review:
 
-    UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden_decisions.py && git diff tests/golden/
+    python tests/test_golden_decisions.py && git diff tests/golden/
 
 Targets are simulated from capability_db (no GPU); "probed" rows add what a probe of the installed AITER reports.
 """
@@ -12,7 +12,6 @@ Targets are simulated from capability_db (no GPU); "probed" rows add what a prob
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -138,7 +137,8 @@ def _reasons(reasons) -> list[list]:
 
 def _case_id(case) -> str:
     model, target, aiter, tp, ep, extra = case
-    return f"{model} {target} aiter={aiter} tp={tp} ep={ep}" + (f" probed={sorted(extra)}" if extra else "")
+    probed = ";".join(f"{k}={sorted(v) if isinstance(v, (set, frozenset)) else v}" for k, v in sorted(extra.items()))
+    return f"{model} {target} aiter={aiter} tp={tp} ep={ep}" + (f" probed {probed}" if extra else "")
 
 
 def decision_record(case, backends, layer=None, runtime=None, force=None) -> dict:
@@ -186,28 +186,54 @@ def recipe_table(case, backends) -> list[str]:
     return render_recipe(plan, engine, fmt="table", version=version).splitlines()
 
 
-def current(backends) -> dict:
+def entries(backend_names: list[str]) -> list[tuple[str, str, object]]:
+    """Every golden entry: (section, key, make(backends) -> record)."""
     from moedispatch.layers import MoELayer
     from moedispatch.runtime import Runtime
 
-    layers = {f"{name} {target} aiter={aiter}": decision_record(("-", target, aiter, 0, 0, {}), backends,
-                                                                 layer=MoELayer.build(**fields))
-              for name, fields, target, aiter in LAYERS}
-    runtime = {f"{m} {t} aiter={a} tp={tp} ep={ep} tokens={list(tokens)}": decision_record(
-        (m, t, a, tp, ep, {}), backends, runtime=Runtime.build(tokens=tokens, env={}))
-        for m, t, a, tp, ep, tokens in RUNTIME}
-    forced = {}
-    for m, t, a, tp, ep in FORCED_ON:
-        for b in backends:
-            forced[f"{m} {t} aiter={a} tp={tp} ep={ep} --backend {b.name}"] = decision_record(
-                (m, t, a, tp, ep, {}), backends, force=b.name)
-    for b in backends:
-        forced[f"odd MX hidden 2000 gfx950 --backend {b.name}"] = decision_record(
-            ("-", "gfx950", A3, 0, 0, {}), backends, layer=MoELayer.build(**ODD_MX), force=b.name)
-    return {"decisions": {_case_id(c): decision_record(c, backends) for c in CASES}, "layers": layers,
-            "runtime": runtime, "forced": forced,
-            "recipes": {" ".join(str(x) for x in c): recipe_record(c, backends) for c in RECIPES},
-            "recipe_tables": {" ".join(str(x) for x in c): recipe_table(c, backends) for c in TABLES}}
+    out: list[tuple[str, str, object]] = []
+    for c in CASES:
+        out.append(("decisions", _case_id(c), lambda b, c=c: decision_record(c, b)))
+    for name, fields, target, aiter in LAYERS:
+        out.append(("layers", f"{name} {target} aiter={aiter}", lambda b, f=fields, t=target, a=aiter:
+                    decision_record(("-", t, a, 0, 0, {}), b, layer=MoELayer.build(**f))))
+    for m, t, a, tp, ep, tokens in RUNTIME:
+        out.append(("runtime", f"{m} {t} aiter={a} tp={tp} ep={ep} tokens={list(tokens)}",
+                    lambda b, c=(m, t, a, tp, ep, {}), tk=tokens:
+                    decision_record(c, b, runtime=Runtime.build(tokens=tk, env={}))))
+    for name in backend_names:
+        for m, t, a, tp, ep in FORCED_ON:
+            out.append(("forced", f"{m} {t} aiter={a} tp={tp} ep={ep} --backend {name}",
+                        lambda b, c=(m, t, a, tp, ep, {}), n=name: decision_record(c, b, force=n)))
+        out.append(("forced", f"odd MX hidden 2000 gfx950 --backend {name}",
+                    lambda b, n=name: decision_record(("-", "gfx950", A3, 0, 0, {}), b,
+                                                      layer=MoELayer.build(**ODD_MX), force=n)))
+    for c in RECIPES:
+        out.append(("recipes", " ".join(str(x) for x in c), lambda b, c=c: recipe_record(c, b)))
+    for c in TABLES:
+        out.append(("recipe_tables", " ".join(str(x) for x in c), lambda b, c=c: recipe_table(c, b)))
+    return out
+
+
+def _builtin_names() -> list[str]:
+    from moedispatch.plugins import build_registry
+
+    return sorted(b.name for b in build_registry().backends)
+
+
+ENTRIES = entries(_builtin_names())
+
+
+def regenerate() -> None:
+    """Write tests/golden/decisions.json from the current code (``python tests/test_golden_decisions.py``)."""
+    from moedispatch.plugins import build_registry
+
+    backends = build_registry().backends
+    out: dict[str, dict] = {}
+    for section, key, make in ENTRIES:
+        out.setdefault(section, {})[key] = make(backends)
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(json.dumps(out, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _first_difference(old, new, path="") -> str:
@@ -226,14 +252,33 @@ def _first_difference(old, new, path="") -> str:
     return f"{path}: {old!r:.300} -> {new!r:.300}"
 
 
-def test_decisions_and_recipes_match_the_golden_file(builtins):
+_GOLDEN_DATA: dict = {}
+
+
+def _golden() -> dict:
+    if not _GOLDEN_DATA:
+        _GOLDEN_DATA.update(json.loads(GOLDEN.read_text(encoding="utf-8")))
+    return _GOLDEN_DATA
+
+
+@pytest.mark.parametrize("section,key,make", ENTRIES, ids=[f"{s}:{k}" for s, k, _ in ENTRIES])
+def test_matches_the_golden_file(builtins, section, key, make):
     """Every reason, padding, rejection and recipe line of the real deployments above is the reviewed one."""
-    now = json.loads(json.dumps(current(builtins)))
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(json.dumps(now, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
-        pytest.skip("golden file regenerated: review `git diff tests/golden/`")
-    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
-    assert now == golden, ("decisions differ from tests/golden/decisions.json (after an intended change: "
-                           "UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden_decisions.py, then review the diff)"
-                           f"; first difference {_first_difference(golden, now)}")
+    golden = _golden().get(section, {})
+    assert key in golden, f"no golden entry {section}:{key}: {REGENERATE}"
+    now = json.loads(json.dumps(make(builtins)))
+    assert now == golden[key], f"{REGENERATE}; first difference {_first_difference(golden[key], now)}"
+
+
+def test_golden_file_has_no_stale_entries():
+    """Every golden entry is still checked (a removed case leaves no stale expectation behind)."""
+    wanted = {(s, k) for s, k, _ in ENTRIES}
+    have = {(s, k) for s, entries_ in _golden().items() for k in entries_}
+    assert have == wanted, f"{sorted(have ^ wanted)[:5]}: {REGENERATE}"
+
+
+REGENERATE = ("differs from tests/golden/decisions.json; after an intended change regenerate with `python "
+              "tests/test_golden_decisions.py` and review `git diff tests/golden/`")
+
+if __name__ == "__main__":
+    regenerate()
