@@ -15,8 +15,9 @@ __all__ = ["shard_caveats", "SCALE_TILES", "SCALE_GROUPS"]
 SCALE_TILES = "scale-tiles"
 SCALE_GROUPS = "scale-groups"
 
-_VLLM_FP8 = ("https://github.com/vllm-project/vllm/blob/017e9f4448/vllm/model_executor/layers/quantization/fp8.py "
-             "(Fp8MoEMethod.create_weights)")
+_VLLM_FP8 = ("vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/oracle/fp8.py (refine_fp8_moe_block_shape, "
+             "pad_tp_shard_to_weight_blocks); vllm-project/vllm@v0.33.0:vllm/model_executor/layers/quantization/utils/"
+             "fp8_utils.py (validate_fp8_block_shape_moe)")
 _SGLANG_PAD = "https://github.com/sgl-project/sglang/pull/18684; https://github.com/sgl-project/sglang/pull/21097"
 _VLLM_GPTOSS = "https://github.com/vllm-project/vllm/blob/017e9f4448/vllm/model_executor/models/gpt_oss.py"
 
@@ -26,11 +27,19 @@ def shard_caveats(layer: MoELayer) -> tuple[Reason, ...]:
     out = []
     block = layer.weight.block
     if block and layer.moe_tp > 1 and (layer.intermediate_per_rank % block[0] or layer.intermediate_per_rank % block[1]):
+        import math
+
+        g = math.gcd(block[0], layer.intermediate_per_rank, layer.hidden)
+        if g < 32:
+            vllm = (f"vLLM 0.33 refuses this shape at weight creation (no scale block of at least 32 divides the shard "
+                    f"and hidden: gcd = {g})")
+        else:
+            vllm = (f"vLLM 0.33 refines the scale blocks to {g} and then only its Triton MoE takes them: "
+                    f"VLLM_ROCM_USE_AITER=1 with --moe-backend auto raises, and --moe-backend aiter pads the shard to "
+                    f"{block[0]} (only when the global dims are {block[0]}-aligned)")
         text = (f"caveat [scale tiles]: the TP shard {layer.intermediate_per_rank} of intermediate {layer.intermediate} "
-                f"splits the checkpoint's {block[0]}×{block[1]} scale tiles. vLLM's block-FP8 MoE checks "
-                f"'output_size of gate's and up's weight = {layer.intermediate_per_rank} is not divisible by weight "
-                f"quantization block_n = {block[0]}'; SGLang accepts the shape on AITER with 128-padding (GSM8K 0.980 "
-                f"for Qwen3-235B-FP8 at TP8)")
+                f"splits the checkpoint's {block[0]}×{block[1]} scale tiles. {vllm}; SGLang accepts the shape on "
+                f"AITER with 128-padding (GSM8K 0.980 for Qwen3-235B-FP8 at TP8)")
         if layer.intermediate % block[0] == 0:
             text += (f". Safer: expert parallelism (--ep {layer.tp}) keeps every expert whole ({layer.intermediate} = "
                      f"{layer.intermediate // block[0]}×{block[0]})")

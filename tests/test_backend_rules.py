@@ -257,3 +257,19 @@ def test_block_fp8_shard_that_splits_scale_tiles_is_flagged(caps, builtins):
     assert not any("scale tiles" in w for w in texts(ok.warnings))
     assert not any("scale tiles" in w.text for w in plan_model(load_model("DeepSeek-V3"), caps("gfx950", AITER), 8, 1,
                                                            backends=builtins).warnings)
+
+
+@pytest.mark.parametrize("inter, tp, refuses", [(1536, 8, False), (2880, 8, True)])
+def test_scale_tile_caveat_says_what_vllm_033_does_with_the_shard(inter, tp, refuses):
+    """vLLM 0.33 refines 128x128 scale blocks to gcd(128, I/rank, hidden) when that is >= 32 (Triton only; env-forced
+    AITER raises) and refuses the shape below 32 (vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/
+    oracle/fp8.py refine_fp8_moe_block_shape): Qwen3-235B-FP8 TP8 (192/rank) refines to 64, a 360/rank shard refuses."""
+    from moedispatch.caveats import SCALE_TILES, shard_caveats
+    from moedispatch.layers import QuantSpec
+
+    layer = MoELayer.build(hidden=4096, intermediate=inter, experts=128, top_k=8, tp=tp,
+                           weight=QuantSpec("fp8", "block128x128"), act=QuantSpec("fp8", "group128", dynamic=True))
+    (caveat,) = [r for r in shard_caveats(layer) if r.issue == SCALE_TILES]
+    assert caveat.kind == "caveat" and "v0.33.0" in caveat.source
+    assert ("refuses this shape" in caveat.text) is refuses
+    assert ("refines the scale blocks to 64" in caveat.text) is (not refuses)
