@@ -502,3 +502,13 @@ def test_arch_reason_explains_missing_mx_instructions(builtins):
     assert unknown.endswith("— gfx942 has no MX/FP4 scaled-MFMA matrix instructions")
     native = flydsl.check(layer, fake_capabilities("gfx942", AITER, native_mx=True)).reasons[0].text
     assert native.endswith("target is gfx942 (MI300X)")
+
+
+def test_emulation_runner_is_built_for_the_layer():
+    """The emulation backend runs the layer it planned (moedispatch.numerics.runner.EmulationRunner; needs torch)."""
+    pytest.importorskip("torch")
+    from moedispatch_plugins.emulation import Emulation
+
+    layer = moe_layer("MiniMax-M3-MXFP4", 8)
+    runner = Emulation().runner(layer)
+    assert runner.layer is layer and runner.activation == layer.activation == "swigluoai_uninterleave"
