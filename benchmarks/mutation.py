@@ -73,6 +73,18 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "kernel pad of 1 becomes 0"),
     ("x_need_feature", r'info\.get\("confidence", (None|"XXconfirmedXX"|"CONFIRMED")?\s*\)',
      "capdb.feature_info always fills confidence, so the default of this get() is never used"),
+    ("xǁAiterFlyDSLǁkernel_pads", r'need_feature\(caps, "flydsl_pads", (None|"XXFlyDSL padsXX"|"flydsl pads"|'
+     r'"FLYDSL PADS")\) is not None',
+     "the purpose argument only words the returned Reason, and kernel_pads reads nothing but `is not None`"),
+    ("xǁAiterFlyDSLǁnotes", r"swiglu_decode_note\(layer, None\)",
+     "swiglu_decode_note(layer, combo) never reads combo"),
+    ("x__replan", r"plan_model\(plan\.model, plan\.caps, tp, ep, \)",
+     "plan_model's warnings parameter defaults to empty, like the [] it was given"),
+    ("x__issue_reason", r'def _issue_reason\(row: dict\[str, Any\], kind: str = ("XXfailedXX"|"FAILED")\)',
+     "the only caller always passes kind, so the default is never used"),
+    ("x__issue_reason", r'^\)$',
+     "dropping the confidence argument leaves Reason's own default, \"confirmed\", which is also the get() default "
+     "(rows with another confidence are pinned by the golden recipes)"),
 ]
 
 _CACHE_RESET = '''

@@ -88,6 +88,25 @@ LAYERS = [
      "gfx950", "0.1.20.post1"),
     ("w4a8 ep8", dict(hidden=7168, intermediate=3072, experts=384, top_k=6, tp=8, ep=8, weight="mxfp4", act="fp8",
                       activation="silu", model_type="deepseek_v4"), "gfx950", "0.1.20.post1"),
+    # the same at EP 1 and 2: the EP caveats start at ep > 1; SiTUv2's NotImplementedErrors start at AITER 0.1.20
+    ("situv2 a16w4 ep8 bias", dict(_SITU, act="bf16", ep=8, has_bias=True), "gfx950", "0.1.19"),
+    ("situv2 a16w4 ep2", dict(_SITU, act="bf16", ep=2), "gfx950", "0.1.20.post1"),
+    ("situv2 a16w4 fp16 ep1", dict(_SITU, act="fp16"), "gfx950", "0.1.20.post1"),
+    ("situv2 a16w4 fp16 ep2", dict(_SITU, act="fp16", ep=2), "gfx950", "0.1.20.post1"),
+    ("w4a4 ep2", dict(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, ep=2, weight="mxfp4",
+                      act="mxfp4", activation="silu", model_type="deepseek_v3"), "gfx950", "0.1.20.post1"),
+    ("w4a4 ep1", dict(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight="mxfp4", act="mxfp4",
+                      activation="silu", model_type="deepseek_v3"), "gfx950", "0.1.20.post1"),
+    ("int4 ep2", dict(hidden=7168, intermediate=2048, experts=384, top_k=8, tp=8, ep=2,
+                      weight=QuantSpec("int4", "group32"), act="bf16", activation="silu", model_type="kimi_k2"),
+     "gfx950", "0.1.20.post1"),
+    ("int4 ep1", dict(hidden=7168, intermediate=2048, experts=384, top_k=8, tp=8,
+                      weight=QuantSpec("int4", "group32"), act="bf16", activation="silu", model_type="kimi_k2"),
+     "gfx950", "0.1.20.post1"),
+    ("w4a8 ep2", dict(hidden=7168, intermediate=3072, experts=384, top_k=6, tp=8, ep=2, weight="mxfp4", act="fp8",
+                      activation="silu", model_type="deepseek_v4"), "gfx950", "0.1.20.post1"),
+    ("w4a8 ep1", dict(hidden=7168, intermediate=3072, experts=384, top_k=6, tp=8, weight="mxfp4", act="fp8",
+                      activation="silu", model_type="deepseek_v4"), "gfx950", "0.1.20.post1"),
 ]
 
 #: Decisions ordered by predicted cost (a Runtime: token counts, AITER env) instead of preference alone.
@@ -109,6 +128,7 @@ FORCED_ON = [
 ]
 ODD_MX = dict(hidden=2000, intermediate=1000, experts=8, top_k=2, tp=1, weight="mxfp4", act="bf16",
               activation="silu")
+ODD_MX_HIDDEN = dict(ODD_MX, intermediate=1024)  # only the hidden is padded
 
 #: (model, target, AITER, tp, ep, engine, engine version): recipes whose lines differ by engine and release.
 RECIPES = [
@@ -128,6 +148,9 @@ RECIPES = [
     ("DeepSeek-V3", "MI300X", None, 1, 1, "vllm", None),
     ("MiniMax-M3-MXFP8", "MI300X", None, 4, 1, "vllm", None),
     ("Qwen3-30B-A3B", "MI355X", None, 1, 8, "sglang", None),
+    # engine-level known issues (capability_db/engines.toml [[vllm.issue]], unconfirmed ones say so)
+    ("MiniMax-M3-MXFP8", "MI300X", None, 8, 8, "vllm", None),
+    ("MiniMax-M3-MXFP8", "MI355X", None, 8, 8, "vllm", "0.24.0"),
 ]
 
 
@@ -205,9 +228,10 @@ def entries(backend_names: list[str]) -> list[tuple[str, str, object]]:
         for m, t, a, tp, ep in FORCED_ON:
             out.append(("forced", f"{m} {t} aiter={a} tp={tp} ep={ep} --backend {name}",
                         lambda b, c=(m, t, a, tp, ep, {}), n=name: decision_record(c, b, force=n)))
-        out.append(("forced", f"odd MX hidden 2000 gfx950 --backend {name}",
-                    lambda b, n=name: decision_record(("-", "gfx950", A3, 0, 0, {}), b,
-                                                      layer=MoELayer.build(**ODD_MX), force=n)))
+        for label, fields in (("odd MX hidden 2000", ODD_MX), ("odd MX hidden 2000 inter 1024", ODD_MX_HIDDEN)):
+            out.append(("forced", f"{label} gfx950 --backend {name}",
+                        lambda b, n=name, f=fields: decision_record(("-", "gfx950", A3, 0, 0, {}), b,
+                                                                    layer=MoELayer.build(**f), force=n)))
     for c in RECIPES:
         out.append(("recipes", " ".join(str(x) for x in c), lambda b, c=c: recipe_record(c, b)))
     for c in TABLES:
