@@ -80,6 +80,8 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "swiglu_decode_note(layer, combo) never reads combo"),
     ("x__replan", r"plan_model\(plan\.model, plan\.caps, tp, ep, \)",
      "plan_model's warnings parameter defaults to empty, like the [] it was given"),
+    ("x_render_recipe", r'^lines\.append\(recipe\.command or "XXXX"\)$',
+     "reached only for a realizable recipe, whose command is always a string (a refused one returned earlier)"),
     ("x__issue_reason", r'def _issue_reason\(row: dict\[str, Any\], kind: str = ("XXfailedXX"|"FAILED")\)',
      "the only caller always passes kind, so the default is never used"),
     ("x__issue_reason", r'^\)$',

@@ -151,6 +151,7 @@ RECIPES = [
     # engine-level known issues (capability_db/engines.toml [[vllm.issue]], unconfirmed ones say so)
     ("MiniMax-M3-MXFP8", "MI300X", None, 8, 8, "vllm", None),
     ("MiniMax-M3-MXFP8", "MI355X", None, 8, 8, "vllm", "0.24.0"),
+    ("DeepSeek-V3", "gfx942", "none", 8, 1, "vllm", None),
 ]
 
 
@@ -198,7 +199,7 @@ def recipe_record(case, backends) -> dict:
 
 
 #: Recipe tables (the text a user pastes from): a realizable launch, a fallback with warnings, a refusal.
-TABLES = [RECIPES[0], RECIPES[6], RECIPES[10]]
+TABLES = [RECIPES[0], RECIPES[6], RECIPES[10], RECIPES[-1]]
 
 
 def recipe_table(case, backends) -> list[str]:
@@ -206,7 +207,7 @@ def recipe_table(case, backends) -> list[str]:
 
     model, target, aiter, tp, ep, engine, version = case
     plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=backends)
-    return render_recipe(plan, engine, fmt="table", version=version).splitlines()
+    return render_recipe(plan, engine, version=version).splitlines()  # the default format is the table
 
 
 def entries(backend_names: list[str]) -> list[tuple[str, str, object]]:

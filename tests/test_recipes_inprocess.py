@@ -25,7 +25,9 @@ def recipe(caps):
     def make(model, target, engine, *, tp=1, ep=1, version=None, aiter=None):
         plan = plan_model(load_model(model), caps(target, aiter), tp=tp, ep=ep)
         r = build_recipe(plan, engine, version)
-        data = json.loads(render_recipe(plan, engine, fmt="json", version=version))
+        text = render_recipe(plan, engine, fmt="json", version=version)
+        assert text.startswith('{\n  "schema": "moedispatch.recipe/1",\n') and text.endswith("}\n")  # indent 2
+        data = json.loads(text)
         table = render_recipe(plan, engine, fmt="table", version=version)
         return r, data, table
 
