@@ -54,6 +54,14 @@ FAST_TESTS = [
     "tests/test_backend_rules.py",
     "tests/test_family_tables.py",
     "tests/test_selector_plugins.py",
+    # the in-process run-time (cost-ordered) selection tests of test_runtime.py (its CLI tests are slow)
+    "tests/test_runtime.py::test_minimax_m3_keeps_384_unpadded_where_tuned_rows_decide_every_bucket",
+    "tests/test_runtime.py::test_minimax_m3_pads_where_decode_falls_to_heuristics",
+    "tests/test_runtime.py::test_aiter_3933_is_flagged_at_its_bucket_with_its_workaround",
+    "tests/test_runtime.py::test_a_known_wrong_kernel_with_no_workaround_rejects_the_aiter_path",
+    "tests/test_runtime.py::test_a_much_faster_correct_backend_wins_over_preference_and_says_why",
+    "tests/test_runtime.py::test_overlapping_bars_leave_preference_in_charge",
+    "tests/test_runtime.py::test_engine_api_and_explain_carry_the_same_dispatch_and_cost",
 ]
 # Not here: the CLI tests (test_recipes_engine.py, test_spine.py) run subprocesses, ~100 s in all, and mutmut cannot
 # see which functions a subprocess calls; test_recipes_inprocess.py pins the same recipes in-process.
@@ -142,7 +150,7 @@ def build_workspace(work: Path, only: list[str]) -> None:
     conftest = work / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + _CACHE_RESET)
     globs = only or MUTATE
-    tests = [t for t in FAST_TESTS if (ROOT / t).exists()]
+    tests = [t for t in FAST_TESTS if (ROOT / t.partition("::")[0]).exists()]
     broken = failing_tests(work, tests)
     for nodeid in broken:
         print(f"deselected (fails without any mutant): {nodeid}")
