@@ -512,3 +512,22 @@ def test_emulation_runner_is_built_for_the_layer():
     layer = moe_layer("MiniMax-M3-MXFP4", 8)
     runner = Emulation().runner(layer)
     assert runner.layer is layer and runner.activation == layer.activation == "swigluoai_uninterleave"
+
+
+def test_third_party_backend_is_costed_with_the_runtime(caps, builtins):
+    """With a Runtime, a correct third-party backend (no moe_cost hook) is costed on the roofline like the built-ins
+    and its decision says how it compares; the AITER winner's dispatch is not asked of it."""
+    from moedispatch.runtime import Runtime
+
+    acme = _Plugin("acme", preference=1000)
+    acme.family = "acme"
+    layer = moe_layer("Mixtral-8x7B", 8)
+    d = select(layer, caps("gfx942", AITER), tuple(builtins) + (acme,), runtime=Runtime.build((1, 8192), env={}))
+    assert d.backend == "acme" and d.dispatch is None
+    assert [(c.tokens, c.basis) for c in d.cost] == [(1, "roofline"), (8192, "roofline")]
+    assert all(c.low <= c.us <= c.high for c in d.cost) and d.cost[0].us < d.cost[1].us
+    head = d.reasons[0].text
+    assert head.startswith("acme: correct for this layer, highest preference (1000) among supported [acme, aiter-ck")
+    assert " vs aiter-ck " in head and head.endswith(" at 1 token")
+    ck = d.rejection("aiter-ck")
+    assert ck.supported and [(c.tokens, c.basis) for c in ck.cost] == [(1, "roofline"), (8192, "roofline")]
