@@ -90,6 +90,8 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "plan_model's warnings parameter defaults to empty, like the [] it was given"),
     ("x_render_recipe", r'^lines\.append\(recipe\.command or "XXXX"\)$',
      "reached only for a realizable recipe, whose command is always a string (a refused one returned earlier)"),
+    ("x_conversion", r'\.get\("conversion", (None)?\s*\)',
+     "every engine in capability_db/engines.toml has [[<engine>.conversion]] rows, so the default is never used"),
     ("x__issue_reason", r'def _issue_reason\(row: dict\[str, Any\], kind: str = ("XXfailedXX"|"FAILED")\)',
      "the only caller always passes kind, so the default is never used"),
     ("x__issue_reason", r'^\)$',

@@ -163,3 +163,12 @@ def test_unknown_engine_and_bad_version_are_usage_errors(caps):
         build_recipe(plan, "tgi")
     with pytest.raises(UsageError, match="PEP 440"):
         build_recipe(plan, "vllm", "latest")
+
+
+def test_a_recipe_value_without_a_layout_serializes():
+    """A Recipe built by hand (a plugin or a test) need not have a layout: its JSON says null."""
+    from moedispatch.recipes import Recipe
+
+    data = Recipe("vllm", "0.33.0").to_dict()
+    assert data["layout"] is None and data["command"] == "" and data["engine_version"] == "0.33.0"
+    assert data["schema"] == "moedispatch.recipe/1" and data["alternatives"] == [] and data["reasons"] == []
