@@ -308,7 +308,10 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     findings: list[Finding] = []
     warnings = [first_line] if first_line else []
     try:
-        plan = plan_model(spec, caps, tp, ep, warnings=warnings)
+        from moedispatch.runtime import Runtime
+
+        # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
+        plan = plan_model(spec, caps, tp, ep, warnings=warnings, runtime=Runtime.build(env=launch.env))
     except UsageError as exc:
         findings.append(Finding("error", f"TP {tp} / EP {ep} cannot shard {spec.name}: {exc}",
                                 eng.get("heads_source"), "pick a TP that divides the model (e.g. 1, 2, 4, 8)"))
@@ -339,8 +342,9 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
             findings.append(Finding("error", f"--moe-backend aiter without {switch}=1: vLLM's AiterExperts refuses "
                                     "(the master switch defaults to off) and the launch fails", env_src,
                                     f"export {switch}=1"))
-        elif plan_aiter and not on and family != "aiter":
-            findings.append(Finding("warning", f"{switch} is unset: {engine} runs the MoE on {family} while the "
+        elif plan_aiter and not on and family != "aiter" and recipe.ok and recipe.backend == d0.backend:
+            state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
+            findings.append(Finding("warning", f"{state}: {engine} runs the MoE on {family} while the "
                                     f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
                                     env_src, f"export {switch}=1" + (f"; the full recipe: {fix_line}" if fix_line
                                                                       else "")))

@@ -48,6 +48,8 @@ class Recipe:
     refusals: list[Reason] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     layout: Layout | None = None
+    #: The plan this recipe realizes when it differs from the one asked for (re-made under an AITER env switch).
+    plan: Plan | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -327,8 +329,18 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
     return refusals, rows, warnings
 
 
-def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alternatives: bool = True) -> Recipe:
-    """The best launch of ``plan`` that ``engine`` at ``version`` (default: newest known) can carry out."""
+def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alternatives: bool = True,
+                 switches: bool = True) -> Recipe:
+    """The best launch of ``plan`` that ``engine`` at ``version`` (default: newest known) can carry out.
+
+    When the engine cannot carry out the plan's first choice (e.g. it allocates 384 where the AITER plan pads to
+    512), the plan is re-made with each AITER environment switch that changes what AITER runs (the what-if
+    switches); a switch under which the engine realizes the first choice gives the recipe, with the switch exported.
+    """
+    if switches and plan.runtime is not None:
+        better = _realized_with_switch(plan, engine, version)
+        if better is not None:
+            return better
     data = engine_data(engine)
     eng = data[engine]
     version = _version(engine, version, eng)
@@ -400,6 +412,8 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
         if cav.get("note"):
             recipe.caveats.append(Reason(cav["note"], "caveat", cav.get("source"), None,
                                          cav.get("confidence", "confirmed")))
+    if chosen is not None and plan.runtime is not None:
+        _runtime_env(plan, chosen, env)
     recipe.env = list(env.values())
     recipe.args = layout.args + args
     if recipe.refusals:
@@ -411,6 +425,62 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     parts = [eng["command"].format(model=model_ref)] + [a["arg"] for a in recipe.args]
     recipe.command = " \\\n    ".join(parts)
     return recipe
+
+
+def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> None:
+    """Export what the plan's AITER dispatch assumed (``--aiter-env`` / the shell's AITER variables) and the
+    environment workarounds of kernel × bucket bugs the chosen path would otherwise hit: the plan is correct only
+    with them."""
+    decisions = [d for d in plan.decisions if d.backend == chosen and d.dispatch is not None]
+    if not decisions:
+        return
+    for name, value in plan.runtime.env if plan.runtime is not None else ():
+        env.setdefault(name, {"name": name, "value": value,
+                              "why": "the plan's simulation of AITER's dispatch assumed it (--aiter-env / this shell)",
+                              "source": "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py"})
+    for d in decisions[:1]:
+        for hit in d.dispatch.issues:
+            if hit.severity != "error":
+                continue
+            for name, value in hit.workaround_env:
+                env.setdefault(name, {"name": name, "value": value,
+                                      "why": f"workaround of {hit.issue}: without it AITER runs {hit.kernel} for "
+                                             f"tokens {hit.tokens[0]}–{hit.tokens[1]} ({hit.effect})",
+                                      "source": hit.source})
+
+
+def _realized_with_switch(plan: Plan, engine: str, version: str | None) -> "Recipe | None":
+    """A recipe that realizes the plan's first choice under one of the what-if AITER switches, or None."""
+    first = build_recipe(plan, engine, version, alternatives=False, switches=False)
+    wanted = next((d.backend for d in plan.decisions if d.layer.kind == "moe" and d.backend), None)
+    if wanted is None or (first.ok and first.backend == wanted):
+        return None
+    from moedispatch.backend import FUSED_MOE_FAMILIES
+    from moedispatch.plan import plan_model
+    from moedispatch.runtime import Runtime
+    from moedispatch.whatif import _SWITCHES
+
+    if not any(d.family in FUSED_MOE_FAMILIES for d in plan.decisions if d.backend == wanted):
+        return None
+    env = plan.runtime.env_dict if plan.runtime is not None else {}
+    for switch, why, source in _SWITCHES:
+        if all(env.get(k) == v for k, v in switch):
+            continue
+        variant = Runtime(plan.runtime.tokens, tuple(sorted({**env, **dict(switch)}.items())))
+        try:
+            alt = plan_model(plan.model, plan.caps, plan.tp, plan.ep, warnings=[
+                w for w in plan.warnings], runtime=variant)
+        except MoedispatchError:
+            continue
+        r = build_recipe(alt, engine, version, alternatives=False, switches=False)
+        if r.ok and r.backend == wanted:
+            r.plan = alt
+            names = " ".join(f"{k}={v}" for k, v in switch)
+            r.warnings.insert(0, Reason(
+                f"{engine} {r.version} allocates what AITER runs natively only with {names} ({why}); the recipe "
+                f"exports it — `moedispatch explain … --aiter-env` with it shows that plan", "note", source))
+            return r
+    return None
 
 
 def _caveat_applies(cav: dict[str, Any], engine: str, plan: Plan, backend: str | None,
@@ -489,6 +559,7 @@ def _fmt_line(item: dict[str, str]) -> str:
 def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str | None = None,
                   recipe: Recipe | None = None) -> str:
     recipe = recipe or build_recipe(plan, engine, version)
+    plan = recipe.plan or plan  # the plan the recipe realizes (re-made under an AITER env switch when needed)
     if fmt == "json":
         from moedispatch.plan import plan_to_json
 

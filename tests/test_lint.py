@@ -189,3 +189,18 @@ def test_a_production_script_with_shell_variables_lints_clean_and_loses_aiter_wh
     warn = [f for f in _sev(doc, "warning") if "VLLM_ROCM_USE_AITER is unset" in f["message"]]
     assert proc.returncode == 0 and warn and warn[0]["fix"].startswith("export VLLM_ROCM_USE_AITER=1")
     assert "vllm-project/vllm#56945" in warn[0]["source"]
+
+
+@pytest.mark.parametrize("model, target, engine", [
+    ("MiniMax-M3-MXFP4", "MI355X", "vllm"), ("GLM-4.7", "MI300X", "sglang"), ("gpt-oss-120b", "MI300X", "vllm"),
+])
+def test_the_tools_own_recipes_lint_clean(cli, tmp_path, model, target, engine):
+    """A recipe moedispatch prints, linted as a launch script, raises no error or warning finding (a recipe that
+    its own linter flags, or a lint fix that contradicts the recipe, would send users in circles)."""
+    proc = cli("explain", "--model", model, "--target", target, "--tp", "8", "--recipe", engine)
+    assert proc.returncode == 0, proc.stderr
+    script = tmp_path / "serve.sh"
+    script.write_text(proc.stdout)
+    lint = cli("lint", str(script), "--target", target, "--format", "json")
+    findings = json.loads(lint.stdout)["findings"]
+    assert lint.returncode == 0 and not [f for f in findings if f["severity"] in ("error", "warning")], findings

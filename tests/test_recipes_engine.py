@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from moedispatch.reason import texts
+
 from moedispatch.engine import plan_model, select_moe_backend
 from moedispatch.explain import plan_to_json
 
@@ -51,15 +53,36 @@ def test_vllm_recipe_for_minimax_m3_mxfp4_on_gfx950(cli):
             assert lines[i - 1].startswith("# ") and "(" in lines[i - 1]
 
 
-def test_vllm_033_w4a4_allocation_is_not_printed_as_aiter_where_the_kernel_needs_256(cli):
-    """vLLM 0.32+ rounds W4A4 to 128 (MiniMax-M3 TP8 stays 384, oracle/mxfp4.py at v0.32.0); with an AITER whose
-    FlyDSL a4w4 needs 256-multiples the recipe must not print --moe-backend aiter, and says why."""
-    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--aiter-version", "0.1.15.post3",
-               "--tp", "8", "--recipe", "vllm", "--format", "json")
+def test_vllm_033_w4a4_allocation_is_not_printed_as_aiter_where_the_kernel_needs_256(caps):
+    """vLLM 0.32+ rounds W4A4 to 128 (MiniMax-M3 TP8 stays 384, oracle/mxfp4.py at v0.32.0); where the plan's AITER
+    kernels need 256-multiples (the default: decode on CK-Tile heuristics) the recipe must not print
+    --moe-backend aiter, and says why."""
+    from moedispatch.plan import plan_model
+    from moedispatch.models import load_model
+    from moedispatch.recipes import build_recipe
+    from moedispatch.runtime import Runtime
+
+    plan = plan_model(load_model("MiniMax-M3-MXFP4"), caps("gfx950", "0.1.15.post3"), 8, 1,
+                      runtime=Runtime.build(env={}))
+    r = build_recipe(plan, "vllm", switches=False)
+    assert r.version == "0.33.0"
+    assert r.command is None or "--moe-backend aiter" not in r.command
+    assert any("allocates hidden 6144 × intermediate/rank 384" in w for w in texts(r.warnings + r.refusals))
+
+
+def test_vllm_033_realizes_the_aiter_plan_with_the_switches_that_make_384_native(cli):
+    """The same model at vLLM 0.33: AITER's tuned FlyDSL rows run 384 natively with the fused shared expert and MXFP4
+    decode activations (ROCm/aiter@e4048607:aiter/configs/model_configs/minimax_m3_fp4_tuned_fmoe.csv), which is what
+    vLLM allocates: the recipe is the AITER launch with those switches exported — the AMD recipe
+    (vllm-project/recipes#581) — not emulation."""
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "gfx950", "--tp", "8", "--recipe", "vllm",
+               "--format", "json")
     data = json.loads(proc.stdout)
-    assert data["engine_version"] == "0.33.0"
-    assert data["command"] is None or "--moe-backend aiter" not in data["command"]
-    assert any("allocates hidden 6144 × intermediate/rank 384" in w for w in data["warnings"] + data["reasons"])
+    env = {e["name"]: e["value"] for e in data["env"]}
+    assert data["backend"] == "aiter-flydsl" and "--moe-backend aiter" in data["command"]
+    assert env["GPTOSS_SWIGLU_MXFP4_BF16_BOUND"] == "0" and env["VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS"] == "1"
+    assert data["plan"]["layers"][3]["padding"]["intermediate_per_rank"] == 384
+    assert data["plan"]["aiter_env"]["GPTOSS_SWIGLU_MXFP4_BF16_BOUND"] == "0"
 
 
 def test_vllm_recipe_for_minimax_m3_mxfp8_on_mi300x_has_aiter_on_and_mha_off_with_reason(cli):
