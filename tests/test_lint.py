@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 # sgl-project/sglang#28244 (description): the launch that produced garbage on MI355X before the fix.
 SGLANG_28244 = ("SGLANG_USE_AITER=1 python3 -m sglang.launch_server \\\n  --model-path Qwen/Qwen3-30B-A3B \\\n"
                 "  --tp 8 \\\n  --mem-fraction-static 0.8 \\\n  --port 30000\n")
