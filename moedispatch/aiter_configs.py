@@ -519,7 +519,7 @@ def _bundled(name: str, version: str | None, notes: tuple[str, ...] = (),
     snap = snapshots()[name]
     root = os.path.join(_db_dir(), snap.get("directory", name))
     files = [(p, _display(p, _db_dir(), "capability_db/aiter_configs/")) for p in _default_files(root)]
-    label = f"bundled AITER {snap.get('describe', name)} @ {str(snap.get('commit', ''))[:10]} ({snap.get('date')})"
+    label = f"bundled {snap.get('describe', name)} @ {str(snap.get('commit', ''))[:10]} ({snap.get('date')})"
     return _build(files, snap.get("dispatch", "head"), label, "bundled", version, snap.get("commit"), notes,
                   model_dims)
 

@@ -1178,7 +1178,9 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
     if rules is not HEAD_RULES and rules.heuristics == "head":
         warnings.append(f"AITER {version}: key, buckets and activation policy follow {rules.name} ({rules.source}); "
                         f"the heuristic fallbacks are modelled on HEAD e4048607 (derived)")
-    if key.q_type == Q_1X32 and key.q_dtype_w in (FP4, FP8) and key.gfx != "gfx950":
+    situ_gfx942 = key.act_type == SITUV2 and all(s.q_dtype_a == BF16 for s in raw) and _at_least(version, "0.1.20")
+    if key.q_type == Q_1X32 and key.q_dtype_w in (FP4, FP8) and key.gfx != "gfx950" and not situ_gfx942:
+        # (The a16w4 SiTUv2 FlyDSL kernel runs on gfx942 from AITER 0.1.20: ROCm/aiter#4502.)
         # fp4x2/MX kernels (FlyDSL mixed_moe, CK-Tile a16w4, ASM MXfp4) use gfx950 scaled MFMA; the gfx942 ASM
         # table has no MXfp4 code object and the fp4 quant cannot emit fp4x2 there (sgl-project/sglang#35525).
         warnings.append(f"AITER's MX (per_1x32) fused-MoE kernels need gfx950; on {key.gfx} this dispatch fails at "
@@ -1194,6 +1196,15 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,
                         dispatch_model=rules.name, aiter_version=version, warnings=tuple(warnings),
                         issues=hits)
+
+
+def _at_least(version: str | None, floor: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return version is not None and Version(Version(version).public) >= Version(floor)
+    except InvalidVersion:
+        return False
 
 
 def simulate(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[int] = DEFAULT_TOKENS,

@@ -256,7 +256,16 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         from moedispatch.whatif import tuning_list
 
         text, count = tuning_list(plan)
-        _print(text)
+        if args.format == "json":
+            import csv as _csv
+            import io as _io
+
+            rows = list(_csv.DictReader(_io.StringIO(text)))
+            _print(json.dumps({"schema": "moedispatch.tuning-list/1", "model": plan.model.name,
+                               "target": plan.caps.target_dict(), "tokens": list(runtime.tokens), "rows": rows,
+                               "untuned_csv": text}, indent=2))
+        else:
+            _print(text)
         sys.stderr.write(f"moedispatch: {count} shape(s) of {plan.model.name} run on AITER heuristics at the planned "
                          f"token counts ({', '.join(map(str, runtime.tokens))}), highest predicted time first; this "
                          "is AITER's untuned fused-MoE CSV format\n")

@@ -50,8 +50,13 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     if target is not None:
         return capdb.target_capabilities(target, aiter_version, aiter_source=aiter_source), None
     if env_target is not None:
-        return capdb.target_capabilities(env_target, aiter_version, target_source="env",
-                                         aiter_source=aiter_source), None
+        from moedispatch.errors import TargetError
+
+        try:
+            return capdb.target_capabilities(env_target, aiter_version, target_source="env",
+                                             aiter_source=aiter_source), None
+        except TargetError as exc:
+            raise TargetError(f"MOEDISPATCH_TARGET={env_target!r}: {exc}") from None
     from moedispatch.probe import capabilities_from_probe, probe
 
     caps = capabilities_from_probe(probe(), aiter_version=aiter_version)
@@ -218,5 +223,6 @@ def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: in
         caps = default_capabilities()
     registry = get_registry(strict=strict)
     return _plan(spec, caps, tp, ep, backends=registry.backends, force=force, strict=strict,
-                 warnings=_default_target_warning(caps) + tuple(f"plugin error: {e}" for e in registry.errors),
+                 warnings=_default_target_warning(caps) + tuple(f"plugin error: {e}" for e in registry.errors)
+                 + tuple(registry.warnings) + installed_aiter_warning(caps),
                  runtime=Runtime.build(tokens, overrides=aiter_env))

@@ -72,8 +72,9 @@ def _brief_line(d: Decision, span: str, count: str) -> str:
     layer, p = d.layer, d.padding
     if layer.kind == "dense":
         return f"{span} ({count}) → dense MLP"
-    pad = (f"pad hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
-           f"{p.intermediate_per_rank} ({p.pad_semantics})" if p.padded else "no padding")
+    dims = ([f"hidden {layer.hidden}→{p.hidden}"] if p.hidden_pad else []) + \
+        ([f"intermediate/rank {layer.intermediate_per_rank}→{p.intermediate_per_rank}"] if p.intermediate_pad else [])
+    pad = f"pad {', '.join(dims)} ({p.pad_semantics})" if p.padded else "no padding"
     extra = f"; {len(d.warnings)} warning(s)" if d.warnings else ""
     return f"{span} ({count}) → {d.backend or 'NO BACKEND'}: {pad}{extra}"
 

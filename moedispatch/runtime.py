@@ -28,6 +28,8 @@ __all__ = ["Runtime", "DEFAULT_TOKENS", "parse_tokens", "dispatch_for", "dispatc
 
 #: Token counts planned when none are given: decode (1, 4), a decode batch (64), prefill chunks (512, 8192).
 DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
+#: The largest token count per MoE call planned for (AITER's largest bucket tier, 131072).
+MAX_TOKENS = 131072
 #: Environment variables that change what AITER's fused-MoE dispatch runs (the rest of the environment does not
 #: change a plan): AITER's own, and vLLM's switch that folds the shared expert into the routed AITER call.
 _AITER_PREFIXES = ("AITER_", "GPTOSS_SWIGLU", "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS")
@@ -66,6 +68,9 @@ def parse_tokens(text: str) -> tuple[int, ...]:
         raise UsageError(f"--tokens takes comma-separated positive integers, got {text!r}") from None
     if not counts or any(t < 1 for t in counts):
         raise UsageError(f"--tokens takes comma-separated positive integers, got {text!r}")
+    if max(counts) > MAX_TOKENS:
+        raise UsageError(f"--tokens: {max(counts)} tokens in one MoE call is beyond any engine's batch "
+                         f"(at most {MAX_TOKENS:,})")
     return tuple(sorted(set(counts)))
 
 

@@ -250,3 +250,21 @@ def test_tuning_list_is_aiters_untuned_csv_ranked_by_predicted_time(cli):
     assert len(lines) > 1 and all(ln.split(",")[1:5] == ["4096", "192", "128", "8"] for ln in lines[1:])
     assert int(lines[1].split(",")[0]) == 8192  # the largest bucket costs the most time: first
     assert "run on AITER heuristics" in proc.stderr
+
+
+def test_kimi_k3_situv2_on_gfx942_is_not_called_a_failing_mx_dispatch(caps, builtins):
+    """FlyDSL's a16w4 SiTUv2 kernel runs on gfx942 from AITER 0.1.20 (ROCm/aiter#4502): the dispatch model's generic
+    "MX fused-MoE kernels need gfx950" note must not contradict the plan there."""
+    layer = next(la for la in expand_layers(load_model("Kimi-K3-MXFP4"), 8, 1) if la.kind == "moe")
+    d = select(layer, caps("MI300X", "0.1.20.post1"), builtins, runtime=Runtime.build(env={}))
+    assert d.backend == "aiter-flydsl"
+    assert not any("need gfx950" in r.text for r in d.reasons)
+
+
+def test_tuning_list_json_and_token_cap(cli):
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--tuning-list",
+               "--format", "json")
+    data = json.loads(proc.stdout)
+    assert data["schema"] == "moedispatch.tuning-list/1" and data["rows"] and data["untuned_csv"].startswith("token,")
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--tokens", "99999999999")
+    assert proc.returncode == 2 and "at most 131,072" in proc.stderr
