@@ -583,6 +583,12 @@ def compare_decision(decision: Any, choice: EngineChoice, *, quant_method: str |
             verdict = "different"
             why.append(Reason(f"moedispatch has no backend matching {choice.engine}'s {choice.backend}", "note"))
     padding_differs = choice.ok and (choice.hidden, choice.intermediate_per_rank) != (p.hidden, p.intermediate_per_rank)
+    if padding_differs and verdict in ("same", "slower"):
+        hits = _engine_allocation_hits(decision, choice)
+        if hits:
+            # moedispatch's simulation of AITER's dispatch at the engine's allocation hits a known-wrong kernel.
+            verdict = "wrong"
+            why += hits
     if padding_differs and verdict == "same":
         why.append(Reason(f"{choice.engine} allocates {choice.hidden} × {choice.intermediate_per_rank}, moedispatch "
                           f"plans {p.hidden} × {p.intermediate_per_rank}", "padding",
@@ -599,6 +605,34 @@ def compare_decision(decision: Any, choice: EngineChoice, *, quant_method: str |
     out.update(verdict=verdict, padding_differs=bool(padding_differs), why=texts(why),
                why_details=[r.to_dict() for r in why])
     return out
+
+
+def _engine_allocation_hits(decision: Any, choice: EngineChoice) -> list[Reason]:
+    """Known wrong-output kernels AITER's dispatcher would run for some serving token count at the sizes the engine
+    allocates (its default AITER environment), as failed Reasons; [] when not an aiter.fused_moe path."""
+    from moedispatch.backend import FUSED_MOE_FAMILIES, Padding
+
+    layer, caps = decision.layer, decision.caps
+    fam = {"aiter-ck": "ck", "aiter-cktile": "cktile", "aiter-flydsl": "flydsl", "aiter-asm": "asm"}.get(
+        choice.family or "")
+    if caps is None or fam not in FUSED_MOE_FAMILIES or choice.hidden is None or choice.intermediate_per_rank is None:
+        return []
+    if choice.hidden < layer.hidden or choice.intermediate_per_rank < layer.intermediate_per_rank:
+        return []
+    from moedispatch.aiter_dispatch import plan_dispatch
+    from moedispatch.runtime import SERVING_BUCKETS
+
+    alloc = Padding(hidden=choice.hidden, intermediate_per_rank=choice.intermediate_per_rank,
+                    hidden_pad=choice.hidden - layer.hidden,
+                    intermediate_pad=choice.intermediate_per_rank - layer.intermediate_per_rank,
+                    zero_fill=True)
+    try:
+        dp = plan_dispatch(layer, caps, tokens=SERVING_BUCKETS, env={}, padding=alloc)
+    except Exception:  # noqa: BLE001 - a shape the dispatch model cannot key: no claim either way
+        return []
+    return [Reason(f"at the {choice.hidden} × {choice.intermediate_per_rank} the engine allocates, AITER's dispatcher "
+                   f"runs {h.kernel} for tokens {h.tokens[0]}–{h.tokens[1]} (bucket {h.bucket}): {h.effect}",
+                   "failed", h.source, h.issue, h.confidence) for h in dp.issues if h.severity == "error"]
 
 
 def compare_plan(plan: "Plan", engine: str = "vllm", engine_version: str | None = None, *,

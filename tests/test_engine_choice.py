@@ -179,12 +179,14 @@ def test_public_api_and_quant_method_accepted_by_select(caps):
 
 
 def test_compare_plan_classifies_each_group(caps):
-    """MiniMax-M3-MXFP4 TP8 gfx950: with AITER vLLM runs the same AITER family but allocates 384, not the plan's 512;
+    """MiniMax-M3-MXFP4 TP8 gfx950: with AITER vLLM runs aiter.fused_moe but allocates 384, not the plan's 512 — and
+    at 384 with vLLM's default AITER environment decode runs CK-Tile heuristics, wrong per ROCm/aiter#5233: "wrong";
     without AITER it emulates (correct, slower). gpt-oss-120b gfx942 without AITER: vLLM's Triton is correct but
     outranked. A model whose scheme is not modelled for SGLang says so instead of guessing."""
     m3 = plan_model(load_model("MiniMax-M3-MXFP4"), caps["gfx950"], tp=8)
     [on] = compare_plan(m3, "vllm", "0.33.0", env=ON)
-    assert on["verdict"] == "same" and on["padding_differs"]
+    assert on["verdict"] == "wrong" and on["padding_differs"]
+    assert any(w["issue"] == "ROCm/aiter#5233" for w in on["why_details"])
     assert on["engine"]["intermediate_per_rank"] == 384 and on["moedispatch"]["intermediate_per_rank"] == 512
     [off] = compare_plan(m3, "vllm", env={})
     assert off["verdict"] == "slower" and off["engine"]["backend"] == "EMULATION"
@@ -225,10 +227,11 @@ def test_findings_resolve_every_issue_class_with_a_v0_33_source():
 
 def test_comparison_lines_carry_the_matching_finding(caps):
     """Where vLLM and the plan differ, the comparison names the resolved class and who is right: the flagship's 384 vs
-    512 is P2 (vLLM 0.33 is right); a Quark MXFP4 W4A16 SiLU layer without AITER is S5."""
+    512 is P2 (open: vLLM's 384 is safe only under the switches that make AITER's tuned 384 rows decide every
+    bucket); a Quark MXFP4 W4A16 SiLU layer without AITER is S5."""
     m3 = plan_model(load_model("MiniMax-M3-MXFP4"), caps["gfx950"], tp=8)
     [on] = compare_plan(m3, "vllm", env=ON)
-    assert any(w.startswith("[P2-mxfp4-w4a4-aiter-round-up-128] vllm 0.33.0 is right") for w in on["why"])
+    assert any(w.startswith("[P2-mxfp4-w4a4-aiter-round-up-128] unresolved") for w in on["why"])
     from moedispatch.engine_choice import compare_decision
     from moedispatch.fields import layer_from_fields
     from moedispatch.selector import select
