@@ -153,6 +153,12 @@ RECIPES = [
     ("MiniMax-M3-MXFP8", "MI355X", None, 8, 8, "vllm", "0.24.0"),
     ("DeepSeek-V3", "gfx942", "none", 8, 1, "vllm", None),
 ]
+# ... and every one of these models at TP 8 on MI300X and MI355X, through each engine's newest and oldest release
+# capability_db knows (allocation rows, load-time conversions, engine known issues and gates differ by release).
+RECIPES += [(m, t, None, 8, 1, e, v) for m in ("MiniMax-M3-MXFP8", "MiniMax-M3-MXFP4", "gpt-oss-120b", "DeepSeek-V3",
+                                               "Qwen3-235B-A22B-Instruct-2507-FP8", "Qwen3-30B-A3B")
+            for t in ("MI300X", "MI355X") for e, v in (("vllm", None), ("vllm", "0.23.0"), ("sglang", None),
+                                                          ("sglang", "0.5.18"))]
 
 
 def _reasons(reasons) -> list[list]:
