@@ -172,3 +172,33 @@ def test_a_recipe_value_without_a_layout_serializes():
     data = Recipe("vllm", "0.33.0").to_dict()
     assert data["layout"] is None and data["command"] == "" and data["engine_version"] == "0.33.0"
     assert data["schema"] == "moedispatch.recipe/1" and data["alternatives"] == [] and data["reasons"] == []
+
+
+def test_an_engine_that_converts_the_experts_does_not_run_the_planned_path(caps):
+    """On gfx942 vLLM dequantizes MXFP8 experts to BF16 and serves them through emulation (ROCm/MAD#201). A plan
+    for an AITER path (here a hypothetical AITER CK MXFP8 kernel on gfx942) is then not what vLLM runs: the recipe
+    says so, with the conversion's source, and falls back to a backend vLLM does run. SGLang re-quantizes to
+    block-FP8 (sgl-project/sglang#32036) and its recipe carries that conversion as a caveat."""
+    from moedispatch.backend import Backend, Padding, Verdict
+    from moedispatch.plugins import build_registry
+
+    class FutureCK(Backend):
+        name, preference, family = "aiter-ck", 80, "ck"
+
+        def check(self, layer, caps):
+            return Verdict.supported("a future CK MXFP8 kernel")
+
+        def plan_padding(self, layer, caps):
+            return Padding.none(layer)
+
+    backends = tuple(b for b in build_registry().backends if b.name != "aiter-ck") + (FutureCK(),)
+    plan = plan_model(load_model("MiniMax-M3-MXFP8"), caps("MI300X"), tp=8, backends=backends)
+    assert {d.backend for d in plan.decisions if d.layer.kind == "moe"} == {"aiter-ck"}
+    r = build_recipe(plan, "vllm")
+    assert r.backend == "emulation"
+    why = [w for w in r.warnings if "does not run aiter-ck here: " in w.text]
+    assert why and "dequantizes the MXFP8 experts to BF16" in why[0].text, [w.text for w in r.warnings]
+    assert "ROCm/MAD#201" in why[0].source and why[0].kind == "warning"
+    sgl = build_recipe(plan, "sglang")
+    assert any("re-quantizes the MXFP8 experts to block-FP8" in c.text and "sglang#32036" in (c.source or "")
+               for c in sgl.caveats)
