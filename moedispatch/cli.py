@@ -236,7 +236,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from moedispatch.plugins import get_registry
 
     model = load_model(args.model)
-    caps, first_line = resolve_capabilities(args.target, args.aiter_version)
+    from moedispatch.engine import cli_aiter_version
+
+    caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     registry = get_registry(strict=args.strict_plugins)
     _check_backend(args.backend, registry)
     from moedispatch.engine import installed_aiter_warning
@@ -387,7 +389,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from moedispatch.verify import run_verify
 
     model = load_model(args.model)
-    caps, first_line = resolve_capabilities(args.target, args.aiter_version)
+    from moedispatch.engine import cli_aiter_version
+
+    caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     layers = expand_layers(model, args.tp, args.ep)
     if args.layer is None:
         layer = next(la for la in layers if la.kind == "moe")

@@ -72,6 +72,23 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     return caps, line
 
 
+def cli_aiter_version(flag: str | None) -> str | None:
+    """The AITER version the CLI plans for: ``--aiter-version`` when given, else ``MOEDISPATCH_AITER_VERSION``
+    (``default`` = the newest capability_db knows), else ``installed`` when an AITER is installed in this Python and
+    ``MOEDISPATCH_TARGET`` does not say otherwise (DESIGN.md: the installed AITER is the default), else None."""
+    if flag is not None:
+        return flag
+    env = (os.environ.get("MOEDISPATCH_AITER_VERSION") or "").strip()
+    if env:
+        return None if env.lower() == "default" else env
+    if os.environ.get("MOEDISPATCH_TARGET"):
+        return None
+    from moedispatch.aiter_configs import installed_aiter
+
+    version, pkg = installed_aiter()
+    return "installed" if version is not None and pkg is not None else None
+
+
 def installed_aiter_warning(caps: Capabilities) -> tuple[Reason, ...]:
     """When an AITER is installed here but the plan assumes another version, say so (never silently)."""
     if caps.source_of("aiter_version") in ("installed", "probe") or caps.source == "probe":

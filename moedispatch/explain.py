@@ -46,7 +46,7 @@ def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
 
 #: Why the plan assumes its AITER version (the provenance of ``aiter_version``), for the target line.
 _AITER_WHY = {"default": "default: the newest capability_db knows", "flag": "--aiter-version",
-              "env": "MOEDISPATCH_TARGET", "probe": "installed", "installed": "--aiter-version installed"}
+              "env": "MOEDISPATCH_TARGET", "probe": "installed", "installed": "installed in this Python"}
 
 
 def _step_line(step: Any) -> str:

@@ -91,6 +91,10 @@ def tree_python(code: str) -> list[str]:
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the console script's entry point (``moedispatch.cli:main``) as a user would, on the tree under test."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("MOEDISPATCH_")}
+    # The test venv has the PyPI amd-aiter 0.1.7 installed (for the probe's tests); the CLI would plan for it by
+    # default. Tests plan for capability_db's newest AITER unless they say otherwise (env={"MOEDISPATCH_AITER_VERSION":
+    # ""} gives the installed-AITER default back).
+    full_env["MOEDISPATCH_AITER_VERSION"] = "default"
     full_env.update(env or {})
     return subprocess.run(tree_python(_CONSOLE_SCRIPT) + list(args), capture_output=True, text=True, env=full_env,
                           timeout=timeout)

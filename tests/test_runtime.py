@@ -47,13 +47,23 @@ def test_deepseek_v3_with_the_installed_aiter_names_kernels_and_rows_per_bucket(
     assert data["tokens"] == [1, 4, 64, 512, 8192] and "cost_total" in data
     table = " ".join(cli("explain", "--model", "DeepSeek-V3", "--target", "MI355X", "--tp", "8", "--aiter-version",
                          "installed").stdout.split())
-    assert "tuned row aiter/configs/tuned_fmoe.csv:637" in table and "(--aiter-version installed)" in table
+    assert "tuned row aiter/configs/tuned_fmoe.csv:637" in table and "(installed in this Python)" in table
 
 
-def test_installed_aiter_that_is_not_planned_for_is_said_not_silent(cli):
-    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--format", "json")
+def test_the_installed_aiter_is_the_default_and_another_one_is_said_not_silent(cli):
+    """DESIGN.md: with an AITER installed and no --aiter-version / MOEDISPATCH_TARGET, plan for the installed one;
+    when a flag or MOEDISPATCH_AITER_VERSION says otherwise, a warning says an AITER is installed."""
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--format", "json",
+               env={"MOEDISPATCH_AITER_VERSION": ""})
+    assert json.loads(proc.stdout)["target"]["aiter_version"] == "0.1.7.post2.dev18"
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--format", "json")  # fixture: "default"
+    data = json.loads(proc.stdout)
+    assert data["target"]["aiter_version"] == "0.1.20.post1"
     assert any("amd-aiter 0.1.7.post2.dev18 is installed" in w and "--aiter-version installed" in w
-               for w in json.loads(proc.stdout)["warnings"])
+               for w in data["warnings"])
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--format", "json",
+               env={"MOEDISPATCH_AITER_VERSION": "", "MOEDISPATCH_TARGET": "MI300X"})
+    assert json.loads(proc.stdout)["target"]["aiter_version"] == "0.1.20.post1"  # MOEDISPATCH_TARGET says otherwise
 
 
 def test_minimax_m3_keeps_384_unpadded_where_tuned_rows_decide_every_bucket(caps, builtins):

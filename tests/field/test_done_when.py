@@ -24,7 +24,8 @@ def _sources(decision) -> str:
 def test_kimi_k3_explains_instead_of_exiting_2():
     """SiTU parses (hidden_act situ -> situv2) and the CLI plans the model with exit 0."""
     proc = subprocess.run([sys.executable, "-m", "moedispatch", "explain", "--model", "Kimi-K3-MXFP4", "--target",
-                           "MI355X", "--tp", "8", "--format", "json"], capture_output=True, text=True, timeout=120)
+                           "MI355X", "--aiter-version", "0.1.20.post1", "--tp", "8", "--format", "json"],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     layer = next(la for la in json.loads(proc.stdout)["layers"] if la["kind"] == "moe")
     assert layer["backend"] == "aiter-flydsl" and layer["padding"]["intermediate_per_rank"] == 384
