@@ -107,6 +107,11 @@ LAYERS = [
                       activation="silu", model_type="deepseek_v4"), "gfx950", "0.1.20.post1"),
     ("w4a8 ep1", dict(hidden=7168, intermediate=3072, experts=384, top_k=6, tp=8, weight="mxfp4", act="fp8",
                       activation="silu", model_type="deepseek_v4"), "gfx950", "0.1.20.post1"),
+    # known-issue workarounds next to the tile rules: bf16 CK 224/rank (ROCm/aiter#5444), and fp8 per-tensor 192/rank
+    # on gfx942, whose workaround (pad to 256, ROCm/aiter#3202) is wider than the tile rule (64)
+    ("bf16 224/rank", dict(hidden=2048, intermediate=1792, experts=64, top_k=8, tp=8), "gfx942", "0.1.15.post3"),
+    ("fp8 per-tensor 192/rank", dict(hidden=4096, intermediate=1536, experts=64, top_k=8, tp=8, weight="fp8",
+                                     act="fp8"), "gfx942", "0.1.15.post3"),
 ]
 
 #: Decisions ordered by predicted cost (a Runtime: token counts, AITER env) instead of preference alone.
