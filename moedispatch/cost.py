@@ -585,8 +585,8 @@ def backend_kind(name: str) -> str:
     n = (name or "").strip().lower()
     if n == "aiter-triton":
         return n
-    if n.startswith("aiter") or n in ("ck", "cktile", "flydsl", "asm"):
-        return "aiter"
+    if n in ("aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-asm", "ck", "cktile", "flydsl", "asm"):
+        return "aiter"  # the built-in names only: a third-party "aiter-foo" is not AITER's tuned fused_moe
     if n in ("triton", "emulation"):
         return n
     return "other"

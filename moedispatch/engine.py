@@ -103,13 +103,18 @@ def installed_aiter_warning(caps: Capabilities) -> tuple[Reason, ...]:
                    "--aiter-version installed to plan for the installed AITER and its own tuned CSVs", "warning"),)
 
 
+#: ``Reason.issue`` of the default-target warning (consumers filter on it, never on its text).
+DEFAULT_TARGET = "default-target"
+
+
 def _default_target_warning(caps: Capabilities) -> tuple[Reason, ...]:
     """The warning every plan/decision made for the capability_db default target carries (no GPU was found)."""
     if caps.source != "default":
         return ()
     aiter = f"AITER {caps.aiter_version}" if caps.aiter_version else "no AITER"
     return (Reason(f"no AMD GPU found: planned for the default target {caps.gfx} ({caps.product}) with {aiter}; pass "
-                   "caps= / --target or set MOEDISPATCH_TARGET for the GPU you deploy on", "warning"),)
+                   "caps= / --target or set MOEDISPATCH_TARGET for the GPU you deploy on", "warning",
+                   issue=DEFAULT_TARGET),)
 
 
 def default_capabilities() -> Capabilities:

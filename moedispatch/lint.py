@@ -387,7 +387,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
                                 "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
     for w in plan.warnings:
-        if w.confidence != "confirmed" or "default target" in w.text:
+        if w.confidence != "confirmed" or w.issue == "default-target":
             findings.append(Finding("info", w.text, w.source, None))
     return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
 

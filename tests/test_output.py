@@ -98,3 +98,5 @@ def test_library_plan_and_cli_json_carry_the_same_default_target_warning(cli, mo
     lib_warnings = engine.plan_model("Mixtral-8x7B").to_dict()["warnings"]
     default = [w for w in cli_warnings if "default target" in w]
     assert default and default[0] in lib_warnings
+    details = json.loads(cli("explain", "--model", "Mixtral-8x7B", "--format", "json").stdout)["warning_details"]
+    assert [d["issue"] for d in details if d["text"] == default[0]] == ["default-target"]
