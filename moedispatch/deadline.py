@@ -375,6 +375,17 @@ class _Workers:
 _workers = _Workers()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's worker threads: start from an empty pool (else its first plugin call
+    would wait on an 'idle' worker that does not exist, time out and disable the plugin)."""
+    global _workers
+    _workers = _Workers()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; registering a hook is not work at import (nothing runs until a fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def call_with_deadline(fn: Any, args: tuple = (), *, what: str, timeout: float | None = None,
                        owner: Any = None, where: str | None = None, plugin: str | None = None,
                        output: list[str] | None = None) -> Any:

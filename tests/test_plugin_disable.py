@@ -179,3 +179,25 @@ def test_explain_through_the_console_script_waits_one_timeout(tmp_path, cli):
     assert set(map(tuple, rejected[1:])) == {("plugin error: disabled after timing out in check() on layer 0",)}
     assert "plugin 'acme' disabled for the rest of the run after check() timed out after 1s on layer 0" in \
         doc["warnings"]
+
+
+def test_a_forked_child_calls_plugins_without_waiting_on_the_parents_workers(tmp_path):
+    """An engine that forks workers after selecting: the child's first third-party plugin call must not wait on an
+    idle worker thread that only existed in the parent (it would time out and disable the plugin)."""
+    import os
+    import sys
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    from moedispatch.deadline import call_with_deadline
+
+    assert call_with_deadline(lambda: 1, (), what="warm-up()", timeout=5) == 1  # leaves one idle worker
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            ok = call_with_deadline(lambda: 2, (), what="check()", timeout=2) == 2
+        except BaseException:  # noqa: BLE001
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
