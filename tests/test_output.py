@@ -100,3 +100,10 @@ def test_library_plan_and_cli_json_carry_the_same_default_target_warning(cli, mo
     assert default and default[0] in lib_warnings
     details = json.loads(cli("explain", "--model", "Mixtral-8x7B", "--format", "json").stdout)["warning_details"]
     assert [d["issue"] for d in details if d["text"] == default[0]] == ["default-target"]
+
+
+@pytest.mark.parametrize("args", [["--engine-version", "0.33.0"], ["--engine-env", "VLLM_ROCM_USE_AITER=1"]])
+def test_flags_that_would_be_ignored_are_usage_errors(cli, args):
+    """No silent no-ops: --engine-version needs --recipe, --engine-env needs --engine."""
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", *args)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "goes with" in proc.stderr
