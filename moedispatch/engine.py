@@ -65,6 +65,8 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
     caps = capdb.target_capabilities(None, aiter_version, aiter_source=aiter_source)
     if aiter_version is None:
         aiter = f"AITER {caps.aiter_version} (the newest in capability_db)"
+    elif aiter_source == "installed":
+        aiter = f"AITER {caps.aiter_version} (installed in this Python)"
     else:
         aiter = f"AITER {caps.aiter_version} (--aiter-version)" if caps.aiter_version else "no AITER (--aiter-version)"
     line = (f"No AMD GPU found; using the default target {caps.gfx} ({caps.product}) with {aiter} "
