@@ -238,10 +238,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     from moedispatch.engine import cli_aiter_version
 
+    # Accepted (as before) but never silently: say what a flag without its partner does — nothing.
     if getattr(args, "engine_version", None) and not getattr(args, "recipe", None):
-        raise UsageError("--engine-version goes with --recipe vllm|sglang (for --engine use ENGINE@VERSION)")
+        sys.stderr.write("moedispatch: warning: --engine-version goes with --recipe vllm|sglang and is ignored "
+                         "without it (for --engine use ENGINE@VERSION)\n")
     if getattr(args, "engine_env", None) and not getattr(args, "engine", None):
-        raise UsageError("--engine-env goes with --engine vllm|sglang[@VERSION]")
+        sys.stderr.write("moedispatch: warning: --engine-env goes with --engine vllm|sglang[@VERSION] and is ignored "
+                         "without it\n")
     caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     registry = get_registry(strict=args.strict_plugins)
     _check_backend(args.backend, registry)

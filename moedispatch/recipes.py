@@ -99,8 +99,12 @@ def _match(row: dict[str, Any], version: str, layer: MoELayer, gfx: str | None =
     return True
 
 
+#: The built-in AITER backends' names, accepted where a family is expected (round 1's engine_padding took a name).
+_AITER_NAMES = frozenset({"aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-asm"})
+
+
 def _fam(family: str | None) -> str | None:
-    return "aiter" if family in AITER_FAMILIES else family
+    return "aiter" if family in AITER_FAMILIES or family in _AITER_NAMES else family
 
 
 def conversion(engine: str, version: str, layer: MoELayer, gfx: str) -> dict[str, Any] | None:
@@ -121,7 +125,8 @@ def path_family(engine: str, version: str, layer: MoELayer, gfx: str, family: st
 def engine_padding(engine: str, layer: MoELayer, family: str | None,
                    version: str | None = None) -> tuple[int, int, int | None, int | None]:
     """(allocated hidden, allocated intermediate/rank, kernel hidden pad, kernel intermediate pad) the engine
-    release uses for a backend of kernel ``family`` (``Backend.family``), from capability_db/engines.toml.
+    release uses for a backend of kernel ``family`` (``Backend.family``; a built-in backend name such as
+    ``aiter-flydsl`` is accepted too), from capability_db/engines.toml.
 
     vLLM's runtime pads to AITER are ``hidden_pad // 128 * 128`` and ``intermediate_pad // 64 * 64 * (2 if TP == 1)``
     with MiniMax-M3's ``intermediate_pad=0`` (experts/rocm_aiter_moe.py; vLLM PR #46419); SGLang passes the

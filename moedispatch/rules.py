@@ -20,6 +20,7 @@ from moedispatch.backend import Backend, Padding, Verdict
 from moedispatch.capabilities import Capabilities
 from moedispatch.errors import CapabilityDBError
 from moedispatch.layers import MoELayer
+from moedispatch.caveats import shard_caveats  # noqa: F401 - moved to caveats.py; still importable here
 from moedispatch.reason import Reason
 
 #: The OCP Microscaling Formats (MX) v1.0 specification (E8M0 0xFF is NaN).

@@ -259,3 +259,16 @@ def test_every_forced_vllm_backend_is_one_vllm_033_accepts_for_the_layer(caps):
             ch = choice_for_layer(d.layer, c, "vllm", "0.33.0", env=env, moe_backend=forced,
                                   quant_method=plan.model.quant_method)
             assert ch.ok, (model, target, tp, forced, ch.error)
+
+
+def test_engine_padding_takes_a_family_or_a_builtin_backend_name():
+    """Round 1's engine_padding(engine, layer, backend) took a backend name; a family is the round-2 spelling. Both
+    give vLLM 0.33's MXFP4 W4A16 round-up for gpt-oss-120b at TP8 (2880 -> 3072, 360 -> 512; oracle/mxfp4.py)."""
+    from moedispatch.layers import MoELayer
+    from moedispatch.recipes import engine_padding
+
+    layer = MoELayer.build(hidden=2880, intermediate=2880, experts=128, top_k=4, tp=8, weight="mxfp4", act="bf16",
+                           activation="swigluoai")
+    by_family = engine_padding("vllm", layer, "flydsl", "0.33.0")
+    assert engine_padding("vllm", layer, "aiter-flydsl", "0.33.0") == by_family
+    assert by_family[:2] == (3072, 512)
