@@ -462,16 +462,11 @@ def _realized_with_switch(plan: Plan, engine: str, version: str | None) -> "Reci
         return None
     from moedispatch.backend import FUSED_MOE_FAMILIES
     from moedispatch.plan import plan_model
-    from moedispatch.runtime import Runtime
-    from moedispatch.whatif import _SWITCHES
+    from moedispatch.whatif import switch_variants
 
-    if not any(d.family in FUSED_MOE_FAMILIES for d in plan.decisions if d.backend == wanted):
+    if plan.runtime is None or not any(d.family in FUSED_MOE_FAMILIES for d in plan.decisions if d.backend == wanted):
         return None
-    env = plan.runtime.env_dict if plan.runtime is not None else {}
-    for switch, why, source in _SWITCHES:
-        if all(env.get(k) == v for k, v in switch):
-            continue
-        variant = Runtime(plan.runtime.tokens, tuple(sorted({**env, **dict(switch)}.items())))
+    for switch, why, source, variant in switch_variants(plan.runtime):
         try:
             alt = plan_model(plan.model, plan.caps, plan.tp, plan.ep, warnings=[
                 w for w in plan.warnings], runtime=variant)

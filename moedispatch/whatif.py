@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.plan import Plan
     from moedispatch.runtime import Runtime
 
-__all__ = ["what_if", "plan_what_if", "tuning_list", "MIN_GAIN"]
+__all__ = ["what_if", "plan_what_if", "tuning_list", "switch_variants", "MIN_GAIN"]
 
 #: A change is worth naming when it saves at least this share of the layer's predicted time.
 MIN_GAIN = 0.05
@@ -38,6 +38,16 @@ _SWITCHES: tuple[tuple[tuple[tuple[str, str], ...], str, str], ...] = (
      "MXFP4 activations at every batch size and the shared expert folded into the routed call",
      f"{_FM} (fused_moe_); https://github.com/vllm-project/vllm/pull/46474"),
 )
+
+
+def switch_variants(runtime: "Runtime") -> list[tuple[tuple[tuple[str, str], ...], str, str, "Runtime"]]:
+    """``[(switch, why, source, runtime with the switch)]`` for each AITER switch not already set in ``runtime``,
+    cheapest first — shared by --what-if and by recipes that need the engine's allocation to be native."""
+    from moedispatch.runtime import Runtime
+
+    env = runtime.env_dict
+    return [(switch, why, source, Runtime(runtime.tokens, tuple(sorted({**env, **dict(switch)}.items()))))
+            for switch, why, source in _SWITCHES if not all(env.get(k) == v for k, v in switch)]
 
 
 def _us(decision: "Decision") -> float | None:
@@ -75,13 +85,9 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
     base = _us(decision)
     if base is None:
         return tuple(out)
-    env = runtime.env_dict
     trials: list[tuple[str, str, Runtime, Any]] = []
     if decision.family in FUSED_MOE_FAMILIES:
-        for switch, why, source in _SWITCHES:
-            if all(env.get(k) == v for k, v in switch):
-                continue
-            variant = Runtime(runtime.tokens, tuple(sorted({**env, **dict(switch)}.items())))
+        for switch, why, source, variant in switch_variants(runtime):
             trials.append((f"set {' '.join(f'{k}={v}' for k, v in switch)} ({why})", source, variant, caps))
     newest = capdb.default_aiter_version()
     if caps.aiter_version and caps.aiter_version != newest and caps.gfx:
