@@ -343,9 +343,8 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     switches); a switch under which the engine realizes the first choice gives the recipe, with the switch exported.
     """
     if switches and plan.runtime is not None:
-        better = _realized_with_switch(plan, engine, version)
-        if better is not None:
-            return better
+        first = build_recipe(plan, engine, version, alternatives=alternatives, switches=False)
+        return _realized_with_switch(plan, engine, version, first) or first
     data = engine_data(engine)
     eng = data[engine]
     version = _version(engine, version, eng)
@@ -454,9 +453,9 @@ def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> Non
                                       "source": hit.source})
 
 
-def _realized_with_switch(plan: Plan, engine: str, version: str | None) -> "Recipe | None":
-    """A recipe that realizes the plan's first choice under one of the what-if AITER switches, or None."""
-    first = build_recipe(plan, engine, version, alternatives=False, switches=False)
+def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "Recipe") -> "Recipe | None":
+    """When ``first`` (the recipe of the plan as it is) does not realize the plan's first choice: a recipe that does
+    under one of the what-if AITER switches, or None."""
     wanted = next((d.backend for d in plan.decisions if d.layer.kind == "moe" and d.backend), None)
     if wanted is None or (first.ok and first.backend == wanted):
         return None
