@@ -22,12 +22,17 @@ WORKER = textwrap.dedent('''
     aiter = odd if (odd != "none" and rank == world - 1) else "0.1.15.post3"
     caps = capdb.target_capabilities("gfx950", aiter)           # stands in for this node's probe
     plan = plan_model("amd/MiniMax-M3-MXFP4", caps, tp=8)
-    # -- the README's pattern, verbatim --
-    prints = [None] * dist.get_world_size()
-    dist.all_gather_object(prints, plan.fingerprint)
-    if len(set(prints)) != 1:
-        raise SystemExit(f"MoE plans differ across ranks: {sorted(set(prints))} — check GPUs/AITER on every node")
-    # -- end --
+    try:
+        # -- the README's pattern, verbatim --
+        prints = [None] * dist.get_world_size()
+        dist.all_gather_object(prints, plan.fingerprint)
+        if len(set(prints)) != 1:
+            raise SystemExit(f"MoE plans differ across ranks: {sorted(set(prints))} — check GPUs/AITER on every node")
+        # -- end --
+    except SystemExit as exc:
+        # Leave without running gloo's teardown: a peer that already left can make it abort (SIGABRT) under load.
+        print(exc, file=sys.stderr, flush=True)
+        os._exit(1)
     print(f"rank {rank} agrees: {prints[0]}")
     dist.destroy_process_group()
 ''')
