@@ -314,7 +314,6 @@ def guess_product(gfx: str, cus: int | None, device_id: str | None, market: str 
         return ProductGuess(None, f"{gfx} is not in capability_db/gpus.toml" + (f" (market name {market!r})"
                                                                                   if market else ""))
     products = facts["products"]
-    partitions: dict[str, int] = dict(facts.get("partitions", {}))
     name = capdb.product_for(gfx, cus, device_id)
     if name is not None:
         full = next(p["compute_units"] for p in products if p["name"] == name)
@@ -323,13 +322,13 @@ def guess_product(gfx: str, cus: int | None, device_id: str | None, market: str 
             f"db: {cus} CUs" if cus is not None else "db: arch's first product (no device id, no CU count)")
         if cus is None or cus == full:
             return ProductGuess(name, how)
-        for mode, n in sorted(partitions.items(), key=lambda kv: kv[1]):
+        for mode, n in capdb.partitions_for(gfx, name).items():
             if n > 1 and full % n == 0 and full // n == cus:
                 return ProductGuess(name, how, mode, f"derived: {cus} CUs = {full}/{n} of {name}")
         return ProductGuess(name, how + f" (CU count {cus} differs from the full {full} and every partition)")
     # No id match and no full-CU match: try partitions of each product.
     matches = [(p["name"], mode, n, p["compute_units"]) for p in products
-               for mode, n in sorted(partitions.items(), key=lambda kv: kv[1])
+               for mode, n in capdb.partitions_for(gfx, p["name"]).items()
                if cus is not None and n > 1 and p["compute_units"] % n == 0 and p["compute_units"] // n == cus]
     if matches:
         pname, mode, n, full = matches[0]

@@ -184,6 +184,12 @@ def gpus() -> dict[str, Any]:
                                         f"got {product['compute_units']}")
             if "device_ids" in product:
                 _str_list(product["device_ids"], pwhere, "device_ids")
+            for table in ([entry["partitions"]] if "partitions" in entry else []) + (
+                    [product["partitions"]] if "partitions" in product else []):
+                _need(table, dict, pwhere, "partitions", "a table of mode = device count")
+                for mode, n in table.items():
+                    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                        raise CapabilityDBError(f"{pwhere}: partitions.{mode} must be a positive integer, got {n!r}")
     aliases = _need(data.get("aliases", {}), dict, where, "[aliases]", "a table")
     for alias, target in aliases.items():
         _need(target, str, where, f"aliases.{alias}", "a string")
@@ -261,14 +267,116 @@ def _product_index() -> dict[str, tuple[str, dict[str, Any]]]:
     return index
 
 
+def partitions_for(gfx: str, product: str | None = None) -> dict[str, int]:
+    """Compute-partition modes of a product → how many devices each splits it into (``{"SPX": 1, …, "CPX": 8}``).
+
+    A product's own ``partitions`` (gpus.toml) wins over its arch's; a mode whose divisor does not divide the
+    product's CU count is left out (each partition exposes whole XCDs). ``{}``: the product cannot be partitioned.
+    """
+    entry = arch_facts(gfx) or {}
+    modes: dict[str, int] = dict(entry.get("partitions", {}))
+    full = None
+    for p in entry.get("products", []):
+        if p["name"] == (product or entry["products"][0]["name"]):
+            modes = dict(p.get("partitions", modes))
+            full = p["compute_units"]
+    if full is None:
+        return {}
+    return {mode.upper(): n for mode, n in sorted(modes.items(), key=lambda kv: kv[1]) if n >= 1 and full % n == 0}
+
+
+def partition_of(gfx: str | None, product: str | None, compute_units: int | None) -> str | None:
+    """The compute-partition mode a (gfx, product, CU count) is in (``"CPX"`` for an MI355X with 32 CUs), or
+    ``None`` for the whole device or a count no mode of the product gives."""
+    if not gfx or not product or not compute_units:
+        return None
+    entry = arch_facts(gfx) or {}
+    full = next((p["compute_units"] for p in entry.get("products", []) if p["name"] == product), None)
+    if full is None or compute_units == full:
+        return None
+    return next((mode for mode, n in partitions_for(gfx, product).items() if n > 1 and full // n == compute_units),
+                None)
+
+
+def target_entry(caps: Any) -> dict[str, Any]:
+    """The explain JSON ``target`` object: ``Capabilities.target_dict()`` plus ``partition`` (``"CPX"``) when the
+    target is one compute partition of its product (the key is absent for a whole device)."""
+    entry = caps.target_dict()
+    mode = partition_of(caps.gfx, caps.product, caps.compute_units)
+    if mode:
+        entry["partition"] = mode
+    return entry
+
+
+def target_label(caps: Any) -> str:
+    """``gfx950 (MI355X CPX)`` for a partitioned target, else ``Capabilities.arch_label``."""
+    mode = partition_of(caps.gfx, caps.product, caps.compute_units)
+    if mode and caps.product:
+        return f"{caps.gfx} ({caps.product} {mode})"
+    return caps.arch_label
+
+
+def target_spec(caps: Any) -> str | None:
+    """The ``--target`` spelling that rebuilds ``caps``'s GPU (``MI355X:CPX``, ``MI300X``, ``gfx950``)."""
+    name = caps.product or caps.gfx
+    mode = partition_of(caps.gfx, caps.product, caps.compute_units)
+    return f"{name}:{mode}" if name and mode else name
+
+
+#: ``PRODUCT:MODE`` (primary) or ``PRODUCT-MODE``; a gfx name's ``:sramecc±``/``:xnack±`` suffixes are not modes.
+_PARTITION_SUFFIX = re.compile(r"^(?P<base>.+?)\s*[:\-\s]\s*(?P<mode>[a-z]{2,4})$", re.IGNORECASE)
+
+
+def _all_modes() -> list[str]:
+    modes: set[str] = set()
+    for entry in gpus()["arch"].values():
+        modes.update(m.upper() for m in entry.get("partitions", {}))
+        for p in entry["products"]:
+            modes.update(m.upper() for m in p.get("partitions", {}))
+    return sorted(modes)
+
+
 def resolve_target(target: str) -> tuple[str, str | None, int | None]:
-    """A gfx name or product name (case-insensitive, ``MI300X``, ``mi355x``, ``gfx950``) → (gfx, product, CUs).
+    """A gfx name or product name (case-insensitive, ``MI300X``, ``mi355x``, ``gfx950``), optionally with a compute
+    partition (``MI355X:CPX``) → (gfx, product, CUs); a partition's CUs are the product's divided by the mode's
+    device count (:func:`resolve_partitioned_target` also returns the mode).
 
     A gfx name maps to its first (flagship) product. Unknown names raise :class:`TargetError` listing the known ones.
     """
+    gfx, product, cus, _ = resolve_partitioned_target(target)
+    return gfx, product, cus
+
+
+def resolve_partitioned_target(target: str) -> tuple[str, str | None, int | None, str | None]:
+    """:func:`resolve_target` plus the partition mode (``"CPX"``; ``None`` without one, ``"SPX"`` when asked)."""
     if not isinstance(target, str) or not target.strip():
-        raise TargetError("--target must be a gfx name (gfx942, gfx950) or a product (MI300X, MI355X)")
+        raise TargetError("--target must be a gfx name (gfx942, gfx950) or a product (MI300X, MI355X), "
+                          "optionally with a compute partition (MI355X:CPX)")
     text = target.strip()
+    base, mode = text, None
+    stripped = _TARGET_SUFFIX.sub("", text)
+    m = _PARTITION_SUFFIX.match(stripped)
+    if m:
+        sep = stripped[len(m.group("base")):].strip()[:1]
+        # After ``:`` any word is a mode (an unknown one is an error); after a dash or a space only a known mode
+        # (a product name may end in letters: ``RX 7900 XTX``).
+        if sep == ":" or m.group("mode").upper() in _all_modes():
+            base, mode = m.group("base"), m.group("mode").upper()
+    gfx, product, cus = _resolve_base(base)
+    if mode is None:
+        return gfx, product, cus, None
+    modes = partitions_for(gfx, product)
+    if mode not in modes:
+        from moedispatch._suggest import did_you_mean
+
+        listing = ", ".join(f"{k} ({cus // n} CUs)" for k, n in modes.items())
+        raise TargetError(f"unknown compute partition {mode!r} for {product or gfx}{did_you_mean(mode, modes)}; "
+                          + (f"modes: {listing}" if modes else f"{product or gfx} has no compute partition modes "
+                             "in capability_db/gpus.toml"))
+    return gfx, product, (cus // modes[mode] if cus else cus), mode
+
+
+def _resolve_base(text: str) -> tuple[str, str | None, int | None]:
     arch = gpus()["arch"]
     if text.lower().startswith(("gfx", "amdgcn")):
         gfx = normalize_gfx(text)
@@ -285,7 +393,7 @@ def resolve_target(target: str) -> tuple[str, str | None, int | None]:
         from moedispatch._suggest import did_you_mean
 
         raise TargetError(f"unknown target {text!r}{did_you_mean(text, [*arch, *names])}; use a gfx name ({', '.join(sorted(arch))}) or a product "
-                          f"({', '.join(names)})")
+                          f"({', '.join(names)}), optionally with a compute partition (MI355X:CPX)")
     gfx, product = found
     return gfx, product["name"], product["compute_units"]
 
@@ -437,10 +545,12 @@ def target_capabilities(
         source = "default"
         provenance += [("gfx", "default"), ("product", "default"), ("compute_units", "db")]
     else:
-        gfx, product, cus = resolve_target(target)
+        gfx, product, cus, mode = resolve_partitioned_target(target)
         source = target_source
         provenance += [("gfx", target_source), ("product", target_source if not target.lower().startswith("gfx")
                                                   else "db"), ("compute_units", "db")]
+        if mode is not None:
+            provenance.append(("partition", target_source))
     facts = arch_facts(gfx) or {}
     provenance += [("fp8_format", "db"), ("native_mx", "db")]
     if aiter_version is None:

@@ -25,6 +25,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def _target_entry(caps):
+    """The JSON ``target`` object (``partition`` added for a compute-partition target)."""
+    from moedispatch.capdb import target_entry
+
+    return target_entry(caps)
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -271,7 +278,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
             rows = list(_csv.DictReader(_io.StringIO(text)))
             _print(json.dumps({"schema": "moedispatch.tuning-list/1", "model": plan.model.name,
-                               "target": plan.caps.target_dict(), "tokens": list(runtime.tokens), "rows": rows,
+                               "target": _target_entry(plan.caps), "tokens": list(runtime.tokens), "rows": rows,
                                "untuned_csv": text}, indent=2))
         else:
             _print(text)
@@ -431,7 +438,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                         seed=args.seed, progress=progress)
     if args.format == "json":
         _print(json.dumps({"schema": "moedispatch.verify/1", "model": model.name, "layer": layer.index,
-                           "target": caps.target_dict(), "backend": backend, "padding": padding.to_dict(),
+                           "target": _target_entry(caps), "backend": backend, "padding": padding.to_dict(),
                            "checks": checks}, indent=2))
     else:
         lines = [f"verify {model.name} layer {layer.index} on {caps.arch_label}: backend {backend}"]

@@ -115,7 +115,9 @@ class Comparison:
         parts = []
         for axis in self.axes:
             if axis == "target":
-                parts.append(plan.caps.arch_label)
+                from moedispatch.capdb import target_label
+
+                parts.append(target_label(plan.caps))
             elif axis == "aiter_version":
                 parts.append(f"AITER {plan.caps.aiter_version}" if plan.caps.aiter_version else "no AITER")
             elif axis == "tp":
@@ -203,6 +205,8 @@ def compare_to_json(cmp: Comparison) -> dict[str, Any]:
             "tp": plan.tp, "ep": plan.ep, "fingerprint": doc["fingerprint"], "ok": plan.ok,
             "warnings": doc["warnings"],
         }
+        if target.get("partition"):
+            entry["partition"] = target["partition"]
         if "cost_total" in doc:
             entry["cost_total"] = doc["cost_total"]
         variants.append(entry)
@@ -280,7 +284,9 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
     width = max(len(cmp.label(i)) for i in range(len(cmp.plans)))
     for i, (plan, v) in enumerate(zip(cmp.plans, doc["variants"])):
         caps = plan.caps
-        detail = caps.arch_label + (f", {caps.compute_units} CUs" if caps.compute_units else "")
+        from moedispatch.capdb import target_label
+
+        detail = target_label(caps) + (f", {caps.compute_units} CUs" if caps.compute_units else "")
         detail += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
         lines.append(f"  {letters[i]}  {detail}; tp={plan.tp} ep={plan.ep}; fingerprint {v['fingerprint']}")
     lines.append("")

@@ -840,7 +840,33 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
             us, low, high = us * factor, max(low * flo, floor), high * fhi
             detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"
         out.append(Cost(m, us, min(low, us), max(high, us), "roofline", detail))
-    return tuple(out)
+    return _no_faster_than_the_whole_device(tuple(out), layer, caps, backend_family, padding, tokens, rows)
+
+
+def _no_faster_than_the_whole_device(costs: tuple[Cost, ...], layer: Any, caps: Any, backend_family: str,
+                                     padding: Any, tokens: tuple[int, ...], rows: Any) -> tuple[Cost, ...]:
+    """A compute partition (``--target MI355X:CPX``) runs the same work on a share of the CUs and of the fabric, so
+    its prediction is never below the whole device's (tuned rows at the full CU count included). Needed because the
+    priors are fitted per (arch, CU count): a partition's count has none and falls back to the arch-wide prior,
+    which can undercut the whole device's."""
+    import dataclasses
+
+    from moedispatch import capdb
+
+    gfx, cu, product = getattr(caps, "gfx", None), getattr(caps, "compute_units", None), getattr(caps, "product", None)
+    if not costs or not dataclasses.is_dataclass(caps) or not capdb.partition_of(gfx, product, cu):
+        return costs
+    full = next(p["compute_units"] for p in (capdb.arch_facts(gfx) or {})["products"] if p["name"] == product)
+    whole = predict(layer, dataclasses.replace(caps, compute_units=full), backend_family=backend_family,
+                    padding=padding, tokens=tokens, rows=rows)
+    out = []
+    for c, w in zip(costs, whole):
+        if w.us > c.us:
+            c = Cost(c.tokens, w.us, max(c.low, w.low), max(c.high, w.high), c.basis,
+                     f"{c.detail}; raised to the whole {product}'s prediction ({full} CUs, {w.basis}): a partition is "
+                     "never faster")
+        out.append(c)
+    return tuple(out) + costs[len(out):]
 
 
 def padding_overhead(layer: Any, caps: Any, *, backend_family: str, padding: Any,

@@ -68,6 +68,16 @@ def _costs_line(costs: Sequence[Any], *, basis: bool = True) -> str:
     return " · ".join(parts)
 
 
+def _pad_ratio_text(layer: Any, p: Any) -> str:
+    """`` (8× the shard, see the pad-ratio caveat)`` when the allocation is ≥ caveats.PAD_RATIO_MIN × the shard."""
+    from moedispatch.caveats import PAD_RATIO_MIN
+
+    shard = layer.intermediate_per_rank
+    if shard > 0 and p.intermediate_per_rank >= PAD_RATIO_MIN * shard:
+        return f" ({p.intermediate_per_rank / shard:g}× the shard: see caveat [pad ratio])"
+    return ""
+
+
 def _brief_line(d: Decision, span: str, count: str) -> str:
     layer, p = d.layer, d.padding
     if layer.kind == "dense":
@@ -106,8 +116,14 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     lines: list[str] = []
     if first_line:
         lines.append(first_line)
+    from moedispatch.capdb import partition_of, partitions_for
+
     target = f"{caps.arch_label}"
-    if caps.compute_units:
+    mode = partition_of(caps.gfx, caps.product, caps.compute_units)
+    if mode and caps.compute_units:
+        n = partitions_for(caps.gfx, caps.product)[mode]
+        target += f", {mode} partition: {caps.compute_units} CUs (1/{n} of {caps.compute_units * n}; derived)"
+    elif caps.compute_units:
         target += f", {caps.compute_units} CUs"
     target += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
     target += f" ({_AITER_WHY.get(caps.source_of('aiter_version') or '', caps.source_of('aiter_version') or '?')})"
@@ -142,7 +158,7 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
                 _, extra = padded_bytes(layer, d)
                 lines += _wrap(
                     f"hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
-                    f"{p.intermediate_per_rank}; kernel pads hidden={p.kernel_hidden_pad} "
+                    f"{p.intermediate_per_rank}{_pad_ratio_text(layer, p)}; kernel pads hidden={p.kernel_hidden_pad} "
                     f"intermediate={p.kernel_intermediate_pad} ({p.pad_semantics}); zero-fill {'yes' if p.zero_fill else 'no'}; "
                     f"+{_human_bytes(extra)}/rank per layer", "    padding ")
             else:

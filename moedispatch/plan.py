@@ -74,6 +74,13 @@ class Plan:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def _target_entry(caps: Capabilities) -> dict[str, Any]:
+    """The JSON ``target``: ``caps.target_dict()`` plus ``partition`` for a compute-partition target."""
+    from moedispatch.capdb import target_entry
+
+    return target_entry(caps)
+
+
 def padded_bytes(layer: MoELayer, decision: Decision) -> tuple[int, int]:
     """(bytes of routed-expert weights per rank as allocated, extra bytes the padding adds), scales included."""
     if layer.kind != "moe":
@@ -93,6 +100,35 @@ def padded_bytes(layer: MoELayer, decision: Decision) -> tuple[int, int]:
     base = weight_bytes(layer.hidden, layer.intermediate_per_rank)
     padded = weight_bytes(decision.padding.hidden, decision.padding.intermediate_per_rank)
     return padded, padded - base
+
+
+def _pad_ratio_warnings(decisions: Sequence[Decision], caps: Capabilities, backends: Sequence[Backend],
+                        runtime: "Runtime | None") -> list[Reason]:
+    """``caveat [pad ratio]`` (moedispatch.caveats.pad_ratio_caveat) once per group of layers padded to ≥ 4× their
+    TP shard, with the expert-parallel alternative re-planned by the selector itself (only for such groups)."""
+    from moedispatch.caveats import PAD_RATIO_MIN, ep_alternative_layer, pad_ratio_caveat
+
+    groups: dict[tuple, list[Decision]] = {}
+    for d in decisions:
+        if (d.backend is not None and d.layer.kind == "moe"
+                and d.padding.intermediate_per_rank >= PAD_RATIO_MIN * d.layer.intermediate_per_rank):
+            groups.setdefault((d.layer.signature(), d.backend, d.padding), []).append(d)
+    out = []
+    for members in groups.values():
+        d = members[0]
+        alt_layer = ep_alternative_layer(d.layer)
+        alternative = None
+        if alt_layer is not None:
+            try:
+                alternative = select(alt_layer, caps, backends, runtime=runtime)
+            except NoBackendError:
+                alternative = None
+        reason = pad_ratio_caveat(d, padded_bytes(d.layer, d)[1], alternative)
+        if reason is not None:
+            idx = [m.layer.index for m in members]
+            out.append(Reason(f"{len(idx)} MoE layer(s) ({_ranges(idx)}): {reason.text}", "warning", reason.source,
+                              reason.issue, reason.confidence))
+    return out
 
 
 def plan_model(
@@ -165,6 +201,7 @@ def plan_model(
                 "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/routed_experts.py"))
     # Run-time caveats of the chosen paths (scale-tile splits, token-count dependent bugs) travel as warnings.
     out_warnings += [r.with_kind("warning") for d in decisions if d.backend for r in d.of_kind("caveat")]
+    out_warnings += _pad_ratio_warnings(decisions, caps, backends, runtime)
     missing = [d.layer.index for d in decisions if not d.ok]
     if missing:
         out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))
@@ -225,7 +262,7 @@ def plan_to_json(plan: Plan, *, engine: str | None = None,
     return {
         "schema": SCHEMA,
         "model": plan.model.to_dict(),
-        "target": plan.caps.target_dict(),
+        "target": _target_entry(plan.caps),
         "parallel": {"tp": plan.tp, "ep": plan.ep},
         "layers": [layer_entry(d) for d in plan.decisions],
         "groups": [{**group_entry(g), **({"what_if": texts(plan.what_if_for(g))} if plan.what_if_for(g) else {})}
