@@ -62,7 +62,8 @@ def _build_parser() -> _Parser:
         p.add_argument("--format", choices=["table", "json"], default="table",
                        help="table for people (default), json for programs (only JSON on stdout)")
         if target:
-            p.add_argument("--target", help="GPU arch or product: gfx942, gfx950, MI300X, MI355X, …")
+            p.add_argument("--target", help="GPU arch or product, optionally one compute partition: gfx942, "
+                                            "gfx950, MI300X, MI355X, MI355X:CPX, …")
             p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3; 'installed' for the AITER in this Python; 'none')")
 
     explain = sub.add_parser("explain", help="plan every layer of a model and say why")
@@ -102,7 +103,8 @@ def _build_parser() -> _Parser:
                              "(several lists: every combination).")
     compare.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
     common(compare, target=False)
-    compare.add_argument("--target", help="GPU archs or products to compare, comma-separated (e.g. MI300X,MI355X)")
+    compare.add_argument("--target", help="GPU archs or products to compare, comma-separated (e.g. MI300X,MI355X "
+                                          "or MI355X,MI355X:CPX)")
     compare.add_argument("--aiter-version", help="AITER versions to compare, comma-separated (e.g. 0.1.10,0.1.15.post3)")
     compare.add_argument("--tp", help="tensor-parallel degrees to compare, comma-separated (e.g. 4,8; default 1)")
     compare.add_argument("--ep", help="expert-parallel degrees to compare, comma-separated (default 1)")

@@ -289,6 +289,8 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None) -> str:
     by_index = {entry["index"]: entry for entry in layers}
     model, target, par = doc["model"], doc["target"], doc["parallel"]
     head = (f"{target.get('gfx')} ({target.get('product')})" if target.get("product") else str(target.get("gfx")))
+    if target.get("partition"):
+        head += f", {target['partition']} partition"
     if target.get("compute_units"):
         head += f", {target['compute_units']} CUs"
     head += f", AITER {target['aiter_version']}" if target.get("aiter_version") else ", no AITER"

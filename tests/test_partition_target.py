@@ -156,3 +156,10 @@ def test_pad_ratio_caveat_stays_quiet_below_4x():
     """MiniMax-M3-MXFP4 TP8 pads 384→512 at most (1.33×): no pad-ratio caveat."""
     plan = plan_model(load_model("MiniMax-M3-MXFP4"), fake_capabilities("MI355X"), 8, 1)
     assert not [w for w in plan.warnings if w.issue == "pad-ratio"]
+
+
+def test_html_head_names_the_partition(cli, tmp_path):
+    out = tmp_path / "plan.html"
+    proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI300X:CPX", "--html", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "gfx942 (MI300X), CPX partition, 38 CUs" in out.read_text()
