@@ -51,6 +51,7 @@ FAST_TESTS = [
     "tests/test_rule_mutants.py",
     "tests/test_recipes_inprocess.py",
     "tests/test_golden_decisions.py",
+    "tests/test_golden_recipes.py",
     "tests/test_backend_rules.py",
     "tests/test_family_tables.py",
     "tests/test_selector_plugins.py",
