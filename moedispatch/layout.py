@@ -94,6 +94,12 @@ def product_memory_gib(caps: Any) -> tuple[str, float] | None:
     arch = capdb.load_toml("gpus.toml").get("arch", {}).get(gfx, {})
     for p in arch.get("products", []):
         if p.get("name") == product and p.get("memory_gib"):
+            mode = capdb.partition_of(gfx, product, getattr(caps, "compute_units", None))
+            n = capdb.partitions_for(gfx, product).get(mode, 1) if mode else 1
+            if n > 1:
+                # The compute partitions of one device share its HBM: with every partition a rank, each gets at most
+                # a 1/n share (whatever the memory partition mode: NPS1 shares the pool, NPS2/4 split it).
+                return f"{product} {mode} partition (1/{n} of the device's HBM)", float(p["memory_gib"]) / n
             return product, float(p["memory_gib"])
     return None
 

@@ -512,7 +512,7 @@ def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]
     """The nearest safe launches: same engine release at another TP/EP, another release, the other engine."""
     out: list[dict[str, Any]] = []
     layouts = []
-    for tp in (1, 2, 4, 8):
+    for tp in sorted({1, 2, 4, 8, plan.tp}):  # the plan's own TP too: at TP 64, EP 64 is the nearest change
         for ep in sorted({1, tp}):
             if (tp, ep) != (plan.tp, plan.ep):
                 layouts.append((abs(tp - plan.tp) + (ep != plan.ep), tp, ep))

@@ -92,7 +92,7 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
     newest = capdb.default_aiter_version()
     if caps.aiter_version and caps.aiter_version != newest and caps.gfx:
         try:
-            newer = capdb.target_capabilities(caps.product or caps.gfx, newest)
+            newer = capdb.target_capabilities(capdb.target_spec(caps) or caps.gfx, newest)
         except Exception:  # noqa: BLE001 - a target the DB cannot rebuild: no AITER what-if
             newer = None
         if newer is not None:

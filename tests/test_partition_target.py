@@ -163,3 +163,54 @@ def test_html_head_names_the_partition(cli, tmp_path):
     proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI300X:CPX", "--html", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "gfx942 (MI300X), CPX partition, 38 CUs" in out.read_text()
+
+
+def test_a_partition_rank_gets_its_share_of_the_device_hbm():
+    """The compute partitions of one device share its HBM: a recipe on MI355X:CPX budgets 1/8 of 288 GiB per rank,
+    so DeepSeek-V3 FP8 at TP 8 (~78 GiB of weights per rank) does not fit there, while it fits a whole MI355X."""
+    from moedispatch.layout import product_memory_gib
+    from moedispatch.recipes import build_recipe
+
+    whole = fake_capabilities("MI355X", "0.1.20.post1")
+    cpx = fake_capabilities("MI355X:CPX", "0.1.20.post1")
+    assert product_memory_gib(whole) == ("MI355X", 288.0)
+    assert product_memory_gib(cpx) == ("MI355X CPX partition (1/8 of the device's HBM)", 36.0)
+    assert product_memory_gib(fake_capabilities("MI355X:DPX", "0.1.20.post1"))[1] == 144.0
+    model = load_model("DeepSeek-V3")
+    assert build_recipe(plan_model(model, whole, 8, 1), "vllm").ok
+    refused = build_recipe(plan_model(model, cpx, 8, 1), "vllm", alternatives=False)
+    assert not refused.ok
+    fit = next(r for r in refused.refusals if r.text.startswith("weights do not fit"))
+    assert "vs 33 GiB usable on one MI355X CPX partition (1/8 of the device's HBM) (36 GiB × 0.92" in fit.text
+
+
+def test_the_nearest_alternative_of_a_tp64_launch_is_expert_parallel_at_the_same_tp():
+    """Alternatives try the plan's own TP with EP too: at TP 64 the nearest change is --ep 64, not TP 8."""
+    from moedispatch.recipes import _alternatives
+
+    plan = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X:CPX", "0.1.20.post1"), 64, 1)
+    alts = _alternatives(plan, "vllm", "0.33.0")
+    assert alts and alts[0]["change"] == "--tp 64 --ep 64"
+
+
+def test_the_aiter_upgrade_what_if_keeps_the_partition():
+    """--what-if's "upgrade AITER" rebuilds the same partition (32 CUs), not the whole device."""
+    from moedispatch import whatif
+
+    seen = []
+    real = capdb.target_capabilities
+
+    def spy(target, version=None):
+        seen.append(target)
+        return real(target, version)
+
+    import unittest.mock as mock
+
+    with mock.patch.object(capdb, "target_capabilities", spy):
+        plan = plan_model(load_model("DeepSeek-V3"), fake_capabilities("MI355X:CPX", "0.1.15.post3"), 8, 1,
+                          runtime=Runtime.build((1, 64), env={}))
+        d = next(d for d in plan.decisions if d.layer.kind == "moe")
+        from moedispatch.plugins import build_registry
+
+        whatif.what_if(d, plan.caps, build_registry().backends, plan.runtime)
+    assert "MI355X:CPX" in seen
