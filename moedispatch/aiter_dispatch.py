@@ -1056,6 +1056,8 @@ class IssueHit:
     source: str
     confidence: str
     severity: str
+    #: The change that fixes it upstream (dispatch_issues.toml ``fixed_by``), when one is known.
+    fixed_by: str | None = None
 
     @property
     def has_workaround(self) -> bool:
@@ -1065,7 +1067,7 @@ class IssueHit:
         return {"issue": self.issue, "tokens": list(self.tokens), "bucket": self.bucket, "kernel": self.kernel,
                 "effect": self.effect, "workaround": self.workaround, "workaround_env": dict(self.workaround_env),
                 "token_cap": self.token_cap, "source": self.source, "confidence": self.confidence,
-                "severity": self.severity}
+                "severity": self.severity, "fixed_by": self.fixed_by}
 
 
 @dataclass(frozen=True)
@@ -1083,6 +1085,8 @@ class DispatchPlan:
     aiter_version: str | None
     warnings: tuple[str, ...] = ()
     issues: tuple[IssueHit, ...] = ()
+    #: The confidence of each of :attr:`warnings`, in order (``"derived"`` where the model infers rather than reads).
+    warning_confidence: tuple[str, ...] = ()
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -1175,7 +1179,9 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
     if idx.duplicates:
         warnings.append(f"{idx.duplicates} tuned rows repeat a lookup key; AITER keeps the first"
                         + (" — pandas to_dict('index') raises on them in 0.1.7" if rules is LEGACY_RULES else ""))
+    derived: set[int] = set()
     if rules is not HEAD_RULES and rules.heuristics == "head":
+        derived.add(len(warnings))
         warnings.append(f"AITER {version}: key, buckets and activation policy follow {rules.name} ({rules.source}); "
                         f"the heuristic fallbacks are modelled on HEAD e4048607 (derived)")
     situ_gfx942 = key.act_type == SITUV2 and all(s.q_dtype_a == BF16 for s in raw) and _at_least(version, "0.1.20")
@@ -1183,6 +1189,7 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
         # (The a16w4 SiTUv2 FlyDSL kernel runs on gfx942 from AITER 0.1.20: ROCm/aiter#4502.)
         # fp4x2/MX kernels (FlyDSL mixed_moe, CK-Tile a16w4, ASM MXfp4) use gfx950 scaled MFMA; the gfx942 ASM
         # table has no MXfp4 code object and the fp4 quant cannot emit fp4x2 there (sgl-project/sglang#35525).
+        derived.add(len(warnings))
         warnings.append(f"AITER's MX (per_1x32) fused-MoE kernels need gfx950; on {key.gfx} this dispatch fails at "
                         "run time (derived: " + SRC_FUSED_MOE + ", https://github.com/sgl-project/sglang/pull/35525)")
     if env_d.get("AITER_MOE_A8W4_BYPASS_QUANT", "0") == "1" and key.q_type == Q_1X32 and any(
@@ -1195,7 +1202,8 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
     return DispatchPlan(layer_index=layer.index, steps=steps, key=key, tokens=counts,
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,
                         dispatch_model=rules.name, aiter_version=version, warnings=tuple(warnings),
-                        issues=hits)
+                        issues=hits, warning_confidence=tuple("derived" if i in derived else "confirmed"
+                                                              for i in range(len(warnings))))
 
 
 def _at_least(version: str | None, floor: str) -> bool:
@@ -1374,7 +1382,8 @@ def evaluate_issues(steps: Iterable[DispatchStep], key: DispatchKey, aiter_versi
             hits.append(IssueHit(issue=issue.id, tokens=step.tokens, bucket=step.bucket, kernel=name,
                                  effect=issue.effect, workaround=issue.workaround,
                                  workaround_env=issue.workaround_env, token_cap=issue.token_cap,
-                                 source=issue.source, confidence=issue.confidence, severity=issue.severity))
+                                 source=issue.source, confidence=issue.confidence, severity=issue.severity,
+                                 fixed_by=issue.fixed_by))
     return tuple(hits)
 
 

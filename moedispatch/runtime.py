@@ -125,13 +125,19 @@ def _span(tokens: tuple[int, int]) -> str:
     return f"token {lo}" if lo == hi == 1 else f"tokens {lo}" if lo == hi else f"tokens {lo}–{hi}"
 
 
+def _fixed(hit: Any) -> str:
+    """``; fixed upstream by <PR>`` when capability_db/dispatch_issues.toml names the fix (``fixed_by``)."""
+    return f"; fixed upstream by {hit.fixed_by}" if getattr(hit, "fixed_by", None) else ""
+
+
 def blocking_reasons(dispatch: Any) -> tuple[Reason, ...]:
     """Known wrong-output kernels AITER would pick for some token count, with no workaround: reject the path."""
     out = []
     for hit in dispatch.issues:
         if hit.severity == "error" and not hit.has_workaround:
             out.append(Reason(f"AITER's dispatcher runs {hit.kernel} for {_span(hit.tokens)} (bucket {hit.bucket}): "
-                              f"{hit.effect}; no workaround known", "failed", hit.source, hit.issue, hit.confidence))
+                              f"{hit.effect}; no workaround known" + _fixed(hit), "failed", hit.source, hit.issue,
+                              hit.confidence))
     return tuple(out)
 
 
@@ -157,10 +163,12 @@ def dispatch_reasons(dispatch: Any, backend: str, family: str | None) -> tuple[R
         cap = f"; or cap --max-num-batched-tokens at {hit.token_cap}" if hit.token_cap else ""
         kind = "warning" if hit.severity == "error" else "caveat"
         out.append(Reason(f"AITER's dispatcher runs {hit.kernel} for {_span(hit.tokens)} (bucket {hit.bucket}): "
-                          f"{hit.effect}. Workaround: {hit.workaround}" + (f" [{env}]" if env else "") + cap,
+                          f"{hit.effect}. Workaround: {hit.workaround}" + (f" [{env}]" if env else "") + cap
+                          + _fixed(hit),
                           kind, hit.source, hit.issue, hit.confidence))
-    for w in dispatch.warnings:
-        out.append(Reason(w, "note", confidence="derived" if "(derived" in w else "confirmed"))
+    confidence = dispatch.warning_confidence or ("confirmed",) * len(dispatch.warnings)
+    for w, conf in zip(dispatch.warnings, confidence):
+        out.append(Reason(w, "note", confidence=conf))
     return tuple(out)
 
 

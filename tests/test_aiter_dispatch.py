@@ -239,6 +239,13 @@ def test_aiter_4788_flagged_with_pre_fix_rows():
     assert [(h.issue, h.tokens) for h in plan.issues] == [("ROCm/aiter#4788", (32, 64)),
                                                           ("ROCm/aiter#4788", (200, 200))]
     assert all(dict(h.workaround_env) == {"AITER_BYPASS_TUNE_CONFIG": "1"} for h in plan.issues)
+    # the fix upstream (dispatch_issues.toml fixed_by) reaches the hit, its JSON and the reason a user reads
+    assert {h.fixed_by for h in plan.issues} == {"https://github.com/ROCm/aiter/pull/4811"}
+    assert plan.issues[0].to_dict()["fixed_by"] == "https://github.com/ROCm/aiter/pull/4811"
+    from moedispatch.runtime import dispatch_reasons
+
+    said = [r for r in dispatch_reasons(plan, "aiter-asm", "asm") if r.issue == "ROCm/aiter#4788"]
+    assert said and all(r.text.endswith("; fixed upstream by https://github.com/ROCm/aiter/pull/4811") for r in said)
     last = plan.steps[-1]
     assert last.stages == 1 and last.kernels == ("_ZN5aiter46fmoe_bf16_blockscaleFp8_g1u1_vs_ps_silu_64x256E",)
     quoted = ad.parse_info_line("[aiter] [fused_moe] using 1stage (kernelName1='_ZN5aiter46fmoe_bf16_blockscaleFp8_"
@@ -698,3 +705,24 @@ def test_assumptions_from_vllm_env():
     assert not Assumptions.from_engine_env(m3, {}).fused_shared_expert
     qwen = moe("Qwen3-235B-A22B-Instruct-2507-FP8")
     assert not Assumptions.from_engine_env(qwen, {"VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "1"}).fused_shared_expert
+
+
+def test_dispatch_warnings_carry_their_confidence_as_values():
+    """Each dispatch warning has its confidence beside it (``warning_confidence``), and the reasons take it from
+    there, not from the wording: the gfx942 MX failure is our inference (derived); a duplicate-row note is read."""
+    from moedispatch.runtime import dispatch_reasons
+
+    mx = layer(hidden=7168, intermediate=2048, experts=256, top_k=8, weight="mxfp4", act="mxfp4")
+    plan = plan_dispatch(mx, target_capabilities("MI300X", "0.1.20"), tokens=(1,))
+    assert len(plan.warning_confidence) == len(plan.warnings)
+    gfx = plan.warnings.index(next(w for w in plan.warnings if w.startswith("AITER's MX (per_1x32)")))
+    assert plan.warning_confidence[gfx] == "derived"
+    notes = {r.text: r.confidence for r in dispatch_reasons(plan, "aiter-ck", "ck") if r.kind == "note"}
+    assert notes[plan.warnings[gfx]] == "derived"
+    import dataclasses
+
+    reworded = dataclasses.replace(plan, warnings=tuple(w.replace("(derived", "(inferred") for w in plan.warnings))
+    assert {r.confidence for r in dispatch_reasons(reworded, "aiter-ck", "ck") if r.kind == "note"
+            and r.text.startswith("AITER's MX")} == {"derived"}
+    confirmed = dataclasses.replace(plan, warning_confidence=("confirmed",) * len(plan.warnings))
+    assert all(r.confidence == "confirmed" for r in dispatch_reasons(confirmed, "aiter-ck", "ck") if r.kind == "note")
