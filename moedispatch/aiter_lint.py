@@ -303,7 +303,7 @@ def _shadowed(cs: ConfigSet, env: Mapping[str, str]) -> list[Finding]:
 
 
 def _malformed(cs: ConfigSet) -> list[Finding]:
-    out = [Finding("malformed", "error", w) for w in cs.warnings if ":" in w]
+    out = [Finding("malformed", "error", w) for w in cs.warnings]  # each one "file[:line]: what" (aiter_configs)
     shifted = [r for r in cs.rows if r.defects]
     if shifted:
         out.append(Finding("malformed", "warning",
