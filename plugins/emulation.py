@@ -47,9 +47,12 @@ class Emulation(Backend):
     # -- running it (torch, imported lazily) ----------------------------------------------------------------
     def runner(self, layer: MoELayer):
         """An :class:`moedispatch.numerics.runner.EmulationRunner` for this layer (imports torch)."""
+        from moedispatch import capdb
         from moedispatch.numerics.runner import EmulationRunner  # noqa: PLC0415 - torch only when running
 
-        return EmulationRunner(layer)
+        # MX activation scales are rounded as AITER's dynamic_mxfp4_quant rounds them (aiter.toml, with its source).
+        rounding = capdb.load_toml("aiter.toml")["numerics"]["mxfp4_dynamic_scale"]["rounding"]
+        return EmulationRunner(layer, scale_rounding=rounding)
 
 
 @hookimpl

@@ -428,3 +428,27 @@ def test_cli_backend_errors(cli):
     assert proc.returncode == 3 and not proc.stdout
     assert "forced backend 'aiter-cktile' cannot run this layer" in proc.stderr and "MXFP4" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_emulation_rounds_mx_scales_as_aiter_toml_says(monkeypatch):
+    """capability_db/aiter.toml [numerics.mxfp4_dynamic_scale] rounding is what the emulation runner uses (AITER's
+    dynamic_mxfp4_quant rounds "even"); a different value in the data reaches the runner."""
+    pytest.importorskip("torch")
+    from moedispatch import capdb
+    from moedispatch.layers import MoELayer
+    from moedispatch.plugins import build_registry
+
+    emu = build_registry().get("emulation")
+    layer = MoELayer.build(hidden=64, intermediate=64, experts=2, top_k=1, weight="mxfp4", act="mxfp4")
+    assert capdb.load_toml("aiter.toml")["numerics"]["mxfp4_dynamic_scale"]["rounding"] == "even"
+    assert emu.runner(layer).scale_rounding == "even"
+    real = capdb.load_toml
+
+    def patched(name):
+        data = real(name)
+        if name == "aiter.toml":
+            data = {**data, "numerics": {"mxfp4_dynamic_scale": {"rounding": "floor"}}}
+        return data
+
+    monkeypatch.setattr(capdb, "load_toml", patched)
+    assert emu.runner(layer).scale_rounding == "floor"
