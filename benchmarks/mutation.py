@@ -53,6 +53,7 @@ FAST_TESTS = [
     "tests/test_golden_decisions.py",
     "tests/test_golden_recipes.py",
     "tests/test_caveat_rules.py",
+    "tests/test_recipe_branches.py",
     "tests/test_backend_rules.py",
     "tests/test_family_tables.py",
     "tests/test_selector_plugins.py",
