@@ -316,3 +316,101 @@ def test_alternatives_search_the_nearest_layouts_then_releases_then_the_other_en
     engines["vllm"]["issue"][0]["versions"] = f"<={V}"
     older = recipes._alternatives(_plan("Qwen3-30B-A3B", tp=8), "vllm", "0.29.0")
     assert older[0]["change"] == f"--engine-version {newest}"
+
+
+# -- load-time conversions -------------------------------------------------------------------------------------------
+
+class _FutureCK(Backend):
+    """A hypothetical AITER CK MXFP8 kernel on gfx942: a plan for a path the engines convert away."""
+
+    name, preference, family = "aiter-ck", 80, "ck"
+
+    def check(self, layer, caps):
+        return Verdict.supported("a future CK MXFP8 kernel")
+
+    def plan_padding(self, layer, caps):
+        return Padding.none(layer)
+
+
+def test_a_load_time_conversion_refuses_the_planned_path_except_sglangs_triton_requantization(engines):
+    """vLLM dequantizes MXFP8 experts on gfx942 (ROCm/MAD#201): a CK plan is not what it runs — refused with the
+    conversion's text, source and confidence. SGLang re-quantizes them to block-FP8 for its Triton path
+    (sgl-project/sglang#32036): that conversion is a caveat on the recipe, not a refusal. The same Triton conversion
+    on vLLM would refuse."""
+    conv = engines["vllm"]["conversion"][0]
+    conv["confidence"] = "derived"
+    backends = _builtins_but("aiter-ck") + (_FutureCK(),)
+    plan = _plan("MiniMax-M3-MXFP8", target="MI300X", backends=backends)
+    r = build_recipe(plan, "vllm", V, alternatives=False)
+    why = next(w for w in r.warnings if "does not run aiter-ck here" in w.text)
+    assert why.text.endswith(f"Not realizable: aiter-ck: vllm {V} does not run aiter-ck here: {conv['what']}")
+    assert (why.source, why.confidence, why.issue) == (conv["source"], "derived", None)
+    assert Reason(conv["what"], "caveat", conv["source"], None, "derived") in r.caveats
+    sgl_conv = engines["sglang"]["conversion"][0]
+    sgl = build_recipe(plan, "sglang", "0.5.20", alternatives=False)
+    assert not any("does not run" in w.text for w in sgl.warnings + sgl.refusals)
+    assert Reason(sgl_conv["what"], "caveat", sgl_conv["source"], None, "confirmed") in sgl.caveats
+    conv["family"] = "triton"
+    again = build_recipe(plan, "vllm", V, alternatives=False)
+    assert any("does not run aiter-ck here" in w.text for w in again.warnings + again.refusals)
+
+
+# -- what the plan's AITER dispatch adds ------------------------------------------------------------------------------
+
+def test_the_recipe_exports_the_workaround_env_of_a_kernel_bucket_bug_on_the_chosen_path(monkeypatch, engines):
+    """A kernel × bucket bug with a workaround environment (severity error) on the chosen AITER path: the recipe
+    exports the workaround with why and source; a warning-severity hit's env is not exported; the plan's own AITER
+    environment is exported as what the simulation assumed."""
+    import dataclasses
+
+    import moedispatch.aiter_dispatch as ad
+    from moedispatch.runtime import Runtime
+
+    real = ad.plan_dispatch
+
+    def with_hits(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        step = plan.steps[0]
+        hit = dict(bucket=step.bucket, kernel=step.kernels[0], workaround="set it", token_cap=None,
+                   confidence="confirmed")
+        return dataclasses.replace(plan, issues=(
+            ad.IssueHit(issue="t#err", tokens=(3, 4), effect="garbled", workaround_env=(("AITER_FIX", "1"),),
+                        source="o/r#7", severity="error", **hit),
+            ad.IssueHit(issue="t#warn", tokens=(5, 6), effect="slow", workaround_env=(("AITER_SLOW", "1"),),
+                        source="o/r#8", severity="warning", **hit)))
+
+    monkeypatch.setattr(ad, "plan_dispatch", with_hits)
+    engines["vllm"]["allocation"].insert(0, dict(_BF16_ALLOC))  # vLLM allocating the AITER plan's 128/rank
+    from moedispatch import selector
+
+    selector.clear_cache()
+    plan = plan_model(load_model("Qwen3-30B-A3B"), fake_capabilities("MI355X", A3), 8, 1,
+                      runtime=Runtime.build((1, 64), env={}, overrides={"AITER_ONLINE_TUNE": "0"}))
+    first = next(d for d in plan.decisions if d.layer.kind == "moe")
+    assert first.backend.startswith("aiter") and first.dispatch is not None
+    r = build_recipe(plan, "vllm", V, alternatives=False, switches=False)
+    assert r.backend == first.backend, r.warnings
+    env = {e["name"]: e for e in r.env}
+    kernel = first.dispatch.steps[0].kernels[0]
+    assert env["AITER_FIX"] == {"name": "AITER_FIX", "value": "1", "source": "o/r#7",
+                                "why": f"workaround of t#err: without it AITER runs {kernel} for tokens 3–4 (garbled)"}
+    assert "AITER_SLOW" not in env
+    assert env["AITER_ONLINE_TUNE"]["value"] == "0"
+    assert env["AITER_ONLINE_TUNE"]["why"].startswith("the plan's simulation of AITER's dispatch assumed it")
+    assert "export AITER_FIX=1" in render_table(plan, r)
+    selector.clear_cache()
+
+
+def render_table(plan, r):
+    from moedispatch.recipes import render_recipe
+
+    return render_recipe(plan, r.engine, version=r.version, recipe=r)
+
+
+def test_a_runtime_plan_with_no_backend_for_some_layer_is_refused_not_crashed():
+    from moedispatch.runtime import Runtime
+
+    plan = plan_model(load_model("Qwen3-30B-A3B"), fake_capabilities("MI355X", A3), 8, 1, backends=(),
+                      runtime=Runtime.build((1,), env={}))
+    r = build_recipe(plan, "vllm", V)
+    assert r.command is None and r.refusals[0].text.endswith("no launch realizes this plan")
