@@ -310,6 +310,11 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
                 f"{engine} {version} allocates hidden {h} × intermediate/rank {i} (zero-filled); the plan's "
                 f"{p.hidden} × {p.intermediate_per_rank} is one valid choice of the kernel's alignment "
                 f"({p.hidden_multiple} × {p.intermediate_multiple}): both hold", "warning", None, None, "derived"))
+            # What the kernel meets is the engine's allocation, not the plan's: its known issues (and, with a
+            # runtime, AITER's dispatch of that shape) are checked again on it.
+            bad, said = _allocation_issues(plan, d, backend, h, i, kh, ki)
+            refusals += bad
+            warnings += said
         if kh is not None and ki is not None and (h, i) == (p.hidden, p.intermediate_per_rank) \
                 and p.pad_semantics == "skip" and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad):
             warnings.append(Reason(
@@ -332,6 +337,47 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
     refusals = list(dict.fromkeys(refusals))
     warnings = list(dict.fromkeys(warnings))
     return refusals, rows, warnings
+
+
+def _allocation_issues(plan: Plan, d: Decision, backend: str, h: int, i: int, kh: int | None,
+                       ki: int | None) -> tuple[list[Reason], list[Reason]]:
+    """(refusals, warnings) of the known issues — the layer's (capability_db/known_issues.toml) and, when the plan
+    has a runtime, the kernel × bucket ones of AITER's dispatch — that the engine's allocation ``h`` × ``i`` meets
+    and the plan's own padding does not (e.g. the plan runs 384/rank natively, the engine allocates 512, where the
+    tuned bucket-4 kernel of ROCm/aiter#3933 is wrong)."""
+    import dataclasses
+
+    from moedispatch.backend import Padding
+    from moedispatch.plugins import get_registry
+    from moedispatch.rules import evaluate_issues
+
+    layer, p = d.layer, d.padding
+    hp, ip = h - layer.hidden, i - layer.intermediate_per_rank
+    alloc = Padding(hidden=h, intermediate_per_rank=i, hidden_pad=hp, intermediate_pad=ip,
+                    kernel_hidden_pad=hp if kh is None else min(kh, hp),
+                    kernel_intermediate_pad=ip if ki is None else min(ki, ip), zero_fill=bool(hp or ip),
+                    hidden_multiple=p.hidden_multiple, intermediate_multiple=p.intermediate_multiple,
+                    pad_semantics=p.pad_semantics)
+    b = get_registry().get(backend)
+    planned = {r.issue for r in (*d.reasons, *d.warnings) if r.issue}
+    where = f"at the engine's allocation ({h} × {i}, not the plan's {p.hidden} × {p.intermediate_per_rank}): "
+    refusals: list[Reason] = []
+    warnings: list[Reason] = []
+    outcome = evaluate_issues(b.name if b is not None else backend, layer, plan.caps, alloc)
+    refusals += [dataclasses.replace(r, text=where + r.text, kind="failed") for r in outcome.blocking
+                 if r.issue not in planned]
+    warnings += [dataclasses.replace(r, text=where + r.text, kind="warning") for r in outcome.notes
+                 if r.issue and r.issue not in planned and r.kind in ("caveat", "warning")]
+    if plan.runtime is not None and d.dispatch is not None:
+        from moedispatch.runtime import blocking_reasons, dispatch_for, dispatch_reasons
+
+        dispatch = dispatch_for(layer, plan.caps, alloc, plan.runtime)
+        refusals += [dataclasses.replace(r, text=where + r.text) for r in blocking_reasons(dispatch)
+                     if r.issue not in planned]
+        warnings += [dataclasses.replace(r, text=where + r.text, kind="warning")
+                     for r in dispatch_reasons(dispatch, backend, d.family)
+                     if r.issue and r.issue not in planned and r.kind in ("warning", "caveat")]
+    return refusals, warnings
 
 
 def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alternatives: bool = True,

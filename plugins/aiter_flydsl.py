@@ -6,14 +6,16 @@ _get_padding_for_flydsl at v0.1.15.post3.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 
 from moedispatch import hookimpl
 from moedispatch.backend import Padding
 from moedispatch.capabilities import Capabilities
 from moedispatch.layers import MoELayer
 from moedispatch.reason import Reason
-from moedispatch.rules import Combo, need_feature
+from moedispatch import capdb
+from moedispatch.rules import Combo, RuleBackend, find_combo, need_feature
 
 from moedispatch_plugins._aiter import (A3, V, AiterFamily, swiglu_decode_note, tuned_coverage_note,
                                         version_floor_notes)
@@ -47,6 +49,23 @@ class ActCombo(Combo):
         return layer.activation in self.activations and super().matches(layer)
 
 
+@dataclass(frozen=True)
+class NarrowingCombo(Combo):
+    """A :class:`Combo` whose intermediate alignment drops to ``narrow_multiple`` on an AITER that has
+    ``narrow_feature`` (capability_db/aiter.toml: the version floor and its source live in the data)."""
+
+    narrow_feature: str = ""
+    narrow_multiple: int = 0
+
+    def for_caps(self, caps: Capabilities) -> Combo:
+        """This combo as the target AITER runs it: the narrower alignment where the feature is present."""
+        if self.narrow_feature and caps.has_feature(self.narrow_feature):
+            info = capdb.feature_info(self.narrow_feature)
+            return replace(self, inter_multiple=self.narrow_multiple, source=info["source"],
+                           confidence=info["confidence"], narrow_feature="")
+        return self
+
+
 COMBOS = (
     ActCombo("mxfp4", "bf16", ("gfx942", "gfx950"), "FlyDSL a16w4 SiTUv2 (mixed_moe / moe_2stage_a16wmix)", _SITU_A16,
              feature="flydsl_moe", hidden_multiple=128, inter_multiple=128, activations=("situv2",)),
@@ -56,8 +75,9 @@ COMBOS = (
           hidden_multiple=256, inter_multiple=256),
     Combo("mxfp4", "bf16", _GFX950, "FlyDSL a16w4", _SRC, feature="flydsl_moe", hidden_multiple=256,
           inter_multiple=256),
-    Combo("mxfp4", "fp8", _GFX950, "FlyDSL a8w4 (flydsl_moe*_afp8_wfp4_*)", _SRC, feature="flydsl_moe",
-          hidden_multiple=256, inter_multiple=256),
+    NarrowingCombo("mxfp4", "fp8", _GFX950, "FlyDSL a8w4 (flydsl_moe*_afp8_wfp4_*)", _SRC, feature="flydsl_moe",
+                   hidden_multiple=256, inter_multiple=256, narrow_feature="flydsl_a8w4_inter128",
+                   narrow_multiple=128),
     Combo("mxfp4", "mxfp8", _GFX950, "FlyDSL a8w4 (MXFP8 activations)", _SRC, feature="mxfp8_act_quant_sort",
           hidden_multiple=256, inter_multiple=256),
     Combo("int4", "bf16", _GFX950, "FlyDSL a16wi4 (flydsl_moe*_abf16_wint4_*, the only a16wi4 path)",
@@ -104,7 +124,7 @@ class AiterFlyDSL(AiterFamily):
 
     def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
         notes: list[Reason | str] = [*swiglu_decode_note(layer, combo), *tuned_coverage_note(caps),
-                                     *version_floor_notes(layer, caps)]
+                                     *version_floor_notes(layer, caps), *_narrowing_notes(layer, caps, combo)]
         if (layer.ep > 1 and layer.weight.dtype == "mxfp4" and layer.act.dtype == "mxfp4"
                 and caps.aiter_at_least(A4W4_PORT_SINCE)):
             notes.append(Reason(
@@ -131,6 +151,15 @@ class AiterFlyDSL(AiterFamily):
                 "https://github.com/SemiAnalysisAI/InferenceX/pull/1266", "InferenceX#1266", "derived"))
         return notes
 
+    def _plan_padding(self, layer: MoELayer, caps: Capabilities) -> Padding:
+        # A version-keyed alignment (NarrowingCombo): plan with the combo as the target AITER runs it.
+        combo = next(iter(find_combo([c for c in self.combos if caps.gfx in c.archs], layer)), None)
+        if not isinstance(combo, NarrowingCombo) or combo.for_caps(caps) is combo:
+            return super()._plan_padding(layer, caps)
+        view = copy.copy(self)
+        view.combos = (combo.for_caps(caps),)
+        return RuleBackend._plan_padding(view, layer, caps)
+
     def kernel_pads(self, layer: MoELayer, caps: Capabilities,
                     padding: Padding) -> tuple[int, int, list[Reason | str]]:
         if not padding.padded:
@@ -151,6 +180,23 @@ class AiterFlyDSL(AiterFamily):
 @hookimpl
 def register_backends():
     return [AiterFlyDSL()]
+
+
+def _narrowing_notes(layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason]:
+    """Why an intermediate per rank that the narrower alignment fits is (or is not yet) run unpadded."""
+    if not isinstance(combo, NarrowingCombo) or not combo.narrow_feature:
+        return []
+    inter, wide, narrow = layer.intermediate_per_rank, combo.inter_multiple_for(layer, caps.gfx), combo.narrow_multiple
+    if inter % narrow or not inter % wide:
+        return []
+    info = capdb.feature_info(combo.narrow_feature)
+    if caps.has_feature(combo.narrow_feature):
+        return [Reason(f"intermediate per rank {inter} runs unpadded (a multiple of {narrow}, not of {wide}): AITER >= "
+                       f"{info['since']} has {info['short']}", "note", info["cite"], None, info["confidence"])]
+    return [Reason(f"intermediate per rank {inter} padded to a multiple of {wide}: AITER {caps.aiter_version} < "
+                   f"{info['since']} lacks {info['short']} (its gate/up-interleaved scale shuffle needs K/32 to be a "
+                   "multiple of 8); from that release it runs unpadded", "padding", info["cite"], None,
+                   info["confidence"])]
 
 
 def _situ_checks(layer: MoELayer, caps: Capabilities) -> list[Reason]:

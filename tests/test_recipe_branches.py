@@ -414,3 +414,19 @@ def test_a_runtime_plan_with_no_backend_for_some_layer_is_refused_not_crashed():
                       runtime=Runtime.build((1,), env={}))
     r = build_recipe(plan, "vllm", V)
     assert r.command is None and r.refusals[0].text.endswith("no launch realizes this plan")
+
+
+def test_the_engines_own_allocation_is_checked_for_known_issues_when_it_differs_from_the_plan():
+    """From AITER 0.1.18 the DeepSeek-V4 W4A8 plan runs 384/rank natively on FlyDSL (ROCm/aiter#4130), but vLLM
+    0.33.0 still allocates 512 and passes intermediate_pad=128, which FlyDSL stage 1 mishandles (aiter-pr#3538):
+    the kernel meets the engine's allocation, so the recipe does not print FlyDSL there. With AITER 0.1.17 the plan
+    itself pads to 512 (with kernel pad 0) and the check adds nothing."""
+    plan = _plan("DeepSeek-V4-Pro", aiter="0.1.20.post1")
+    assert {d.padding.intermediate_per_rank for d in plan.decisions if d.layer.kind == "moe"} == {384}
+    r = build_recipe(plan, "vllm", "0.33.0", alternatives=False)
+    assert r.ok and r.backend != "aiter-flydsl"
+    hit = next(w for w in r.warnings if w.issue == "aiter-pr#3538")
+    assert ("Not realizable: aiter-flydsl: at the engine's allocation (7168 × 512, not the plan's 7168 × 384): "
+            "[aiter-pr#3538]") in hit.text and hit.kind == "warning"
+    old = build_recipe(_plan("DeepSeek-V4-Pro", aiter="0.1.17"), "vllm", "0.33.0", alternatives=False)
+    assert not any("at the engine's allocation" in w.text for w in old.warnings + old.refusals)

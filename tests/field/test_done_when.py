@@ -62,6 +62,11 @@ def test_minimax_m3_mxfp4_ep8_runs_aiter_with_whole_experts():
 
 
 def test_deepseek_v4_w4a8_tp8():
-    d = _moe(plan_model("DeepSeek-V4-Pro", tp=8, caps=fake_capabilities("MI355X")))
-    assert d.backend == "aiter-flydsl" and d.padding.intermediate_per_rank == 512
-    assert any(r.issue == "aiter#3933" for r in d.reasons)  # the bucket-4 xcd4 wrong-output caveat
+    """Before AITER 0.1.18 FlyDSL a8w4 needs 256-aligned K: 384/rank pads to 512, where the bucket-4 xcd4 kernel
+    (aiter#3933) is flagged. From 0.1.18 (ROCm/aiter#4130, sgl-project/sglang#31450) 384 runs unpadded."""
+    old = _moe(plan_model("DeepSeek-V4-Pro", tp=8, caps=fake_capabilities("MI355X", "0.1.17")))
+    assert old.backend == "aiter-flydsl" and old.padding.intermediate_per_rank == 512
+    assert any(r.issue == "aiter#3933" for r in old.reasons)  # the bucket-4 xcd4 wrong-output caveat
+    new = _moe(plan_model("DeepSeek-V4-Pro", tp=8, caps=fake_capabilities("MI355X")))
+    assert new.backend == "aiter-flydsl" and new.padding.intermediate_per_rank == 384
+    assert "ROCm/aiter#4130" in _sources(new)
