@@ -100,6 +100,32 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x__issue_reason", r'^\)$',
      "dropping the confidence argument leaves Reason's own default, \"confirmed\", which is also the get() default "
      "(rows with another confidence are pinned by the golden recipes)"),
+    ("x_build_recipe", r"switches=None\)",
+     "build_recipe reads `switches` only for truth (`if switches and …`): False and None are the same"),
+    ("x__alternatives", r"alternatives=None\)",
+     "build_recipe reads `alternatives` only for truth (`if alternatives:`): False and None are the same"),
+    ("x__realized_with_switch", r"(alternatives|switches)=None",
+     "build_recipe reads `alternatives` and `switches` only for truth: False and None are the same"),
+    ("x__alternatives", r'eng\.get\("releases", (None)?\s*\)',
+     "docs/schemas/engines.schema.json requires `releases` of every engine (checked at load): the default is "
+     "never used"),
+    ("x__try_backend", r'eng\.get\("backend", (None)?\s*\)',
+     "engines.schema.json requires the `backend` rows of every engine: the default is never used"),
+    ("x_build_recipe", r'cav\.get\("(env|args)", (None)?\s*\)',
+     "engines.schema.json requires `env` and `args` on every [[caveat]] row: the default is never used"),
+    ("x_build_recipe", r"_version\(None, version, eng\)",
+     "_version never reads its `engine` argument (the message names the version and the newest release)"),
+    ("x_engine_padding", r"_version\(None, version, data\[engine\]\)",
+     "_version never reads its `engine` argument"),
+    ("x__runtime_env", r"if \(plan\.runtime is not None\) or True else",
+     "build_recipe calls _runtime_env only when plan.runtime is not None"),
+    ("x_render_recipe", r'fmt: str = "(XXtableXX|TABLE)"',
+     "render_recipe tests `fmt == \"json\"` only; any other value, the default included, renders the table"),
+    ("x__family_of", r'(b = None|get_registry\(\)\.get\(None\)|getattr\(None, "family", None\)|'
+                     r'getattr\(b, "(XXfamilyXX|FAMILY)", None\))',
+     "its callers pass built-in backend names (the engine model's choices and the plan's backends) and read the "
+     "result through _fam, which maps every built-in AITER name and family to \"aiter\" and leaves triton and "
+     "emulation (name == family) as they are: the registry lookup changes nothing for them"),
 ]
 
 _CACHE_RESET = '''

@@ -430,3 +430,17 @@ def test_the_engines_own_allocation_is_checked_for_known_issues_when_it_differs_
             "[aiter-pr#3538]") in hit.text and hit.kind == "warning"
     old = build_recipe(_plan("DeepSeek-V4-Pro", aiter="0.1.17"), "vllm", "0.33.0", alternatives=False)
     assert not any("at the engine's allocation" in w.text for w in old.warnings + old.refusals)
+
+
+def test_an_engine_without_the_optional_tables_still_gets_a_recipe(engines):
+    """engines.toml requires only the backend rows of an engine (docs/schemas/engines.schema.json): an engine
+    release with no allocation, conversion, gate or known-issue rows, and no caveats at all, gets a plain recipe."""
+    for engine in ("vllm", "sglang"):
+        for table in ("allocation", "conversion", "gate", "issue"):
+            engines[engine].pop(table, None)
+    engines.pop("caveat", None)
+    plan = _plan("Qwen3-30B-A3B")
+    for engine, version in (("vllm", V), ("sglang", "0.5.20")):
+        r = build_recipe(plan, engine, version)
+        assert r.ok and not r.caveats, (engine, r.refusals)
+        assert engine_padding(engine, _QWEN, "ck", version)[:2] == (2048, 96)
