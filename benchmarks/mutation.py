@@ -126,6 +126,10 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "its callers pass built-in backend names (the engine model's choices and the plan's backends) and read the "
      "result through _fam, which maps every built-in AITER name and family to \"aiter\" and leaves triton and "
      "emulation (name == family) as they are: the registry lookup changes nothing for them"),
+    ("x_pad_ratio_caveat", r"if len\(pairs\) > 2 else pairs",
+     "with exactly two pairs, [pairs[0], pairs[-1]] is pairs itself"),
+    ("x_shard_caveats", r'SCALE_GROUPS, \)\)$',
+     "dropping the confidence argument leaves Reason's default, \"confirmed\", the value given"),
 ]
 
 _CACHE_RESET = '''

@@ -160,3 +160,58 @@ def test_glm51_mxfp4_cpx_tp64_plan_carries_the_pad_ratio_caveat_once_per_group()
     assert hits[0].kind == "warning" and hits[0].confidence == "derived"  # a plan warning, as the other caveats
     whole = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X:CPX", "0.1.20.post1"), 64, 64)
     assert not any(w.issue == PAD_RATIO for w in whole.warnings)
+
+
+# -- boundaries: non-square scale blocks, MoE TP 1 and 2, degenerate shards --------------------------------------------
+
+def test_non_square_scale_blocks_use_each_dimension_where_it_applies():
+    """block 64×128 (vLLM's weight_block_size [block_n, block_k]): the shard is checked against both dims, the
+    refined block is the gcd with the first (and the hidden), the EP line counts first-dim blocks."""
+    b64 = QuantSpec("fp8", "block64x128")
+    r = _only(MoELayer.build(hidden=4096, intermediate=1536, experts=128, top_k=8, tp=8, weight=b64, act="fp8"))
+    assert r.text.startswith("caveat [scale tiles]: the TP shard 192 of intermediate 1536 splits the checkpoint's "
+                             "64×128 scale tiles. vLLM 0.33 refines the scale blocks to 64 and then only its Triton "
+                             "MoE takes them: VLLM_ROCM_USE_AITER=1 with --moe-backend auto raises, and --moe-backend "
+                             "aiter pads the shard to 64 (only when the global dims are 64-aligned)")
+    assert r.text.endswith("(--ep 8) keeps every expert whole (1536 = 24×64)")
+    r = _only(MoELayer.build(hidden=4096, intermediate=1600, experts=128, top_k=8, tp=8, weight=b64, act="fp8"))
+    assert "gcd = 8" in r.text and r.text.endswith("(1600 = 25×64)")
+    b128x64 = QuantSpec("fp8", "block128x64")
+    r = _only(MoELayer.build(hidden=4096, intermediate=1536, experts=128, top_k=8, tp=8, weight=b128x64, act="fp8"))
+    assert "splits the checkpoint's 128×64 scale tiles" in r.text
+
+
+def test_the_hidden_size_bounds_the_refined_block():
+    r = _only(MoELayer.build(hidden=4000, intermediate=1536, experts=128, top_k=8, tp=8, **_FP8))
+    assert "refines the scale blocks to 32 " in r.text  # gcd(128, 192, 4000) = 32, not 64
+
+
+def test_moe_tp_1_never_splits_and_tp_2_does():
+    assert shard_caveats(MoELayer.build(hidden=4096, intermediate=1552, experts=128, top_k=8, tp=1, **_FP8)) == ()
+    r = _only(MoELayer.build(hidden=4096, intermediate=1600, experts=128, top_k=8, tp=2, **_FP8))
+    assert r.text.startswith("caveat [scale tiles]: the TP shard 800 of intermediate 1600")
+    mx = dict(weight="mxfp4", act="bf16", experts=8, top_k=2, hidden=2048)
+    assert shard_caveats(MoELayer.build(intermediate=2000, tp=1, **mx)) == ()
+    assert _only(MoELayer.build(intermediate=2000, tp=2, **mx)).issue == SCALE_GROUPS  # 1000 % 32 = 8
+    alt = ep_alternative_layer(MoELayer.build(hidden=64, intermediate=640, experts=8, top_k=2, tp=2))
+    assert alt is not None and (alt.ep, alt.experts_per_rank, alt.intermediate_per_rank) == (2, 4, 640)
+
+
+def test_pad_ratio_degenerate_shards_and_rules_without_sources():
+    tiny = SimpleNamespace(kind="moe", intermediate_per_rank=1, intermediate=64, moe_tp=64, tp=64)
+    assert pad_ratio_caveat(_decision(tiny, 256)).text.startswith(
+        "caveat [pad ratio]: aiter-ck pads intermediate/rank 1→256 (256× the shard")
+    empty = SimpleNamespace(kind="moe", intermediate_per_rank=0, intermediate=0, moe_tp=64, tp=64)
+    assert pad_ratio_caveat(_decision(empty, 256)) is None
+    # the source is the first *padding* reason that has one, not any sourced reason
+    reasons = (Reason("pads", "padding"), Reason("supported", "supports", "o/r#1"))
+    assert pad_ratio_caveat(_decision(_GLM, 256, reasons=reasons)).source is None
+
+
+def test_pad_ratio_alternative_boundaries():
+    alt_layer = ep_alternative_layer(_GLM)
+    same = pad_ratio_caveat(_decision(_GLM, 256), 0, _decision(alt_layer, 2048 * 8, padded=True))
+    assert "Expert parallelism" not in same.text  # as padded (8×) as the plan: not offered
+    one_sided = pad_ratio_caveat(_decision(_GLM, 256, cost=(_cost(1, 21.0),)), 0,
+                                 _decision(alt_layer, 2048, padded=False))
+    assert one_sided.text.endswith("on aiter-ck, unpadded")  # no cost for the alternative: no comparison
