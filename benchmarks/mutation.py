@@ -55,7 +55,6 @@ FAST_TESTS = [
     "tests/test_caveat_rules.py",
     "tests/test_recipe_branches.py",
     "tests/test_selector_cache_and_events.py",
-    "tests/test_faults.py",
     "tests/test_backend_rules.py",
     "tests/test_family_tables.py",
     "tests/test_selector_plugins.py",
