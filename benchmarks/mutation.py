@@ -131,6 +131,10 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "with exactly two pairs, [pairs[0], pairs[-1]] is pairs itself"),
     ("x_shard_caveats", r'SCALE_GROUPS, \)\)$',
      "dropping the confidence argument leaves Reason's default, \"confirmed\", the value given"),
+    ("x_build_recipe", r"^recipe\.refusals = tried$",
+     "reached only when no MoE layer lacks a backend, so recipe.refusals is still empty there: = and += agree"),
+    ("x_build_recipe", r'^fam = ("")?$',
+     "a dead store: fam is read only inside `if chosen is not None:`, which assigns it first"),
 ]
 
 _CACHE_RESET = '''
