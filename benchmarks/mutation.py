@@ -55,6 +55,7 @@ FAST_TESTS = [
     "tests/test_caveat_rules.py",
     "tests/test_recipe_branches.py",
     "tests/test_selector_cache_and_events.py",
+    "tests/test_plugin_rules.py",
     "tests/test_backend_rules.py",
     "tests/test_family_tables.py",
     "tests/test_selector_plugins.py",
