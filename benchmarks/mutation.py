@@ -1,6 +1,6 @@
 """Mutation testing of the rule-bearing code with mutmut (PyPI, ``pip install -e '.[dev]'``); prints the kill ratio.
 
-    python benchmarks/mutation.py                 # every rule-bearing module, 1 worker (~10-20 min on 2 cores)
+    python benchmarks/mutation.py --jobs 2        # every rule-bearing module (~40 min on 2 cores)
     python benchmarks/mutation.py --jobs 2 --only moedispatch/rules.py --survivors
 
 Mutated: the selector, the rules and known-issue evaluation, the padding values (backend.py), the engine recipes,
