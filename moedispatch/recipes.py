@@ -619,7 +619,9 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
         # --- end issue 17
         return json.dumps(out, indent=2) + "\n"
     caps = plan.caps
+    mode = capdb.partition_of(caps.gfx, caps.product, caps.compute_units)
     lines = [f"# {engine} {recipe.version} recipe for {plan.model.name} on {caps.arch_label}"
+             + (f", {mode} partition ({caps.compute_units} CUs)" if mode else "")
              + (f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER")
              + f", tp={plan.tp} ep={plan.ep} (plan {plan.fingerprint})"]
     if recipe.layout is not None:

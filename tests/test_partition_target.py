@@ -214,3 +214,13 @@ def test_the_aiter_upgrade_what_if_keeps_the_partition():
 
         whatif.what_if(d, plan.caps, build_registry().backends, plan.runtime)
     assert "MI355X:CPX" in seen
+
+
+def test_the_recipe_header_names_the_partition():
+    from moedispatch.recipes import render_recipe
+
+    plan = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X:CPX", "0.1.20.post1"), 64, 64)
+    head = render_recipe(plan, "vllm").splitlines()[0]
+    assert "on gfx950 (MI355X), CPX partition (32 CUs), AITER 0.1.20.post1, tp=64 ep=64" in head
+    whole = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X", "0.1.20.post1"), 8, 1)
+    assert "partition" not in render_recipe(whole, "vllm").splitlines()[0]
