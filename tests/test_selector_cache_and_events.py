@@ -85,16 +85,22 @@ def test_info_only_logs_no_rejections(builtins, caplog):
     assert _events(caplog, "backend_selected") and not _events(caplog, "backend_rejected")
 
 
-def test_the_shape_cache_reindexes_identical_builtin_layers_and_logs_each(builtins, caplog, monkeypatch):
-    caps = fake_capabilities("gfx950", "0.1.15.post3")
-    calls = []
+@pytest.fixture
+def calls(monkeypatch):
+    """The layer indices select_uncached computes (a cache hit does not call it)."""
+    seen: list[int] = []
     real = selector.select_uncached
 
     def counting(layer, *a, **k):
-        calls.append(layer.index)
+        seen.append(layer.index)
         return real(layer, *a, **k)
 
     monkeypatch.setattr(selector, "select_uncached", counting)
+    return seen
+
+
+def test_the_shape_cache_reindexes_identical_builtin_layers_and_logs_each(builtins, caplog, calls):
+    caps = fake_capabilities("gfx950", "0.1.15.post3")
     with caplog.at_level(logging.INFO, logger="moedispatch"):
         d3 = selector.select(dataclasses.replace(LAYER, index=3), caps, builtins)
         d4 = selector.select(dataclasses.replace(LAYER, index=4), caps, list(builtins))  # a list is made a tuple
@@ -105,16 +111,8 @@ def test_the_shape_cache_reindexes_identical_builtin_layers_and_logs_each(builti
     assert calls == [3]
 
 
-def test_a_third_party_backend_disables_the_shape_cache(builtins, monkeypatch):
+def test_a_third_party_backend_disables_the_shape_cache(builtins, calls):
     caps = fake_capabilities("gfx950", "0.1.15.post3")
-    calls = []
-    real = selector.select_uncached
-
-    def counting(layer, *a, **k):
-        calls.append(layer.index)
-        return real(layer, *a, **k)
-
-    monkeypatch.setattr(selector, "select_uncached", counting)
     backends = builtins + (ThirdParty(),)
     selector.select(dataclasses.replace(LAYER, index=1), caps, backends)
     selector.select(dataclasses.replace(LAYER, index=2), caps, backends)
