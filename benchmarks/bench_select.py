@@ -21,12 +21,12 @@ def best(stmt, number: int, repeat: int = 7) -> float:
 
 
 def main() -> int:
-    from moedispatch.capdb import target_capabilities
-    from moedispatch.engine import plan_model, select_moe_backend
-    from moedispatch.layers import MoELayer
-    from moedispatch.models import load_model
-    from moedispatch.plugins import get_registry
-    from moedispatch.selector import select_uncached
+    from moedispatch.data.capdb import target_capabilities
+    from moedispatch.api import plan_model, select_moe_backend
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.sources.models import load_model
+    from moedispatch.selector.plugins import get_registry
+    from moedispatch.selector.pure import select_uncached
 
     caps = target_capabilities("gfx950", "0.1.15.post3")
     backends = get_registry().backends
@@ -48,7 +48,7 @@ def main() -> int:
     select_moe_backend(caps=caps, **mixtral)
     cached_fields = best(lambda: select_moe_backend(caps=caps, **fields), 20000)
     cached_layer = best(lambda: select_moe_backend(layers[1], caps), 20000)
-    from moedispatch.rules import _planned
+    from moedispatch.kit.rules import _planned
 
     # Truly uncached: the per-backend padding memo is cleared before every call too.
     uncached = {la.weight.dtype: best(lambda la=la: (_planned.cache_clear(), select_uncached(la, caps, backends)),

@@ -1,7 +1,7 @@
 """Mutation testing of the rule-bearing code with mutmut (PyPI, ``pip install -e '.[dev]'``); prints the kill ratio.
 
     python benchmarks/mutation.py --jobs 2        # every rule-bearing module (~40 min on 2 cores)
-    python benchmarks/mutation.py --jobs 2 --only moedispatch/rules.py --survivors
+    python benchmarks/mutation.py --jobs 2 --only moedispatch/kit/rules.py --survivors
 
 Mutated: the selector, the rules and known-issue evaluation, the padding values (backend.py), the engine recipes,
 the shard caveats and the built-in backends (plugins/*.py, not plugins/examples). Not part of ``pytest``.
@@ -38,11 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The rule-bearing code, as paths in the scratch copy (``moedispatch_plugins`` is the repo's ``plugins/``).
 MUTATE = [
-    "moedispatch/selector.py",
-    "moedispatch/rules.py",
-    "moedispatch/backend.py",
-    "moedispatch/recipes.py",
-    "moedispatch/caveats.py",
+    "moedispatch/selector/pure.py",
+    "moedispatch/kit/rules.py",
+    "moedispatch/core/backend.py",
+    "moedispatch/engines/recipes.py",
+    "moedispatch/kit/caveats.py",
     "moedispatch_plugins/*.py",
 ]
 
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1, help="parallel mutant workers (default 1)")
     parser.add_argument("--only", action="append", default=[], metavar="GLOB",
-                        help="mutate only these files (scratch paths, e.g. moedispatch/rules.py); repeatable")
+                        help="mutate only these files (scratch paths, e.g. moedispatch/kit/rules.py); repeatable")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a fresh temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (mutmut show/browse there)")
     parser.add_argument("--report-only", action="store_true", help="only report the results already in --workdir")

@@ -7,10 +7,10 @@ Public API (contract, DESIGN.md)::
 Importing moedispatch does no work: no probing, no plugin loading, no logging configuration.
 """
 
-from moedispatch.backend import Backend, Padding, Verdict
-from moedispatch.reason import Reason
-from moedispatch.capabilities import Capabilities, GpuInfo
-from moedispatch.errors import (
+from moedispatch.core.backend import Backend, Padding, Verdict
+from moedispatch.core.reason import Reason
+from moedispatch.core.capabilities import Capabilities, GpuInfo
+from moedispatch.core.errors import (
     CapabilityDBError,
     ModelError,
     MoedispatchError,
@@ -19,8 +19,8 @@ from moedispatch.errors import (
     TargetError,
     UsageError,
 )
-from moedispatch.hookspecs import hookimpl
-from moedispatch.layers import MoELayer, QuantSpec
+from moedispatch.core.hookspecs import hookimpl
+from moedispatch.core.layers import MoELayer, QuantSpec
 
 __all__ = [
     "hookimpl",
@@ -49,23 +49,21 @@ __all__ = [
 
 def __getattr__(name: str):  # lazy: keep `import moedispatch` cheap
     if name == "select_moe_backend":
-        from moedispatch.engine import select_moe_backend
+        from moedispatch.api import select_moe_backend
 
         return select_moe_backend
     if name == "plan_model":
-        from moedispatch.engine import plan_model
+        from moedispatch.api import plan_model
 
         return plan_model
     if name == "Decision":
-        from moedispatch.decision import Decision
+        from moedispatch.core.decision import Decision
 
         return Decision
     if name in ("engine_choice", "EngineChoice"):  # what vLLM / SGLang do on their own (capability_db/engines)
-        import importlib
+        from moedispatch.engines import choice
 
-        # The module moedispatch.engine_choice is itself callable as engine_choice(...) (it shares the name).
-        module = importlib.import_module("moedispatch.engine_choice")
-        return module if name == "engine_choice" else module.EngineChoice
+        return choice.engine_choice if name == "engine_choice" else choice.EngineChoice
     if name == "__version__":
         from importlib.metadata import version
 

@@ -12,8 +12,8 @@ import logging
 import sys
 from typing import Sequence
 
-from moedispatch._suggest import did_you_mean
-from moedispatch.errors import MoedispatchError, NoBackendError, PluginError, UsageError
+from moedispatch._util.suggest import did_you_mean
+from moedispatch.core.errors import MoedispatchError, NoBackendError, PluginError, UsageError
 
 __all__ = ["main"]
 
@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _target_entry(caps):
     """The JSON ``target`` object (``partition`` added for a compute-partition target)."""
-    from moedispatch.capdb import target_entry
+    from moedispatch.data.capdb import target_entry
 
     return target_entry(caps)
 
@@ -202,7 +202,7 @@ def _check_backend(name: str | None, registry: object) -> None:
 def _version_text() -> str:
     from importlib.metadata import version
 
-    from moedispatch import capdb
+    from moedispatch.data import capdb
 
     lines = [f"moedispatch {version('moedispatch')}"]
     try:
@@ -239,13 +239,13 @@ def _print(text: str) -> None:
 # -- commands --------------------------------------------------------------------------------------------------
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from moedispatch.engine import resolve_capabilities
-    from moedispatch.explain import plan_model, render_json, render_table
-    from moedispatch.models import load_model
-    from moedispatch.plugins import get_registry
+    from moedispatch.api import resolve_capabilities
+    from moedispatch.render.explain import plan_model, render_json, render_table
+    from moedispatch.sources.models import load_model
+    from moedispatch.selector.plugins import get_registry
 
     model = load_model(args.model)
-    from moedispatch.engine import cli_aiter_version
+    from moedispatch.api import cli_aiter_version
 
     # Accepted (as before) but never silently: say what a flag without its partner does — nothing.
     if getattr(args, "engine_version", None) and not getattr(args, "recipe", None):
@@ -257,21 +257,21 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     registry = get_registry(strict=args.strict_plugins)
     _check_backend(args.backend, registry)
-    from moedispatch.engine import installed_aiter_warning
+    from moedispatch.api import installed_aiter_warning
 
-    from moedispatch.engine import _default_target_warning
+    from moedispatch.api import _default_target_warning
 
     # The same default-target warning plan_model() carries (the engine API and the CLI JSON agree word for word).
     warnings = (list(_default_target_warning(caps)) + [f"plugin error: {e}" for e in registry.errors]
                 + list(registry.warnings) + list(installed_aiter_warning(caps)))
-    from moedispatch.runtime import Runtime, parse_tokens
+    from moedispatch.selector.runtime import Runtime, parse_tokens
 
     runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens is not None else None,
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
                       strict=args.strict_plugins, warnings=warnings, runtime=runtime)
     if args.tuning_list:
-        from moedispatch.whatif import tuning_list
+        from moedispatch.plan.whatif import tuning_list
 
         text, count = tuning_list(plan)
         if args.format == "json":
@@ -291,15 +291,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if args.what_if:
         from dataclasses import replace as _replace
 
-        from moedispatch.whatif import plan_what_if
+        from moedispatch.plan.whatif import plan_what_if
 
         plan = _replace(plan, what_if=plan_what_if(plan, registry.backends))
     if args.html:
-        from moedispatch.render_html import write_html
+        from moedispatch.render.html import write_html
 
         write_html(plan, args.html, first_line=first_line)
     if args.recipe:
-        from moedispatch.recipes import build_recipe, render_recipe
+        from moedispatch.engines.recipes import build_recipe, render_recipe
 
         recipe = build_recipe(plan, args.recipe, args.engine_version)
         _print(render_recipe(plan, args.recipe, fmt=args.format, recipe=recipe))
@@ -307,9 +307,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             sys.stderr.write(f"moedispatch: no safe {args.recipe} {recipe.version} launch for this plan: "
                              f"{recipe.refusals[0].text}\n")
             return EXIT_NO_BACKEND
-    elif args.engine:  # what the engine does on its own, only when asked (moedispatch.engine_choice)
-        from moedispatch.engine_choice import compare_plan, parse_engine_spec, render_comparison
-        from moedispatch.plan import plan_to_json
+    elif args.engine:  # what the engine does on its own, only when asked (moedispatch.engines.choice)
+        from moedispatch.engines.choice import compare_plan, parse_engine_spec, render_comparison
+        from moedispatch.plan.plan import plan_to_json
 
         engine_env = _env_pairs(args.engine_env, "--engine-env")
         if args.format == "json":
@@ -334,7 +334,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from moedispatch.probe import probe, render_probe
+    from moedispatch.probe.system import probe, render_probe
 
     report = probe(allow_torch=True, try_import=True)
     _print(render_probe(report, args.format))
@@ -342,7 +342,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
-    from moedispatch.plugins import get_registry
+    from moedispatch.selector.plugins import get_registry
 
     registry = get_registry()
     rows = []
@@ -369,7 +369,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from moedispatch.models import builtin_models, parse_config
+    from moedispatch.sources.models import builtin_models, parse_config
 
     rows = []
     for entry in builtin_models():
@@ -393,19 +393,19 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from moedispatch.engine import resolve_capabilities
-    from moedispatch.models import expand_layers, load_model
-    from moedispatch.plugins import get_registry
-    from moedispatch.selector import select
+    from moedispatch.api import resolve_capabilities
+    from moedispatch.sources.models import expand_layers, load_model
+    from moedispatch.selector.plugins import get_registry
+    from moedispatch.selector.pure import select
 
     try:
         import torch  # noqa: F401
     except ImportError:
         raise UsageError("verify needs torch: pip install 'moedispatch[emulation]'") from None
-    from moedispatch.verify import run_verify
+    from moedispatch.numerics.verify import run_verify
 
     model = load_model(args.model)
-    from moedispatch.engine import cli_aiter_version
+    from moedispatch.api import cli_aiter_version
 
     caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     layers = expand_layers(model, args.tp, args.ep)
@@ -452,19 +452,19 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from moedispatch.compare import run_cli
+    from moedispatch.render.compare import run_cli
 
     return run_cli(args, _print)
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    from moedispatch.lint import run_cli
+    from moedispatch.engines.lint import run_cli
 
     return run_cli(args, _print)
 
 
 def _cmd_aiter_configs(args: argparse.Namespace) -> int:
-    from moedispatch.aiter_lint import run_cli
+    from moedispatch.aiter.lint import run_cli
 
     return run_cli(args, _print)
 
@@ -492,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("moedispatch: a command is required (explain, compare, probe, backends, models, verify, aiter-configs); "
                              "see moedispatch --help")
         _configure_logging(args.verbose, args.log_format, args.quiet)
-        from moedispatch.deadline import set_fd_capture
+        from moedispatch._util.deadline import set_fd_capture
 
         set_fd_capture(True)  # the CLI owns fd 1: plugin writes to it during discovery are captured too
         try:

@@ -33,14 +33,14 @@ import threading
 import types
 from typing import Any, Callable, Iterable, Sequence
 
-from moedispatch import hookspecs
-from moedispatch import plugins as _plugins
-from moedispatch.reason import Reason
-from moedispatch.backend import Backend, Padding, Verdict
-from moedispatch.capabilities import Capabilities
-from moedispatch.capdb import target_capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.plugins import Registry
+from moedispatch.core import hookspecs
+from moedispatch.selector import plugins as _plugins
+from moedispatch.core.reason import Reason
+from moedispatch.core.backend import Backend, Padding, Verdict
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.selector.plugins import Registry
 
 __all__ = [
     "fake_capabilities",
@@ -102,7 +102,7 @@ def layer(**fields: Any) -> MoELayer:
 
     :raises moedispatch.UsageError: for a missing or unknown field, or a shape that does not shard.
     """
-    from moedispatch.engine import _layer_from_fields  # one parser for the engine API and for tests
+    from moedispatch.api import _layer_from_fields  # one parser for the engine API and for tests
 
     return _layer_from_fields(dict(fields))
 
@@ -145,9 +145,9 @@ def _as_plugin(obj: Any) -> tuple[str, Any]:
 
 
 class RegisteredRegistry(Registry):
-    """A :class:`~moedispatch.plugins.Registry` that, used as a context manager, is also the process-wide one.
+    """A :class:`~moedispatch.selector.plugins.Registry` that, used as a context manager, is also the process-wide one.
 
-    Inside ``with registered(...) as registry:`` every caller of :func:`moedispatch.plugins.get_registry` —
+    Inside ``with registered(...) as registry:`` every caller of :func:`moedispatch.selector.plugins.get_registry` —
     ``select_moe_backend``, ``plan_model``, the CLI's ``main()`` run in-process — sees this registry; the previous
     one is restored on exit (also on error). Not for concurrent use from several threads.
     """

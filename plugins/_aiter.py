@@ -7,11 +7,11 @@ import functools
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from moedispatch import capdb
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
-from moedispatch.rules import Combo, RuleBackend, need_feature
+from moedispatch.data import capdb
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason
+from moedispatch.kit.rules import Combo, RuleBackend, need_feature
 
 #: AITER releases and files cited by the AITER families.
 A3 = "ROCm/aiter@v0.1.15.post3"

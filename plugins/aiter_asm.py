@@ -9,11 +9,11 @@ When the probe read the installed AITER's kernel tables, the table for this arch
 from __future__ import annotations
 
 from moedispatch import hookimpl
-from moedispatch.backend import Padding
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
-from moedispatch.rules import Combo
+from moedispatch.core.backend import Padding
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason
+from moedispatch.kit.rules import Combo
 
 from moedispatch_plugins._aiter import A3, AiterFamily, tuned_coverage_note
 

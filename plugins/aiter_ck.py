@@ -7,11 +7,11 @@ v0.1.15.post3; tile-divisibility crashes ROCm/aiter#5413, #5444; vLLM PR #55368.
 from __future__ import annotations
 
 from moedispatch import hookimpl
-from moedispatch.backend import Padding
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
-from moedispatch.rules import Combo
+from moedispatch.core.backend import Padding
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason
+from moedispatch.kit.rules import Combo
 
 from moedispatch_plugins._aiter import A3, AH, V, AiterFamily
 

@@ -6,11 +6,11 @@ Facts: ROCm/aiter csrc/ck_tile_gemm_moe_2stages, aiter/fused_moe.py cktile_moe_s
 from __future__ import annotations
 
 from moedispatch import hookimpl
-from moedispatch.backend import Padding
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
-from moedispatch.rules import Combo
+from moedispatch.core.backend import Padding
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason
+from moedispatch.kit.rules import Combo
 
 from moedispatch_plugins._aiter import A3, V, AiterFamily
 

@@ -10,12 +10,12 @@ import copy
 from dataclasses import dataclass, replace
 
 from moedispatch import hookimpl
-from moedispatch.backend import Padding
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
-from moedispatch import capdb
-from moedispatch.rules import Combo, RuleBackend, find_combo, need_feature
+from moedispatch.core.backend import Padding
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason
+from moedispatch.data import capdb
+from moedispatch.kit.rules import Combo, RuleBackend, find_combo, need_feature
 
 from moedispatch_plugins._aiter import (A3, V, AiterFamily, swiglu_decode_note, tuned_coverage_note,
                                         version_floor_notes)

@@ -15,11 +15,11 @@ Not reached through ``aiter.fused_moe``: vLLM calls the Triton GEMMs itself (``A
 from __future__ import annotations
 
 from moedispatch import hookimpl
-from moedispatch.backend import Padding
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
-from moedispatch.rules import Combo, RuleBackend
+from moedispatch.core.backend import Padding
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason
+from moedispatch.kit.rules import Combo, RuleBackend
 
 _AH = "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879"
 _V = "vllm-project/vllm@017e9f4448"

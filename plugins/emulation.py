@@ -8,10 +8,10 @@ MX padding to 32 follows vLLM's OCP_MX_BLOCK_SIZE round-up for EMULATION (fused_
 from __future__ import annotations
 
 from moedispatch import hookimpl
-from moedispatch.backend import Backend, Padding, Verdict
-from moedispatch.capabilities import Capabilities
-from moedispatch.layers import MoELayer
-from moedispatch.reason import Reason
+from moedispatch.core.backend import Backend, Padding, Verdict
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason
 
 _MXFP4_ORACLE = "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
 
@@ -47,7 +47,7 @@ class Emulation(Backend):
     # -- running it (torch, imported lazily) ----------------------------------------------------------------
     def runner(self, layer: MoELayer):
         """An :class:`moedispatch.numerics.runner.EmulationRunner` for this layer (imports torch)."""
-        from moedispatch import capdb
+        from moedispatch.data import capdb
         from moedispatch.numerics.runner import EmulationRunner  # noqa: PLC0415 - torch only when running
 
         # MX activation scales are rounded as AITER's dynamic_mxfp4_quant rounds them (aiter.toml, with its source).

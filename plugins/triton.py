@@ -8,7 +8,7 @@ read in vLLM main 017e9f4448. Padding follows ``K = w.shape - pad``.
 from __future__ import annotations
 
 from moedispatch import hookimpl
-from moedispatch.rules import Combo, RuleBackend
+from moedispatch.kit.rules import Combo, RuleBackend
 
 _V = "vllm-project/vllm@017e9f4448"
 _FM = f"{_V}:vllm/model_executor/layers/fused_moe"

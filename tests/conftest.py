@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from moedispatch.capdb import target_capabilities
-from moedispatch.plugins import build_registry, reset_registry
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.selector.plugins import build_registry, reset_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The offline model of AITER's fused-MoE dispatch (moedispatch.aiter_dispatch / aiter_configs / aiter_lint).
+"""The offline model of AITER's fused-MoE dispatch (moedispatch.aiter.dispatch / aiter_configs / aiter_lint).
 
 Every case names where its expectation comes from: AITER's own code at the HEAD snapshot
 (https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/aiter/fused_moe.py, abbreviated FM),
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from moedispatch import aiter_configs as ac
-from moedispatch import aiter_dispatch as ad
-from moedispatch import models
-from moedispatch.aiter_dispatch import Assumptions, plan_dispatch, simulate
-from moedispatch.capdb import target_capabilities
-from moedispatch.errors import UsageError
-from moedispatch.layers import MoELayer, QuantSpec
+from moedispatch.data import aiter_configs as ac
+from moedispatch.aiter import dispatch as ad
+from moedispatch.sources import models
+from moedispatch.aiter.dispatch import Assumptions, plan_dispatch, simulate
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.core.errors import UsageError
+from moedispatch.core.layers import MoELayer, QuantSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "aiter"
@@ -242,7 +242,7 @@ def test_aiter_4788_flagged_with_pre_fix_rows():
     # the fix upstream (dispatch_issues.toml fixed_by) reaches the hit, its JSON and the reason a user reads
     assert {h.fixed_by for h in plan.issues} == {"https://github.com/ROCm/aiter/pull/4811"}
     assert plan.issues[0].to_dict()["fixed_by"] == "https://github.com/ROCm/aiter/pull/4811"
-    from moedispatch.runtime import dispatch_reasons
+    from moedispatch.selector.runtime import dispatch_reasons
 
     said = [r for r in dispatch_reasons(plan, "aiter-asm", "asm") if r.issue == "ROCm/aiter#4788"]
     assert said and all(r.text.endswith("; fixed upstream by https://github.com/ROCm/aiter/pull/4811") for r in said)
@@ -562,7 +562,7 @@ def test_manifest_matches_the_bundled_files():
 def test_lint_head_snapshot(head):
     """On the HEAD set: 598 rows share their us with another bucket of the same shape (copied timings), some rows
     are faster than reading their weights at 8 TB/s, cu_num 256 and 304 are each shared by two products."""
-    from moedispatch import aiter_lint
+    from moedispatch.aiter import lint as aiter_lint
 
     report = aiter_lint.lint(head)
     summary = dict(report.counts)
@@ -576,7 +576,7 @@ def test_lint_head_snapshot(head):
 def test_physical_floor():
     """A 7168x256 fp8 row at token 1 with top-8 reads 8 experts' weights: 8·7168·768 bytes = 44 MB → 5.5 µs at
     8 TB/s."""
-    from moedispatch import aiter_lint
+    from moedispatch.aiter import lint as aiter_lint
 
     cs_row = ac.TunedRow(file="x", line=2, gfx="gfx950", cu_num=256, token=1, model_dim=7168, inter_dim=256,
                          expert=256, topk=8, act_type=ad.SILU, dtype=ad.BF16, q_dtype_a=ad.FP8, q_dtype_w=ad.FP8,
@@ -597,9 +597,9 @@ def test_cli_aiter_configs(cli):
 
 def test_pure_python_and_lazy():
     """Importing and running the model imports no aiter/torch/numpy/pandas, and importing reads no CSV."""
-    code = ("import sys; import moedispatch.aiter_dispatch as ad, moedispatch.aiter_configs as ac; "
+    code = ("import sys; import moedispatch.aiter.dispatch as ad, moedispatch.data.aiter_configs as ac; "
             "assert ac._load_cached.cache_info().currsize == 0; "
-            "from moedispatch.capdb import target_capabilities as t; from moedispatch.layers import MoELayer; "
+            "from moedispatch.data.capdb import target_capabilities as t; from moedispatch.core.layers import MoELayer; "
             "l = MoELayer.build(hidden=7168, intermediate=2048, experts=256, top_k=8, tp=8, weight='mxfp4', "
             "act='mxfp4'); ad.simulate(l, t('MI355X', '0.1.20'), configs=ac.load_config_set('head'), env={}); "
             "bad = [m for m in ('aiter', 'torch', 'numpy', 'pandas') if m in sys.modules]; "
@@ -656,7 +656,7 @@ def test_a8w4_bypass_quant_is_flagged(head):
 def test_pad_hazard_when_the_picked_kernel_computes_over_pads(head):
     """A plan that pads intermediate 384 → 512 without zero-fill is unsafe wherever AITER picks a kernel that
     computes over the pad (ASM/CK: https://github.com/ROCm/aiter/issues/5413); zero-fill clears it."""
-    from moedispatch.backend import Padding
+    from moedispatch.core.backend import Padding
 
     caps = target_capabilities(*MI355X)
     ds = layer(intermediate=3072)  # 384 per rank at TP8, fp8 128x128 blocks: CK/ASM family
@@ -673,7 +673,7 @@ def test_compute_floor():
     """Useful FLOPs 2·M·k·D·(n1+I) at the fp8 peak (gpus.toml [peak.MI355X], 5.0 PF dense): a per_1x128 7168x256
     row at M=32768, top-8 needs 2·32768·8·7168·768 / 5.0e15 s ≈ 577 µs on MI355X; a product without peak figures
     gives no floor."""
-    from moedispatch import aiter_lint
+    from moedispatch.aiter import lint as aiter_lint
 
     row = ac.TunedRow(file="x", line=2, gfx="gfx950", cu_num=256, token=32768, model_dim=7168, inter_dim=256,
                       expert=256, topk=8, act_type=ad.SILU, dtype=ad.BF16, q_dtype_a=ad.FP8, q_dtype_w=ad.FP8,
@@ -710,7 +710,7 @@ def test_assumptions_from_vllm_env():
 def test_dispatch_warnings_carry_their_confidence_as_values():
     """Each dispatch warning has its confidence beside it (``warning_confidence``), and the reasons take it from
     there, not from the wording: the gfx942 MX failure is our inference (derived); a duplicate-row note is read."""
-    from moedispatch.runtime import dispatch_reasons
+    from moedispatch.selector.runtime import dispatch_reasons
 
     mx = layer(hidden=7168, intermediate=2048, experts=256, top_k=8, weight="mxfp4", act="mxfp4")
     plan = plan_dispatch(mx, target_capabilities("MI300X", "0.1.20"), tokens=(1,))

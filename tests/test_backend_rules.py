@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from moedispatch.reason import texts
-from moedispatch.backend import Padding
-from moedispatch.explain import plan_model
-from moedispatch.layers import MoELayer, QuantSpec
-from moedispatch.models import expand_layers, load_model
-from moedispatch.rules import evaluate_issues, known_issues
-from moedispatch.selector import select
+from moedispatch.core.reason import texts
+from moedispatch.core.backend import Padding
+from moedispatch.render.explain import plan_model
+from moedispatch.core.layers import MoELayer, QuantSpec
+from moedispatch.sources.models import expand_layers, load_model
+from moedispatch.kit.rules import evaluate_issues, known_issues
+from moedispatch.selector.pure import select
 
 AITER = "0.1.15.post3"
 
@@ -115,7 +115,7 @@ def test_ck_bf16_rejects_224_unless_padded(caps):
     layer = MoELayer.build(hidden=4096, intermediate=1792, experts=8, top_k=2, tp=8)
     assert any(r.issue == "aiter#5444" for r in
                evaluate_issues("aiter-ck", layer, caps("gfx942", AITER), Padding.none(layer)).blocking)
-    from moedispatch.plugins import get_registry
+    from moedispatch.selector.plugins import get_registry
 
     d = select(layer, caps("gfx942", AITER), get_registry().backends)
     assert d.backend == "aiter-ck" and d.padding.intermediate_per_rank == 256
@@ -264,8 +264,8 @@ def test_scale_tile_caveat_says_what_vllm_033_does_with_the_shard(inter, tp, ref
     """vLLM 0.33 refines 128x128 scale blocks to gcd(128, I/rank, hidden) when that is >= 32 (Triton only; env-forced
     AITER raises) and refuses the shape below 32 (vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/
     oracle/fp8.py refine_fp8_moe_block_shape): Qwen3-235B-FP8 TP8 (192/rank) refines to 64, a 360/rank shard refuses."""
-    from moedispatch.caveats import SCALE_TILES, shard_caveats
-    from moedispatch.layers import QuantSpec
+    from moedispatch.kit.caveats import SCALE_TILES, shard_caveats
+    from moedispatch.core.layers import QuantSpec
 
     layer = MoELayer.build(hidden=4096, intermediate=inter, experts=128, top_k=8, tp=tp,
                            weight=QuantSpec("fp8", "block128x128"), act=QuantSpec("fp8", "group128", dynamic=True))

@@ -11,8 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from moedispatch import capdb, rules
-from moedispatch.errors import CapabilityDBError
+from moedispatch.data import capdb
+from moedispatch.kit import rules
+from moedispatch.core.errors import CapabilityDBError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -167,8 +168,8 @@ def test_a_broken_entry_names_file_key_and_problem(serve, name, path, value, mes
 
 
 def test_a_feature_a_backend_needs_missing_from_the_db_is_one_line_not_a_traceback(serve, caps, builtins):
-    from moedispatch.layers import MoELayer
-    from moedispatch.selector import select_uncached
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.selector.pure import select_uncached
 
     serve("aiter.toml", lambda doc: doc["features"].pop("cktile_mxfp4"))
     layer = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=8, weight="mxfp4", act="bf16")
@@ -181,7 +182,7 @@ def test_cli_exits_2_on_a_broken_db_entry(tmp_path):
     import subprocess
 
     code = (
-        "import sys, moedispatch.capdb as c\n"
+        "import sys, moedispatch.data.capdb as c\n"
         "real = c.load_toml.__wrapped__\n"
         "def load(name):\n"
         "    d = real(name)\n"

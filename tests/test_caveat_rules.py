@@ -1,4 +1,4 @@
-"""The layer caveats of moedispatch/caveats.py, pinned word for word on the cases that motivated them.
+"""The layer caveats of moedispatch/kit/caveats.py, pinned word for word on the cases that motivated them.
 
 [scale tiles]: Qwen3-235B-FP8 at TP8 (192/rank splits 128×128 scale tiles; vLLM refines to 64, SGLang pads to 128:
 sgl-project/sglang#18684). [scale groups]: gpt-oss at TP8 (360/rank cuts MX groups of 32; vLLM's gpt_oss.py).
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from moedispatch.caveats import PAD_RATIO, PAD_RATIO_MIN, SCALE_GROUPS, SCALE_TILES, ep_alternative_layer, \
+from moedispatch.kit.caveats import PAD_RATIO, PAD_RATIO_MIN, SCALE_GROUPS, SCALE_TILES, ep_alternative_layer, \
     pad_ratio_caveat, shard_caveats
-from moedispatch.layers import MoELayer, QuantSpec
-from moedispatch.reason import Reason
+from moedispatch.core.layers import MoELayer, QuantSpec
+from moedispatch.core.reason import Reason
 
 _FP8 = dict(weight=QuantSpec("fp8", "block128x128"), act="fp8")
 _TILES_SRC = ("vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/oracle/fp8.py (refine_fp8_moe_block_shape, "
@@ -144,9 +144,9 @@ def test_pad_ratio_names_expert_parallelism_with_predicted_costs():
 
 
 def test_glm51_mxfp4_cpx_tp64_plan_carries_the_pad_ratio_caveat_once_per_group():
-    from moedispatch.models import load_model
-    from moedispatch.plan import plan_model
-    from moedispatch.runtime import Runtime
+    from moedispatch.sources.models import load_model
+    from moedispatch.plan.plan import plan_model
+    from moedispatch.selector.runtime import Runtime
     from moedispatch.testing import fake_capabilities
 
     plan = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X:CPX", "0.1.20.post1"), 64, 1,

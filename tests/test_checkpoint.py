@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moedispatch.reason import texts
-from moedispatch.checkpoint import read_safetensors_header, scan_checkpoint
-from moedispatch.errors import ModelError
-from moedispatch.models import expand_layers, load_model
+from moedispatch.core.reason import texts
+from moedispatch.sources.checkpoint import read_safetensors_header, scan_checkpoint
+from moedispatch.core.errors import ModelError
+from moedispatch.sources.models import expand_layers, load_model
 
 BITS = {"BF16": 16, "F16": 16, "F32": 32, "F8_E4M3": 8, "U8": 8, "I8": 8, "I32": 32, "I64": 64}
 
@@ -597,7 +597,7 @@ def test_any_header_bytes_give_model_error_or_tensors(tmp_path, header, claimed,
 
 def test_prepadded_checkpoint_tells_explain_how_to_load_it(tmp_path, caps):
     """explain turns the pre-padding into a loading instruction next to the plan's own allocation."""
-    from moedispatch.explain import plan_model
+    from moedispatch.render.explain import plan_model
 
     spec = load_model(str(make_ckpt(tmp_path / "padded", _gpt_oss_cfg(inter=96), _gpt_oss_blocks(4, 64, 128))))
     plan = plan_model(spec, caps("gfx950", "0.1.15.post3"), 1, 1)

@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from moedispatch.compare import Variant, parse_variants
-from moedispatch.errors import UsageError
+from moedispatch.render.compare import Variant, parse_variants
+from moedispatch.core.errors import UsageError
 
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "schemas" / "compare.schema.json").read_text())

@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from moedispatch.capdb import target_capabilities
-from moedispatch.engine import select_moe_backend
-from moedispatch.errors import NoBackendError
-from moedispatch.selector import clear_cache, select_uncached
-from moedispatch.plugins import get_registry
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.api import select_moe_backend
+from moedispatch.core.errors import NoBackendError
+from moedispatch.selector.pure import clear_cache, select_uncached
+from moedispatch.selector.plugins import get_registry
 
 # Mixed layers an engine would ask about: several models, quant schemes, TP/EP, and one with no backend.
 FIELDS = [
@@ -50,11 +50,11 @@ def test_8_threads_x_1000_calls_give_identical_decisions():
     registry = get_registry()
     expected = []
     for fields, c in work:
-        from moedispatch.engine import _layer_from_fields
+        from moedispatch.api import _layer_from_fields
 
         layer_fields = {k: v for k, v in fields.items() if k != "force"}
         try:
-            from moedispatch.engine import _runtime
+            from moedispatch.api import _runtime
 
             expected.append(select_uncached(_layer_from_fields(layer_fields), c, registry.backends,
                                             fields.get("force"), runtime=_runtime()))
@@ -88,7 +88,7 @@ def test_8_threads_x_1000_calls_give_identical_decisions():
 
 def test_threads_racing_on_a_cold_registry_and_probe_agree(monkeypatch):
     """First use from many threads at once: one registry, one decision."""
-    import moedispatch.plugins as mp
+    import moedispatch.selector.plugins as mp
 
     monkeypatch.setenv("MOEDISPATCH_TARGET", "gfx950")
     mp.reset_registry()

@@ -1,4 +1,4 @@
-"""The cost model (moedispatch.cost): tuned rows are believed exactly, interpolation stays between its neighbours,
+"""The cost model (moedispatch.cost.model): tuned rows are believed exactly, interpolation stays between its neighbours,
 nothing is predicted faster than the datasheet roofline, bars widen as the basis weakens, the priors ship as
 validated data, and a plugin can declare its own cost."""
 
@@ -16,18 +16,21 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from moedispatch import aiter_configs, capdb, cost, hookspecs
-from moedispatch.backend import Padding
-from moedispatch.cost import Cost
-from moedispatch.errors import CapabilityDBError, UsageError
-from moedispatch.layers import MoELayer
+from moedispatch.data import aiter_configs
+from moedispatch.data import capdb
+from moedispatch.cost import model as cost
+from moedispatch.core import hookspecs
+from moedispatch.core.backend import Padding
+from moedispatch.cost.model import Cost
+from moedispatch.core.errors import CapabilityDBError, UsageError
+from moedispatch.core.layers import MoELayer
 from moedispatch.testing import fake_capabilities
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # MiniMax-M3 MXFP4 as AITER tuned it at TP4 (shared expert fused: 129 experts, top-5):
 # capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv (ROCm/aiter@e4048607). AITER's
-# activation-dtype policy (moedispatch.aiter_dispatch) runs its MXFP4 activations, and so these rows, from 256 tokens.
+# activation-dtype policy (moedispatch.aiter.dispatch) runs its MXFP4 activations, and so these rows, from 256 tokens.
 MINIMAX_TP4 = MoELayer.build(hidden=6144, intermediate=3072, experts=129, top_k=5, tp=4, weight="mxfp4",
                              act="mxfp4", activation="swigluoai_uninterleave")
 # The same model at TP8 as moedispatch plans it: 384/rank padded to 512, no tuned row for 128 experts / top-4.
@@ -47,7 +50,7 @@ FP4 = "torch.float4_e2m1fn_x2"
 
 
 def _rows(layer, caps, **kw):
-    """The tuned rows of a layer's shape, looked up independently of moedispatch.cost."""
+    """The tuned rows of a layer's shape, looked up independently of moedispatch.cost.model."""
     kw.setdefault("q_dtype_w", FP4)
     kw.setdefault("q_dtype_a", FP4)
     cs = aiter_configs.config_set_for(caps)
@@ -79,7 +82,7 @@ def test_exact_tuned_row_is_the_prediction(mi355x):
 def test_the_dispatch_plan_decides_which_rows_apply(mi355x):
     """The real MiniMax-M3 layer (128 experts, top-4) reaches the 129/top-5 rows only with the shared expert fused
     into the routed call (an engine choice the dispatch plan records); its roofline then reads that expert too."""
-    from moedispatch import aiter_dispatch
+    from moedispatch.aiter import dispatch as aiter_dispatch
 
     layer = MoELayer.build(hidden=6144, intermediate=3072, experts=128, top_k=4, tp=4, weight="mxfp4", act="mxfp4",
                            activation="swigluoai_uninterleave", shared_experts=1, shared_intermediate=3072)
@@ -636,9 +639,9 @@ def test_every_builtin_models_decode_cost_is_at_or_above_its_hbm_roofline(target
     """Across the built-in models as explain plans them (TP 8, decode token counts), each chosen backend's predicted
     time and low bar are at or above the time to read the touched experts' weights and scales at datasheet HBM
     speed on that product."""
-    from moedispatch.models import builtin_models, load_model
-    from moedispatch.plan import plan_model
-    from moedispatch.runtime import Runtime
+    from moedispatch.sources.models import builtin_models, load_model
+    from moedispatch.plan.plan import plan_model
+    from moedispatch.selector.runtime import Runtime
 
     caps = fake_capabilities(target)
     peaks = capdb.product_peaks(caps.product)
@@ -663,7 +666,7 @@ def test_every_builtin_models_decode_cost_is_at_or_above_its_hbm_roofline(target
 def test_tuning_worklist_lists_heuristic_buckets_in_aiters_untuned_format(mi355x):
     """MiniMax-M3 TP8 padded to 512 has no tuned row: every bucket is a work item, heaviest first, in AITER's own
     untuned_fmoe.csv columns; the TP4 shape tuned from 256 tokens only lists its small buckets."""
-    from moedispatch import aiter_dispatch
+    from moedispatch.aiter import dispatch as aiter_dispatch
 
     pad = Padding.aligned(MINIMAX_TP8, intermediate_multiple=256)
     tokens = (1, 3, 64, 4096)

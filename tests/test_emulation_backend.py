@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from moedispatch.layers import MoELayer
-from moedispatch.selector import select
+from moedispatch.core.layers import MoELayer
+from moedispatch.selector.pure import select
 
 
 def test_emulation_plugin_prepares_padded_weights_and_matches_the_unpadded_run(caps, builtins):

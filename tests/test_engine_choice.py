@@ -14,12 +14,12 @@ import sys
 import pytest
 
 import moedispatch
-from moedispatch import capdb
-from moedispatch.engine_choice import (EngineChoice, choice_for_layer, compare_plan, engine_choice, findings,
+from moedispatch.data import capdb
+from moedispatch.engines.choice import (EngineChoice, choice_for_layer, compare_plan, engine_choice, findings,
                                        parse_engine_spec)
-from moedispatch.errors import UsageError
-from moedispatch.models import load_model
-from moedispatch.plan import plan_model, plan_to_json
+from moedispatch.core.errors import UsageError
+from moedispatch.sources.models import load_model
+from moedispatch.plan.plan import plan_model, plan_to_json
 
 ON = {"VLLM_ROCM_USE_AITER": "1"}
 Q = {
@@ -168,7 +168,7 @@ def test_bad_input_is_one_usage_error_or_a_refusal(caps, call, match):
 
 
 def test_public_api_and_quant_method_accepted_by_select(caps):
-    """moedispatch.engine_choice / EngineChoice are exported lazily; select_moe_backend takes the same fields."""
+    """moedispatch.engines.choice / EngineChoice are exported lazily; select_moe_backend takes the same fields."""
     assert moedispatch.EngineChoice is EngineChoice
     ch = moedispatch.engine_choice("vllm", caps=caps["gfx950"], env=ON, hidden_size=4096, intermediate_size=1536,
                                    num_experts=64, top_k=8)
@@ -232,10 +232,10 @@ def test_comparison_lines_carry_the_matching_finding(caps):
     m3 = plan_model(load_model("MiniMax-M3-MXFP4"), caps["gfx950"], tp=8)
     [on] = compare_plan(m3, "vllm", env=ON)
     assert any(w.startswith("[P2-mxfp4-w4a4-aiter-round-up-128] unresolved") for w in on["why"])
-    from moedispatch.engine_choice import compare_decision
-    from moedispatch.fields import layer_from_fields
-    from moedispatch.selector import select
-    from moedispatch.plugins import get_registry
+    from moedispatch.engines.choice import compare_decision
+    from moedispatch.core.fields import layer_from_fields
+    from moedispatch.selector.pure import select
+    from moedispatch.selector.plugins import get_registry
 
     layer = layer_from_fields(dict(hidden_size=2880, intermediate_size=2880, tp_size=8, num_experts=128, top_k=4,
                                    activation="silu", **Q["w4a16"]))

@@ -10,10 +10,10 @@ import dataclasses
 
 import pytest
 
-from moedispatch.reason import texts
-from moedispatch.capdb import target_capabilities
-from moedispatch.layers import MoELayer, QuantSpec
-from moedispatch.plugins import build_registry
+from moedispatch.core.reason import texts
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.core.layers import MoELayer, QuantSpec
+from moedispatch.selector.plugins import build_registry
 
 BACKENDS = {b.name: b for b in build_registry().backends}
 FP8_BLOCK = QuantSpec("fp8", "block128x128", scale_dtype="fp32", fmt="e4m3fn")

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from moedispatch.reason import texts
+from moedispatch.core.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.errors import NoBackendError, PluginError
-from moedispatch.layers import MoELayer
-from moedispatch.plugins import build_registry, call_with_deadline, PluginTimeout
-from moedispatch.selector import is_builtin, select_uncached
+from moedispatch.core.errors import NoBackendError, PluginError
+from moedispatch.core.layers import MoELayer
+from moedispatch.selector.plugins import build_registry, call_with_deadline, PluginTimeout
+from moedispatch.selector.pure import is_builtin, select_uncached
 
 LAYER = MoELayer.build(hidden=4096, intermediate=14336, experts=8, top_k=2, tp=8, model="Mixtral-8x7B")
 TIMEOUT = "0.3"  # seconds; MOEDISPATCH_PLUGIN_TIMEOUT for the hang cases
@@ -233,7 +233,7 @@ def _fake_ep(name, load):
     (_raise(ZeroDivisionError("division by zero")), "import failed: ZeroDivisionError: division by zero"),
 ], ids=["syntax", "import", "module-level-raise"])
 def test_entry_point_import_faults_are_reported(monkeypatch, load, reason):
-    import moedispatch.plugins as mp
+    import moedispatch.selector.plugins as mp
 
     real = list(mp._entry_points())
     monkeypatch.setattr(mp, "_entry_points", lambda: real + [_fake_ep("acme", load)])
@@ -246,7 +246,7 @@ def test_entry_point_import_faults_are_reported(monkeypatch, load, reason):
 
 
 def test_entry_point_import_that_hangs_times_out(monkeypatch, short_deadline):
-    import moedispatch.plugins as mp
+    import moedispatch.selector.plugins as mp
 
     real = list(mp._entry_points())
     monkeypatch.setattr(mp, "_entry_points", lambda: real + [_fake_ep("sleepy", lambda: _release.wait(30))])
@@ -256,7 +256,7 @@ def test_entry_point_import_that_hangs_times_out(monkeypatch, short_deadline):
 
 
 def test_entry_point_duplicate_of_a_builtin_name_is_reported(monkeypatch):
-    import moedispatch.plugins as mp
+    import moedispatch.selector.plugins as mp
 
     class Impostor(Backend):
         name, preference = "triton", 1000
@@ -276,8 +276,8 @@ def test_entry_point_duplicate_of_a_builtin_name_is_reported(monkeypatch):
 # -- through the public surfaces -------------------------------------------------------------------------------
 
 def test_engine_api_isolates_a_faulty_registered_plugin(monkeypatch, caps):
-    import moedispatch.plugins as mp
-    from moedispatch.engine import select_moe_backend
+    import moedispatch.selector.plugins as mp
+    from moedispatch.api import select_moe_backend
 
     module = _plugin(lambda: [Faulty("acme-broken", check=_raise(RuntimeError("kaboom")))])
     real = list(mp._entry_points())

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from moedispatch import capdb, select_moe_backend
-from moedispatch.aiter_dispatch import plan_dispatch
+from moedispatch import select_moe_backend
+from moedispatch.data import capdb
+from moedispatch.aiter.dispatch import plan_dispatch
 from moedispatch.testing import fake_capabilities, layer
 
 if sys.version_info >= (3, 11):

@@ -1,6 +1,6 @@
 """Property tests over every input a user controls: config.json, quantization_config, CLI arguments, capability_db.
 
-The only allowed outcomes are a valid plan or a :class:`moedispatch.errors.MoedispatchError` whose message is one
+The only allowed outcomes are a valid plan or a :class:`moedispatch.core.errors.MoedispatchError` whose message is one
 clear line; the CLI maps those to exit 2 with one stderr line and no traceback. 2,650 examples in all (explicit
 ``max_examples``; ``deadline=None`` because CI machines are slow and shared).
 """
@@ -18,14 +18,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moedispatch.reason import texts
-from moedispatch import capdb, rules
-from moedispatch.capdb import target_capabilities
-from moedispatch.errors import MoedispatchError, NoBackendError
-from moedispatch.explain import plan_model, render_json, render_table
-from moedispatch.models import builtin_models, expand_layers, parse_config
-from moedispatch.plugins import build_registry
-from moedispatch.quant import parse_quantization_config
+from moedispatch.core.reason import texts
+from moedispatch.data import capdb
+from moedispatch.kit import rules
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.core.errors import MoedispatchError, NoBackendError
+from moedispatch.render.explain import plan_model, render_json, render_table
+from moedispatch.sources.models import builtin_models, expand_layers, parse_config
+from moedispatch.selector.plugins import build_registry
+from moedispatch.sources.quant import parse_quantization_config
 
 FUZZ = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -320,7 +321,8 @@ LAYERS = [
 
 
 def _clear_caches():
-    from moedispatch import engine, selector
+    from moedispatch import api as engine
+    from moedispatch.selector import pure as selector
 
     for fn in (capdb.load_toml, capdb.gpus, capdb.aiter_db, rules.known_issues, rules._version_in):
         fn.cache_clear()
@@ -352,8 +354,8 @@ def broken_db(monkeypatch):
 def test_unbroken_capability_db_is_never_an_allowed_error(broken_db):
     """The capability_db fuzz test accepts a one-line error for a broken entry; the real files load and select every
     layer of :data:`LAYERS` on every target without one."""
-    from moedispatch.layers import MoELayer
-    from moedispatch.selector import select
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.selector.pure import select
 
     for name in sorted(REAL):
         broken_db(name, copy.deepcopy(REAL[name]))
@@ -368,8 +370,8 @@ def test_unbroken_capability_db_is_never_an_allowed_error(broken_db):
 @settings(max_examples=650, **FUZZ)
 @given(st.sampled_from(sorted(REAL)), st.data(), toml_values, st.booleans())
 def test_fuzz_capability_db_entries(broken_db, name, data, value, delete):
-    from moedispatch.layers import MoELayer
-    from moedispatch.selector import select
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.selector.pure import select
 
     doc = copy.deepcopy(REAL[name])
     path = data.draw(st.sampled_from(PATHS[name]))

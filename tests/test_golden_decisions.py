@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from moedispatch.errors import NoBackendError
-from moedispatch.layers import QuantSpec
-from moedispatch.models import expand_layers, load_model
-from moedispatch.recipes import build_recipe
-from moedispatch.plan import plan_model
-from moedispatch.selector import select
+from moedispatch.core.errors import NoBackendError
+from moedispatch.core.layers import QuantSpec
+from moedispatch.sources.models import expand_layers, load_model
+from moedispatch.engines.recipes import build_recipe
+from moedispatch.plan.plan import plan_model
+from moedispatch.selector.pure import select
 from moedispatch.testing import fake_capabilities
 
 GOLDEN = Path(__file__).parent / "golden" / "decisions.json"
@@ -214,7 +214,7 @@ TABLES = [RECIPES[0], RECIPES[6], RECIPES[10], RECIPES[-1]]
 
 
 def recipe_table(case, backends) -> list[str]:
-    from moedispatch.recipes import render_recipe
+    from moedispatch.engines.recipes import render_recipe
 
     model, target, aiter, tp, ep, engine, version = case
     plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=backends)
@@ -223,8 +223,8 @@ def recipe_table(case, backends) -> list[str]:
 
 def entries(backend_names: list[str]) -> list[tuple[str, str, object]]:
     """Every golden entry: (section, key, make(backends) -> record)."""
-    from moedispatch.layers import MoELayer
-    from moedispatch.runtime import Runtime
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.selector.runtime import Runtime
 
     out: list[tuple[str, str, object]] = []
     for c in CASES:
@@ -252,7 +252,7 @@ def entries(backend_names: list[str]) -> list[tuple[str, str, object]]:
 
 
 def _builtin_names() -> list[str]:
-    from moedispatch.plugins import build_registry
+    from moedispatch.selector.plugins import build_registry
 
     return sorted(b.name for b in build_registry().backends)
 
@@ -262,7 +262,7 @@ ENTRIES = entries(_builtin_names())
 
 def regenerate() -> None:
     """Write tests/golden/decisions.json from the current code (``python tests/test_golden_decisions.py``)."""
-    from moedispatch.plugins import build_registry
+    from moedispatch.selector.plugins import build_registry
 
     backends = build_registry().backends
     out: dict[str, dict] = {}

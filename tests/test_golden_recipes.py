@@ -7,7 +7,7 @@ simulation assumed, the workarounds of kernel × bucket bugs the chosen path nee
 of a refused launch. Each entry records the recipe value, its reasons (kind, text, source, issue, confidence), the
 plan it realizes and the table a user reads.
 
-The cases were chosen by covering every branch of moedispatch/recipes.py that a grid of 13 models × 2 targets × 2
+The cases were chosen by covering every branch of moedispatch/engines/recipes.py that a grid of 13 models × 2 targets × 2
 AITER releases × 7 engine releases × 5 layouts × 3 runtimes reaches, twice, plus the deployments people ask about.
 After an intended change, regenerate and review:
 
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from moedispatch.models import load_model
-from moedispatch.plan import plan_model
-from moedispatch.recipes import build_recipe, render_recipe
-from moedispatch.runtime import Runtime
+from moedispatch.sources.models import load_model
+from moedispatch.plan.plan import plan_model
+from moedispatch.engines.recipes import build_recipe, render_recipe
+from moedispatch.selector.runtime import Runtime
 from moedispatch.testing import fake_capabilities
 
 GOLDEN = Path(__file__).parent / "golden" / "recipes.json"
@@ -110,7 +110,7 @@ def record(case, backends) -> dict:
 
 
 def regenerate() -> None:
-    from moedispatch.plugins import build_registry
+    from moedispatch.selector.plugins import build_registry
 
     backends = build_registry().backends
     out = {_key(c): record(c, backends) for c in CASES}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from moedispatch.render_html import DENSE_COLOR, backend_color, render_html
+from moedispatch.render.html import DENSE_COLOR, backend_color, render_html
 
 MAVERICK = "Llama-4-Maverick-17B-128E-Instruct-FP8"
 
@@ -105,7 +105,7 @@ def test_explain_without_html_never_imports_the_renderer_or_compare():
     code = ("import sys, io, contextlib\nfrom moedispatch.cli import main\nbuf = io.StringIO()\n"
             "with contextlib.redirect_stdout(buf):\n"
             "    rc = main(['explain', '--model', 'Mixtral-8x7B', '--target', 'MI300X'])\n"
-            "print(rc, 'moedispatch.render_html' in sys.modules, 'moedispatch.compare' in sys.modules)")
+            "print(rc, 'moedispatch.render.html' in sys.modules, 'moedispatch.render.compare' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["0", "False", "False"], proc.stderr
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moedispatch.errors import ModelError
-from moedispatch.layers import MoELayer
-from moedispatch.models import ModelSpec, builtin_models, expand_layers, load_model, parse_config
+from moedispatch.core.errors import ModelError
+from moedispatch.core.layers import MoELayer
+from moedispatch.sources.models import ModelSpec, builtin_models, expand_layers, load_model, parse_config
 
 
 def spec(cfg: dict, **kw) -> ModelSpec:

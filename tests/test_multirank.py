@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 WORKER = textwrap.dedent('''
     import os, sys
     import torch.distributed as dist
-    from moedispatch import capdb, plan_model
+    from moedispatch import plan_model
+    from moedispatch.data import capdb
 
     rank, world, store, odd = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)

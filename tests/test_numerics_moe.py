@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from moedispatch.backend import Padding  # noqa: E402
-from moedispatch.layers import MoELayer, QuantSpec  # noqa: E402
+from moedispatch.core.backend import Padding  # noqa: E402
+from moedispatch.core.layers import MoELayer, QuantSpec  # noqa: E402
 from moedispatch.numerics.moe import (  # noqa: E402
     DequantTracker, GateUp, activation_layout, apply_activation, dequantize_weight, fused_moe, qdq_activation,
     quantize_w13, quantize_weight,

@@ -90,8 +90,8 @@ def test_version_names_the_capability_db_snapshot_and_releases(cli):
 
 def test_library_plan_and_cli_json_carry_the_same_default_target_warning(cli, monkeypatch):
     """Issue 14 item 4: with no GPU and no target, plan_model().to_dict() has the warning the CLI's JSON has."""
-    import moedispatch.engine as engine
-    from moedispatch.capdb import target_capabilities
+    import moedispatch.api as engine
+    from moedispatch.data.capdb import target_capabilities
 
     cli_warnings = json.loads(cli("explain", "--model", "Mixtral-8x7B", "--format", "json").stdout)["warnings"]
     monkeypatch.setattr(engine, "_caps", target_capabilities(None, None, target_source="default"))

@@ -8,11 +8,11 @@ import json
 import jsonschema
 import pytest
 
-from moedispatch import capdb
-from moedispatch.errors import TargetError
-from moedispatch.models import load_model
-from moedispatch.plan import plan_model
-from moedispatch.runtime import Runtime
+from moedispatch.data import capdb
+from moedispatch.core.errors import TargetError
+from moedispatch.sources.models import load_model
+from moedispatch.plan.plan import plan_model
+from moedispatch.selector.runtime import Runtime
 from moedispatch.testing import fake_capabilities
 
 
@@ -168,8 +168,8 @@ def test_html_head_names_the_partition(cli, tmp_path):
 def test_a_partition_rank_gets_its_share_of_the_device_hbm():
     """The compute partitions of one device share its HBM: a recipe on MI355X:CPX budgets 1/8 of 288 GiB per rank,
     so DeepSeek-V3 FP8 at TP 8 (~78 GiB of weights per rank) does not fit there, while it fits a whole MI355X."""
-    from moedispatch.layout import product_memory_gib
-    from moedispatch.recipes import build_recipe
+    from moedispatch.engines.layout import product_memory_gib
+    from moedispatch.engines.recipes import build_recipe
 
     whole = fake_capabilities("MI355X", "0.1.20.post1")
     cpx = fake_capabilities("MI355X:CPX", "0.1.20.post1")
@@ -186,7 +186,7 @@ def test_a_partition_rank_gets_its_share_of_the_device_hbm():
 
 def test_the_nearest_alternative_of_a_tp64_launch_is_expert_parallel_at_the_same_tp():
     """Alternatives try the plan's own TP with EP too: at TP 64 the nearest change is --ep 64, not TP 8."""
-    from moedispatch.recipes import _alternatives
+    from moedispatch.engines.recipes import _alternatives
 
     plan = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X:CPX", "0.1.20.post1"), 64, 1)
     alts = _alternatives(plan, "vllm", "0.33.0")
@@ -195,7 +195,7 @@ def test_the_nearest_alternative_of_a_tp64_launch_is_expert_parallel_at_the_same
 
 def test_the_aiter_upgrade_what_if_keeps_the_partition():
     """--what-if's "upgrade AITER" rebuilds the same partition (32 CUs), not the whole device."""
-    from moedispatch import whatif
+    from moedispatch.plan import whatif
 
     seen = []
     real = capdb.target_capabilities
@@ -210,14 +210,14 @@ def test_the_aiter_upgrade_what_if_keeps_the_partition():
         plan = plan_model(load_model("DeepSeek-V3"), fake_capabilities("MI355X:CPX", "0.1.15.post3"), 8, 1,
                           runtime=Runtime.build((1, 64), env={}))
         d = next(d for d in plan.decisions if d.layer.kind == "moe")
-        from moedispatch.plugins import build_registry
+        from moedispatch.selector.plugins import build_registry
 
         whatif.what_if(d, plan.caps, build_registry().backends, plan.runtime)
     assert "MI355X:CPX" in seen
 
 
 def test_the_recipe_header_names_the_partition():
-    from moedispatch.recipes import render_recipe
+    from moedispatch.engines.recipes import render_recipe
 
     plan = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X:CPX", "0.1.20.post1"), 64, 64)
     head = render_recipe(plan, "vllm").splitlines()[0]

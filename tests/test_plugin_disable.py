@@ -10,12 +10,12 @@ import time
 import pytest
 
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.deadline import disabled_reason
-from moedispatch.errors import PluginError
-from moedispatch.models import load_model
-from moedispatch.plan import plan_model
-from moedispatch.plugins import build_registry, reset_registry
-from moedispatch.reason import texts
+from moedispatch._util.deadline import disabled_reason
+from moedispatch.core.errors import PluginError
+from moedispatch.sources.models import load_model
+from moedispatch.plan.plan import plan_model
+from moedispatch.selector.plugins import build_registry, reset_registry
+from moedispatch.core.reason import texts
 
 TIMEOUT = 0.4
 _release = threading.Event()
@@ -100,7 +100,7 @@ def test_a_hanging_plugin_costs_one_timeout_over_a_94_layer_model(caps, builtins
 
 def test_a_timeout_in_plan_padding_disables_too_and_names_the_layer(caps):
     model = load_model("Mixtral-8x7B")
-    from moedispatch.plugins import get_registry
+    from moedispatch.selector.plugins import get_registry
 
     hangs = Hangs("slowpad", method="plan_padding", from_layer=3)
     plan = plan_model(model, caps("gfx942"), backends=get_registry().backends + (hangs,))
@@ -189,7 +189,7 @@ def test_a_forked_child_calls_plugins_without_waiting_on_the_parents_workers(tmp
 
     if not hasattr(os, "fork"):
         pytest.skip("no fork on this platform")
-    from moedispatch.deadline import call_with_deadline
+    from moedispatch._util.deadline import call_with_deadline
 
     assert call_with_deadline(lambda: 1, (), what="warm-up()", timeout=5) == 1  # leaves one idle worker
     pid = os.fork()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from moedispatch import hookspecs
+from moedispatch.core import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "plugins.md"
@@ -38,7 +38,7 @@ HOOKS = _hooks()
 
 
 def test_the_spec_module_declares_hooks():
-    """The meta-tests below are not vacuous: pluggy finds the hooks in moedispatch.hookspecs."""
+    """The meta-tests below are not vacuous: pluggy finds the hooks in moedispatch.core.hookspecs."""
     assert "register_backends" in HOOKS
 
 

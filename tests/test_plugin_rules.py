@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from moedispatch.layers import MoELayer, QuantSpec
+from moedispatch.core.layers import MoELayer, QuantSpec
 from moedispatch.testing import fake_capabilities
 
 
 @pytest.fixture(scope="module")
 def ck():
-    from moedispatch.plugins import build_registry
+    from moedispatch.selector.plugins import build_registry
 
     return build_registry().get("aiter-ck")
 

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.deadline import call_with_deadline, collect_plugin_notices
-from moedispatch.models import load_model
-from moedispatch.plan import plan_model
-from moedispatch.plugins import build_registry
-from moedispatch.reason import texts
+from moedispatch._util.deadline import call_with_deadline, collect_plugin_notices
+from moedispatch.sources.models import load_model
+from moedispatch.plan.plan import plan_model
+from moedispatch.selector.plugins import build_registry
+from moedispatch.core.reason import texts
 
 
 class Chatty(Backend):
@@ -71,7 +71,7 @@ def test_a_quiet_plugin_has_no_warnings(capsys):
 
 
 def test_import_output_is_captured_even_when_the_import_fails(monkeypatch, capsys):
-    import moedispatch.plugins as mp
+    import moedispatch.selector.plugins as mp
 
     def load_ok():
         print("hello from import")
@@ -239,7 +239,7 @@ def test_library_hosts_keep_fd_1_untouched_during_discovery(noisy_plugin):
     plugin's raw write reaches fd 1, its print() is still captured."""
     import subprocess
 
-    code = ("from moedispatch.plugins import get_registry; r = get_registry(); "
+    code = ("from moedispatch.selector.plugins import get_registry; r = get_registry(); "
             "import sys; sys.stderr.write(repr(r.warnings))")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MOEDISPATCH_")}, **noisy_plugin}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)

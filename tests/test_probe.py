@@ -1,4 +1,4 @@
-"""Tests for moedispatch.probe with fake sources: amdsmi module, rocminfo / rocm_agent_enumerator scripts, torch,
+"""Tests for moedispatch.probe.system with fake sources: amdsmi module, rocminfo / rocm_agent_enumerator scripts, torch,
 an installed amd-aiter distribution built in a tmp dir, env overrides. No GPU needed.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-import moedispatch.probe as probe_mod
-from moedispatch import _probe_gpu
-from moedispatch._probe_aiter import dist_version
-from moedispatch.errors import TargetError
-from moedispatch.probe import capabilities_from_probe, probe, render_probe
+import moedispatch.probe.system as probe_mod
+from moedispatch.probe import gpu as _probe_gpu
+from moedispatch.probe.aiter import dist_version
+from moedispatch.core.errors import TargetError
+from moedispatch.probe.system import capabilities_from_probe, probe, render_probe
 
 _ENV = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "MOEDISPATCH_TARGET", "CU_NUM",
         "AITER_CONFIG_FMOE")
@@ -584,7 +584,7 @@ def test_render_json_and_table(monkeypatch: pytest.MonkeyPatch, isolated: Path) 
 
 
 def test_import_is_light() -> None:
-    code = ("import sys, moedispatch.probe\n"
+    code = ("import sys, moedispatch.probe.system\n"
             "print(sorted(m for m in ('torch', 'amdsmi', 'aiter') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
@@ -625,7 +625,7 @@ def test_real_pypi_amdsmi_and_aiter(monkeypatch: pytest.MonkeyPatch, capfd: pyte
 
 def test_visible_devices_odd_values_do_not_discard_the_probe() -> None:
     """Unicode digits stop parsing like any invalid entry; repeated indices count once (HIP semantics, [U])."""
-    from moedispatch._probe_gpu import parse_visible
+    from moedispatch.probe.gpu import parse_visible
 
     assert parse_visible("²") == ([], None)
     assert parse_visible("0,0,1") == ([0, 1], None)
@@ -637,7 +637,7 @@ def test_malformed_installed_tuned_csv_is_a_probe_warning_with_file_and_line(mon
     """Issue 12: a malformed row in the installed AITER's tuned CSV is reported by the probe naming file and line
     (AITER's merge would choke on it; moedispatch's dispatch model falls back to heuristics for it)."""
     site = make_aiter(tmp_path / "site")
-    import moedispatch.aiter_configs as ac
+    import moedispatch.data.aiter_configs as ac
 
     header = ("cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,"
               "doweight_stage1,block_m,ksplit,us1,kernelName1,err1,us2,kernelName2,err2,us,run_1stage,tflops,bw\n")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from moedispatch.errors import ModelError
-from moedispatch.quant import SUPPORTED_METHODS, parse_quantization_config
+from moedispatch.core.errors import ModelError
+from moedispatch.sources.quant import SUPPORTED_METHODS, parse_quantization_config
 
 EXPERT = ("model.layers.3.block_sparse_moe.experts.0.w1", "model.layers.3.mlp.experts.0.gate_proj")
 DENSE = ("model.layers.0.mlp.gate_proj",)

@@ -1,4 +1,4 @@
-"""Every branch of the recipe rules (moedispatch/recipes.py), each on the smallest case that takes it.
+"""Every branch of the recipe rules (moedispatch/engines/recipes.py), each on the smallest case that takes it.
 
 The real deployments are pinned by tests/test_golden_recipes.py and test_recipes_inprocess.py; some rules no built-in
 model on a shipped engine release reaches today (an engine-level gate, a kernel-pad disagreement, an engine known
@@ -13,13 +13,14 @@ import copy
 
 import pytest
 
-from moedispatch import capdb, recipes
-from moedispatch.backend import Backend, Padding, Verdict
-from moedispatch.layers import MoELayer
-from moedispatch.models import load_model
-from moedispatch.plan import plan_model
-from moedispatch.reason import Reason
-from moedispatch.recipes import build_recipe, engine_padding, matching_issues
+from moedispatch.data import capdb
+from moedispatch.engines import recipes
+from moedispatch.core.backend import Backend, Padding, Verdict
+from moedispatch.core.layers import MoELayer
+from moedispatch.sources.models import load_model
+from moedispatch.plan.plan import plan_model
+from moedispatch.core.reason import Reason
+from moedispatch.engines.recipes import build_recipe, engine_padding, matching_issues
 from moedispatch.testing import fake_capabilities
 
 V = "0.30.0"
@@ -52,7 +53,7 @@ def _fake(name, family, padding, preference=90):
 
 
 def _builtins_but(*names):
-    from moedispatch.plugins import build_registry
+    from moedispatch.selector.plugins import build_registry
 
     return tuple(b for b in build_registry().backends if b.name not in names)
 
@@ -286,7 +287,7 @@ def test_engine_caveat_rows_apply_on_every_predicate(engines):
 
 
 def test_usage_errors_name_the_engine_and_a_valid_version():
-    from moedispatch.errors import UsageError
+    from moedispatch.core.errors import UsageError
 
     with pytest.raises(UsageError, match=r"^no recipe for engine 'tgi'; known: vllm, sglang$"):
         recipes.engine_data("tgi")
@@ -363,8 +364,8 @@ def test_the_recipe_exports_the_workaround_env_of_a_kernel_bucket_bug_on_the_cho
     environment is exported as what the simulation assumed."""
     import dataclasses
 
-    import moedispatch.aiter_dispatch as ad
-    from moedispatch.runtime import Runtime
+    import moedispatch.aiter.dispatch as ad
+    from moedispatch.selector.runtime import Runtime
 
     real = ad.plan_dispatch
 
@@ -381,7 +382,7 @@ def test_the_recipe_exports_the_workaround_env_of_a_kernel_bucket_bug_on_the_cho
 
     monkeypatch.setattr(ad, "plan_dispatch", with_hits)
     engines["vllm"]["allocation"].insert(0, dict(_BF16_ALLOC))  # vLLM allocating the AITER plan's 128/rank
-    from moedispatch import selector
+    from moedispatch.selector import pure as selector
 
     selector.clear_cache()
     plan = plan_model(load_model("Qwen3-30B-A3B"), fake_capabilities("MI355X", A3), 8, 1,
@@ -402,13 +403,13 @@ def test_the_recipe_exports_the_workaround_env_of_a_kernel_bucket_bug_on_the_cho
 
 
 def render_table(plan, r):
-    from moedispatch.recipes import render_recipe
+    from moedispatch.engines.recipes import render_recipe
 
     return render_recipe(plan, r.engine, version=r.version, recipe=r)
 
 
 def test_a_runtime_plan_with_no_backend_for_some_layer_is_refused_not_crashed():
-    from moedispatch.runtime import Runtime
+    from moedispatch.selector.runtime import Runtime
 
     plan = plan_model(load_model("Qwen3-30B-A3B"), fake_capabilities("MI355X", A3), 8, 1, backends=(),
                       runtime=Runtime.build((1,), env={}))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from moedispatch.reason import texts
+from moedispatch.core.reason import texts
 
-from moedispatch.engine import plan_model, select_moe_backend
-from moedispatch.explain import plan_to_json
+from moedispatch.api import plan_model, select_moe_backend
+from moedispatch.render.explain import plan_to_json
 
 
 def test_vllm_fused_moe_fields_give_the_same_decision_as_explain(caps):
@@ -57,10 +57,10 @@ def test_vllm_033_w4a4_allocation_is_not_printed_as_aiter_where_the_kernel_needs
     """vLLM 0.32+ rounds W4A4 to 128 (MiniMax-M3 TP8 stays 384, oracle/mxfp4.py at v0.32.0); where the plan's AITER
     kernels need 256-multiples (the default: decode on CK-Tile heuristics) the recipe must not print
     --moe-backend aiter, and says why."""
-    from moedispatch.plan import plan_model
-    from moedispatch.models import load_model
-    from moedispatch.recipes import build_recipe
-    from moedispatch.runtime import Runtime
+    from moedispatch.plan.plan import plan_model
+    from moedispatch.sources.models import load_model
+    from moedispatch.engines.recipes import build_recipe
+    from moedispatch.selector.runtime import Runtime
 
     plan = plan_model(load_model("MiniMax-M3-MXFP4"), caps("gfx950", "0.1.15.post3"), 8, 1,
                       runtime=Runtime.build(env={}))
@@ -191,7 +191,7 @@ def test_recipe_warnings_carry_the_plan_warnings(cli, monkeypatch):
 
 def test_engine_decision_carries_its_target_and_warnings():
     """select_moe_backend() with no caps names the target it assumed and warns when it is the default."""
-    from moedispatch import capdb
+    from moedispatch.data import capdb
 
     d = select_moe_backend(caps=capdb.target_capabilities("gfx950", "0.1.15.post3"), hidden_size=2048,
                            intermediate_size=768, num_experts=128, top_k=8, tp_size=8)
@@ -227,7 +227,7 @@ def test_engine_accepts_fusedmoe_constructor_arguments_and_per_partition_size(ca
     assert a == b and a.layer.intermediate == 14336
     import pytest
 
-    from moedispatch.errors import UsageError
+    from moedispatch.core.errors import UsageError
 
     with pytest.raises(UsageError, match="unknown layer field 'hiden_size'"):
         select_moe_backend(hiden_size=1, **{k: v for k, v in base.items() if k != "hidden_size"})
@@ -238,10 +238,10 @@ def test_engine_accepts_fusedmoe_constructor_arguments_and_per_partition_size(ca
 
 
 def test_every_forced_vllm_backend_is_one_vllm_033_accepts_for_the_layer(caps):
-    """The engine model of vLLM 0.33.0 (moedispatch.engine_choice, checked against its real oracles) accepts the
+    """The engine model of vLLM 0.33.0 (moedispatch.engines.choice, checked against its real oracles) accepts the
     --moe-backend each recipe prints, with the recipe's env, for every MoE layer, and runs the recipe's family."""
-    from moedispatch.engine_choice import choice_for_layer
-    from moedispatch.recipes import build_recipe
+    from moedispatch.engines.choice import choice_for_layer
+    from moedispatch.engines.recipes import build_recipe
 
     for model, target, tp in [("MiniMax-M3-MXFP4", "gfx950", 8), ("MiniMax-M3-MXFP4", "gfx950", 4),
                               ("MiniMax-M3-MXFP8", "gfx942", 8), ("Qwen3-30B-A3B", "gfx950", 8),
@@ -264,8 +264,8 @@ def test_every_forced_vllm_backend_is_one_vllm_033_accepts_for_the_layer(caps):
 def test_engine_padding_takes_a_family_or_a_builtin_backend_name():
     """Round 1's engine_padding(engine, layer, backend) took a backend name; a family is the round-2 spelling. Both
     give vLLM 0.33's MXFP4 W4A16 round-up for gpt-oss-120b at TP8 (2880 -> 3072, 360 -> 512; oracle/mxfp4.py)."""
-    from moedispatch.layers import MoELayer
-    from moedispatch.recipes import engine_padding
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.engines.recipes import engine_padding
 
     layer = MoELayer.build(hidden=2880, intermediate=2880, experts=128, top_k=4, tp=8, weight="mxfp4", act="bf16",
                            activation="swigluoai")

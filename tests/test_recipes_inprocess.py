@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from moedispatch.models import load_model
-from moedispatch.plan import plan_model
-from moedispatch.recipes import build_recipe, render_recipe
+from moedispatch.sources.models import load_model
+from moedispatch.plan.plan import plan_model
+from moedispatch.engines.recipes import build_recipe, render_recipe
 
 AITER = "0.1.15.post3"
 
@@ -156,7 +156,7 @@ def test_recipe_warnings_include_the_plan_warnings(recipe, caps):
 
 def test_unknown_engine_and_bad_version_are_usage_errors(caps):
     """An engine moedispatch has no data for, or a version that is not PEP 440, is bad input (exit 2 in the CLI)."""
-    from moedispatch.errors import UsageError
+    from moedispatch.core.errors import UsageError
 
     plan = plan_model(load_model("Qwen3-30B-A3B"), caps("MI355X"), tp=8)
     with pytest.raises(UsageError):
@@ -167,7 +167,7 @@ def test_unknown_engine_and_bad_version_are_usage_errors(caps):
 
 def test_a_recipe_value_without_a_layout_serializes():
     """A Recipe built by hand (a plugin or a test) need not have a layout: its JSON says null."""
-    from moedispatch.recipes import Recipe
+    from moedispatch.engines.recipes import Recipe
 
     data = Recipe("vllm", "0.33.0").to_dict()
     assert data["layout"] is None and data["command"] == "" and data["engine_version"] == "0.33.0"
@@ -179,8 +179,8 @@ def test_an_engine_that_converts_the_experts_does_not_run_the_planned_path(caps)
     for an AITER path (here a hypothetical AITER CK MXFP8 kernel on gfx942) is then not what vLLM runs: the recipe
     says so, with the conversion's source, and falls back to a backend vLLM does run. SGLang re-quantizes to
     block-FP8 (sgl-project/sglang#32036) and its recipe carries that conversion as a caveat."""
-    from moedispatch.backend import Backend, Padding, Verdict
-    from moedispatch.plugins import build_registry
+    from moedispatch.core.backend import Backend, Padding, Verdict
+    from moedispatch.selector.plugins import build_registry
 
     class FutureCK(Backend):
         name, preference, family = "aiter-ck", 80, "ck"

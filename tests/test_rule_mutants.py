@@ -13,12 +13,12 @@ import subprocess
 import pytest
 
 from conftest import ROOT, TREE_PACKAGES, run_cli, tree_python
-from moedispatch.layers import MoELayer
-from moedispatch.models import expand_layers, load_model
-from moedispatch.plan import plan_model
-from moedispatch.recipes import engine_padding
-from moedispatch.rules import _version_in, issues_for
-from moedispatch.selector import select
+from moedispatch.core.layers import MoELayer
+from moedispatch.sources.models import expand_layers, load_model
+from moedispatch.plan.plan import plan_model
+from moedispatch.engines.recipes import engine_padding
+from moedispatch.kit.rules import _version_in, issues_for
+from moedispatch.selector.pure import select
 
 AITER = "0.1.15.post3"
 FLYDSL_PADDING = "ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py (_get_padding_for_flydsl); ROCm/aiter#3401"
@@ -159,8 +159,8 @@ def test_cli_fixture_imports_the_tree_under_test(tmp_path):
     for name in ("moedispatch", "moedispatch_plugins"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("raise ImportError('decoy: not the tree under test')\n")
-    code = ("import moedispatch, moedispatch_plugins.aiter_ck, moedispatch.capability_db, moedispatch.selector\n"
-            "for m in (moedispatch, moedispatch_plugins.aiter_ck, moedispatch.capability_db, moedispatch.selector):\n"
+    code = ("import moedispatch, moedispatch_plugins.aiter_ck, moedispatch.capability_db, moedispatch.selector.pure\n"
+            "for m in (moedispatch, moedispatch_plugins.aiter_ck, moedispatch.capability_db, moedispatch.selector.pure):\n"
             "    print(m.__file__)\n")
     proc = subprocess.run(tree_python(code), capture_output=True, text=True, timeout=60,
                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
@@ -223,7 +223,7 @@ def test_ck_intermediate_tiles():
 def test_asm_subgu_multiple_is_the_minimal_padding(tag, gfx):
     """ASM 1-stage picks a kernel whose subGU_n divides inter_dim (hsa/<gfx>/fmoe/*.csv at ROCm/aiter v0.1.15.post3):
     the plan pads to the smallest size some listed subGU_n divides — no more, no less."""
-    from moedispatch.backend import round_up
+    from moedispatch.core.backend import round_up
     from moedispatch_plugins.aiter_asm import SUBGU_N, _subgu
 
     multiple = _subgu(tag)
@@ -247,13 +247,14 @@ def test_asm_table_tags():
 def _issues_doc():
     import copy
 
-    from moedispatch import capdb
+    from moedispatch.data import capdb
 
     return copy.deepcopy(capdb.load_toml("known_issues.toml"))
 
 
 def _load_issues_from(monkeypatch, doc):
-    from moedispatch import capdb, rules
+    from moedispatch.data import capdb
+    from moedispatch.kit import rules
 
     real = capdb.load_toml
     monkeypatch.setattr(capdb, "load_toml", lambda name: doc if name == "known_issues.toml" else real(name))
@@ -307,7 +308,7 @@ _WHERE = "capability_db/known_issues.toml: issue[0] (aiter#5233)"
 def test_broken_known_issue_entry_is_one_clear_line(monkeypatch, path, value, message):
     """Each malformed field of a known issue fails at load time with the file, the entry and the problem (never
     later, mid-selection, with a TypeError)."""
-    from moedispatch.errors import CapabilityDBError
+    from moedispatch.core.errors import CapabilityDBError
 
     doc = _issues_doc()
     _set_path(doc["issue"][0], path, value)
@@ -318,7 +319,7 @@ def test_broken_known_issue_entry_is_one_clear_line(monkeypatch, path, value, me
 
 def test_broken_known_issue_table_shapes(monkeypatch):
     """A duplicate id, an empty id, a non-table entry and a non-array [[issue]] are named precisely too."""
-    from moedispatch.errors import CapabilityDBError
+    from moedispatch.core.errors import CapabilityDBError
 
     doc = _issues_doc()
     doc["issue"][1]["id"] = doc["issue"][0]["id"]
@@ -340,7 +341,7 @@ def test_broken_known_issue_table_shapes(monkeypatch):
 
 def test_known_issues_are_frozen_values():
     """Loaded issues are hashable values (lists frozen to tuples, keys sorted); confidence defaults to confirmed."""
-    from moedispatch.rules import known_issues
+    from moedispatch.kit.rules import known_issues
 
     issues = {i.id: i for i in known_issues()}
     cktile = issues["aiter#5233"]
@@ -357,7 +358,7 @@ class _Plugin:
     """A third-party backend (module outside moedispatch_plugins, so it runs under the plugin deadline)."""
 
     def __new__(cls, name, *, check=None, plan=None, preference=5):
-        from moedispatch.backend import Backend, Padding, Verdict
+        from moedispatch.core.backend import Backend, Padding, Verdict
 
         class ThirdParty(Backend):
             def check(self, layer, caps):
@@ -388,7 +389,7 @@ def _raise(exc):
 def test_plugin_errors_name_the_method_and_exception(caps, builtins, check, plan, expected):
     """A plugin that raises or returns garbage is rejected with ``plugin error: <method>() …`` (first line of the
     exception only) and selection goes on with the built-ins; ``strict=True`` raises PluginError instead."""
-    from moedispatch.errors import PluginError
+    from moedispatch.core.errors import PluginError
 
     layer = moe_layer("Mixtral-8x7B", 8)
     acme = _Plugin("acme", check=check, plan=plan, preference=1000)
@@ -402,7 +403,7 @@ def test_plugin_errors_name_the_method_and_exception(caps, builtins, check, plan
 
 def test_plugin_padding_inconsistent_with_the_layer_is_rejected(caps, builtins):
     """Allocated sizes must be the layer's plus the pads: a plan that says otherwise is a plugin error."""
-    from moedispatch.backend import Padding
+    from moedispatch.core.backend import Padding
 
     layer = moe_layer("Mixtral-8x7B", 8)
     acme = _Plugin("acme", plan=lambda la, c: Padding(hidden=la.hidden + 64, intermediate_per_rank=
@@ -417,8 +418,8 @@ def test_plugin_padding_inconsistent_with_the_layer_is_rejected(caps, builtins):
 def test_verdict_and_padding_values():
     """Verdict.unsupported needs a reason; from_checks is supported iff nothing failed; str reasons become Reasons
     of the verdict's kind; Padding refuses impossible values."""
-    from moedispatch.backend import Backend, Padding, Verdict
-    from moedispatch.reason import Reason
+    from moedispatch.core.backend import Backend, Padding, Verdict
+    from moedispatch.core.reason import Reason
 
     with pytest.raises(ValueError) as err:
         Verdict.unsupported()
@@ -451,8 +452,8 @@ def test_need_feature_names_the_floor_its_source_and_confidence(caps, monkeypatc
     """A missing AITER feature fails with the version floor, the short name, the target's AITER (or that there is
     none), the feature's citation and its confidence; a derived floor (swiglu_limit: fused_moe(swiglu_limit=) read
     at ROCm/aiter@v0.1.15.post3, the first release not pinned down) says so in the text."""
-    from moedispatch import capdb
-    from moedispatch.rules import need_feature
+    from moedispatch.data import capdb
+    from moedispatch.kit.rules import need_feature
 
     assert need_feature(caps("gfx950", "0.1.15.post3"), "gate_mode", "x") is None
     r = need_feature(caps("gfx950", "0.1.13.post1"), "gate_mode", "swigluoai_uninterleave")
@@ -517,7 +518,7 @@ def test_emulation_runner_is_built_for_the_layer():
 def test_third_party_backend_is_costed_with_the_runtime(caps, builtins):
     """With a Runtime, a correct third-party backend (no moe_cost hook) is costed on the roofline like the built-ins
     and its decision says how it compares; the AITER winner's dispatch is not asked of it."""
-    from moedispatch.runtime import Runtime
+    from moedispatch.selector.runtime import Runtime
 
     acme = _Plugin("acme", preference=1000)
     acme.family = "acme"

@@ -15,13 +15,13 @@ import json
 import pytest
 
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.capdb import target_capabilities
-from moedispatch.cost import Cost
-from moedispatch.errors import UsageError
-from moedispatch.layers import MoELayer
-from moedispatch.models import expand_layers, load_model
-from moedispatch.runtime import Runtime, parse_tokens
-from moedispatch.selector import select, select_uncached
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.cost.model import Cost
+from moedispatch.core.errors import UsageError
+from moedispatch.core.layers import MoELayer
+from moedispatch.sources.models import expand_layers, load_model
+from moedispatch.selector.runtime import Runtime, parse_tokens
+from moedispatch.selector.pure import select, select_uncached
 
 MI355X = ("MI355X", "0.1.20.post1")
 NATIVE_ENV = {"VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "1", "GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}
@@ -107,7 +107,7 @@ def test_aiter_3933_is_flagged_at_its_bucket_with_its_workaround(caps, builtins)
 
 def test_a_known_wrong_kernel_with_no_workaround_rejects_the_aiter_path(caps, builtins, monkeypatch):
     """A kernel × bucket bug with no workaround rejects AITER for the layer; the next correct backend runs."""
-    import moedispatch.aiter_dispatch as ad
+    import moedispatch.aiter.dispatch as ad
 
     real = ad.plan_dispatch
 
@@ -185,8 +185,8 @@ def test_overlapping_bars_leave_preference_in_charge(caps):
 
 def test_engine_api_and_explain_carry_the_same_dispatch_and_cost(caps):
     from moedispatch import select_moe_backend
-    from moedispatch.engine import plan_model
-    from moedispatch.plan import plan_to_json
+    from moedispatch.api import plan_model
+    from moedispatch.plan.plan import plan_to_json
 
     c = caps(*MI355X)
     entry = plan_to_json(plan_model("Qwen3-30B-A3B", c, tp=4))["layers"][0]

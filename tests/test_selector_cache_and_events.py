@@ -13,10 +13,11 @@ import logging
 
 import pytest
 
-from moedispatch import Backend, Padding, Verdict, selector
-from moedispatch.errors import NoBackendError
-from moedispatch.layers import MoELayer
-from moedispatch.reason import texts
+from moedispatch import Backend, Padding, Verdict
+from moedispatch.selector import pure as selector
+from moedispatch.core.errors import NoBackendError
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import texts
 from moedispatch.testing import fake_capabilities
 
 LAYER = MoELayer.build(hidden=4096, intermediate=14336, experts=8, top_k=2, tp=1)
@@ -31,7 +32,7 @@ def _cold():
 
 @pytest.fixture
 def builtins():
-    from moedispatch.plugins import build_registry
+    from moedispatch.selector.plugins import build_registry
 
     return tuple(build_registry().backends)
 
@@ -145,7 +146,7 @@ def test_builtin_detection_is_by_package_and_memoized(builtins):
 
 
 def test_third_party_calls_go_through_the_deadline_with_owner_and_place(monkeypatch):
-    from moedispatch import deadline
+    from moedispatch._util import deadline
 
     seen = {}
 

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from moedispatch.reason import texts
+from moedispatch.core.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.errors import NoBackendError, PluginError, UsageError
-from moedispatch.layers import MoELayer
-from moedispatch.plugins import build_registry
-from moedispatch.selector import select, select_uncached
+from moedispatch.core.errors import NoBackendError, PluginError, UsageError
+from moedispatch.core.layers import MoELayer
+from moedispatch.selector.plugins import build_registry
+from moedispatch.selector.pure import select, select_uncached
 
 LAYER = MoELayer.build(hidden=4096, intermediate=14336, experts=8, top_k=2, tp=8, model="Mixtral-8x7B")
 
@@ -172,7 +172,7 @@ def test_builtins_come_through_entry_points_and_env_lists_filter(monkeypatch):
 
 
 def test_entry_point_import_failure_is_reported_not_fatal(monkeypatch):
-    import moedispatch.plugins as mp
+    import moedispatch.selector.plugins as mp
 
     broken = SimpleNamespace(name="broken", value="nonexistent_module_xyz", dist=None,
                              load=lambda: __import__("nonexistent_module_xyz"))
@@ -196,7 +196,7 @@ def test_library_is_silent_unless_the_host_configures_logging(caps, builtins, ca
     ours.setLevel(logging.NOTSET)
     ours.propagate = True
     try:
-        from moedispatch.engine import select_moe_backend
+        from moedispatch.api import select_moe_backend
 
         select_moe_backend(caps=caps("gfx942"), hidden_size=4096, intermediate_size=14336, num_experts=8, top_k=2,
                            tp_size=8)

@@ -25,8 +25,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from moedispatch import capdb, rules
-from moedispatch.errors import CapabilityDBError
+from moedispatch.data import capdb
+from moedispatch.kit import rules
+from moedispatch.core.errors import CapabilityDBError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -250,7 +251,7 @@ def test_a_bad_confidence_is_rejected_naming_file_and_key(serve_toml, name, muta
 
 
 def test_a_bad_model_confidence_is_rejected_naming_file_and_key():
-    from moedispatch.models import _check_confidence
+    from moedispatch.sources.models import _check_confidence
 
     doc = {"name": "x", "config": {}, "sources": {"quantization_config": "ROCm/aiter#1"}}
     _check_confidence({**doc, "confidence": {"quantization_config": "unconfirmed"}}, "capability_db/models/x.json")
@@ -264,7 +265,7 @@ def test_a_bad_model_confidence_is_rejected_naming_file_and_key():
 def test_kimi_k2_quantization_block_is_unconfirmed_and_exposed_on_the_model_spec():
     """The motivating case: explain printed a confident plan for Kimi-K2 though its quantization block was only
     believed to be DeepSeek-style FP8 (no primary source read)."""
-    from moedispatch.models import load_model
+    from moedispatch.sources.models import load_model
 
     kimi = load_model("Kimi-K2")
     assert "quantization_config" in kimi.unconfirmed

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moedispatch import support_matrix
+from moedispatch.render import support_matrix
 
 DOC = Path(__file__).parents[1] / "docs" / "support-matrix.md"
 
 
 def test_committed_support_matrix_is_current():
-    """Regenerate with `python -m moedispatch.support_matrix > docs/support-matrix.md` when this fails."""
+    """Regenerate with `python -m moedispatch.render.support_matrix > docs/support-matrix.md` when this fails."""
     assert DOC.read_text(encoding="utf-8") == support_matrix.render(), \
-        "docs/support-matrix.md is stale: run python -m moedispatch.support_matrix > docs/support-matrix.md"
+        "docs/support-matrix.md is stale: run python -m moedispatch.render.support_matrix > docs/support-matrix.md"
 
 
 def test_cells_come_from_the_checks():

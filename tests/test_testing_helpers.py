@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import moedispatch
-from moedispatch.reason import texts
+from moedispatch.core.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.errors import PluginError, UsageError
-from moedispatch import plugins
-from moedispatch.plugins import build_registry
-from moedispatch.selector import select
+from moedispatch.core.errors import PluginError, UsageError
+from moedispatch.selector import plugins
+from moedispatch.selector.plugins import build_registry
+from moedispatch.selector.pure import select
 from moedispatch.testing import (
     ContractResult,
     assert_backend_contract,
@@ -62,7 +62,7 @@ def test_fake_capabilities_are_the_explain_target(target, gfx, fp8, mx):
     """A simulated target has the arch facts capability_db holds, the same as explain --target builds."""
     caps = fake_capabilities(target)
     assert (caps.gfx, caps.fp8_format, caps.native_mx) == (gfx, fp8, mx)
-    assert caps == moedispatch.capdb.target_capabilities(target)
+    assert caps == moedispatch.data.capdb.target_capabilities(target)
 
 
 def test_fake_capabilities_aiter_version_and_overrides():

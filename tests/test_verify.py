@@ -13,13 +13,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from moedispatch.backend import Padding  # noqa: E402
-from moedispatch.capdb import target_capabilities  # noqa: E402
-from moedispatch.errors import UsageError  # noqa: E402
-from moedispatch.layers import MoELayer, QuantSpec  # noqa: E402
-from moedispatch.models import expand_layers, load_model  # noqa: E402
-from moedispatch.selector import select  # noqa: E402
-from moedispatch.verify import (  # noqa: E402
+from moedispatch.core.backend import Padding  # noqa: E402
+from moedispatch.data.capdb import target_capabilities  # noqa: E402
+from moedispatch.core.errors import UsageError  # noqa: E402
+from moedispatch.core.layers import MoELayer, QuantSpec  # noqa: E402
+from moedispatch.sources.models import expand_layers, load_model  # noqa: E402
+from moedispatch.selector.pure import select  # noqa: E402
+from moedispatch.numerics.verify import (  # noqa: E402
     CHECK_NAMES, alignment_problems, pad_extents, pad_read_problems, run_verify,
 )
 
@@ -434,9 +434,9 @@ def test_the_emulation_rounds_mx_scales_as_aiter_toml_says(monkeypatch):
     """capability_db/aiter.toml [numerics.mxfp4_dynamic_scale] rounding is what the emulation runner uses (AITER's
     dynamic_mxfp4_quant rounds "even"); a different value in the data reaches the runner."""
     pytest.importorskip("torch")
-    from moedispatch import capdb
-    from moedispatch.layers import MoELayer
-    from moedispatch.plugins import build_registry
+    from moedispatch.data import capdb
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.selector.plugins import build_registry
 
     emu = build_registry().get("emulation")
     layer = MoELayer.build(hidden=64, intermediate=64, experts=2, top_k=1, weight="mxfp4", act="mxfp4")

@@ -20,7 +20,7 @@ scale, -max, max))`` with round-to-nearest-even (the torch float8 casts, or ``to
 NaN-scale block does, and as the kernels' amax reductions do); e4m3fnuz/e5m2fnuz encode NaN as 0x80.
 The float8 casts are torch's; the tests compare every bit pattern against ml_dtypes.
 
-Granularity spelling follows :class:`moedispatch.layers.QuantSpec`: ``tensor`` (one scale per matrix, i.e. per
+Granularity spelling follows :class:`moedispatch.core.layers.QuantSpec`: ``tensor`` (one scale per matrix, i.e. per
 expert for ``[E, N, K]`` weights), ``channel`` / ``token`` (one scale per row of the last axis), ``group<N>``
 (per row, per run of N elements along the last axis), ``block<N>x<M>`` (N rows × M columns tiles of the last two
 axes; DeepSeek/Qwen "block128x128" weights).

@@ -27,7 +27,7 @@ Activations (``activation_params`` as a mapping or ``((name, value), ...)``):
   ``u = clamp(u, -limit, limit)``, ``h = g * sigmoid(alpha * g) * (u + beta)`` with ``alpha`` 1.702, ``limit`` 7.0,
   ``beta`` 1.0 by default.
 
-Padding (:class:`moedispatch.backend.Padding`): weights may come at the padded sizes. The pad regions must hold
+Padding (:class:`moedispatch.core.backend.Padding`): weights may come at the padded sizes. The pad regions must hold
 zeros (a kernel that computes over them — AITER with ``intermediate_pad=0`` — would otherwise add garbage);
 ``fused_moe`` checks every pad region of every expert it dequantizes and raises ``ValueError`` naming the region
 otherwise. It then computes on the logical (unpadded) region, so a zero-filled padded layer gives *bitwise* the
@@ -107,8 +107,8 @@ class DequantTracker:
 
 # -- schemes -----------------------------------------------------------------------------------------------------
 def resolve_scheme(scheme: Any, *, activation: bool = False):
-    """A :class:`moedispatch.layers.QuantSpec` from a spec or a label (``"mxfp4"``, ``"fp8"``, ``"bf16"``)."""
-    from moedispatch.layers import QuantSpec  # noqa: PLC0415 - plain data module
+    """A :class:`moedispatch.core.layers.QuantSpec` from a spec or a label (``"mxfp4"``, ``"fp8"``, ``"bf16"``)."""
+    from moedispatch.core.layers import QuantSpec  # noqa: PLC0415 - plain data module
 
     if scheme is None:
         return QuantSpec("bf16")

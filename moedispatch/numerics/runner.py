@@ -35,7 +35,7 @@ class RunnerUnavailable(RuntimeError):
 class EmulationRunner:
     """The ``emulation`` backend: the reference QDQ MoE (:func:`~moedispatch.numerics.moe.fused_moe`), any device.
 
-    Built from a :class:`moedispatch.layers.MoELayer` (schemes and activation taken from it) and/or explicit
+    Built from a :class:`moedispatch.core.layers.MoELayer` (schemes and activation taken from it) and/or explicit
     overrides. ``prepare`` quantizes float weights once with the weight scheme (gate and up separately, as a
     checkpoint stores them) unless ``quantize_in_prepare=False``; already-quantized containers pass through.
     """

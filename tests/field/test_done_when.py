@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from moedispatch import plan_model
-from moedispatch.models import parse_config
+from moedispatch.sources.models import parse_config
 from moedispatch.testing import fake_capabilities
 
 

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from moedispatch import select_moe_backend
-from moedispatch.errors import NoBackendError
-from moedispatch.models import expand_layers, load_model
+from moedispatch.core.errors import NoBackendError
+from moedispatch.sources.models import expand_layers, load_model
 from moedispatch.testing import fake_capabilities, layer as make_layer
 
 if sys.version_info >= (3, 11):

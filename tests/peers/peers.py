@@ -161,12 +161,12 @@ _SCHEME = {"bf16": "bf16", "fp8_tensor": "fp8_tensor", "fp8_block": "fp8_block",
 def recipe_cases():
     """(cases, meta): every built-in model's vLLM 0.33.0 recipe × gfx942/gfx950 × TP 1/8, one case per MoE layer group
     with the recipe's --moe-backend and environment."""
-    from moedispatch import capdb
-    from moedispatch.engine_choice import _scheme
-    from moedispatch.errors import MoedispatchError
-    from moedispatch.models import builtin_models, load_model
-    from moedispatch.plan import plan_model
-    from moedispatch.recipes import build_recipe
+    from moedispatch.data import capdb
+    from moedispatch.engines.choice import _scheme
+    from moedispatch.core.errors import MoedispatchError
+    from moedispatch.sources.models import builtin_models, load_model
+    from moedispatch.plan.plan import plan_model
+    from moedispatch.engines.recipes import build_recipe
 
     cases, meta = [], []
     for entry in builtin_models():

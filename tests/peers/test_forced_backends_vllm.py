@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import peers
-from moedispatch.engine_choice import choice_for_layer
+from moedispatch.engines.choice import choice_for_layer
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import peers
-from moedispatch import capdb
-from moedispatch.engine_choice import engine_choice
+from moedispatch.data import capdb
+from moedispatch.engines.choice import engine_choice
 
 
 @pytest.fixture

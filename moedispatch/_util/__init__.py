@@ -1,0 +1,3 @@
+"""Small helpers with no domain knowledge: logging, did-you-mean, deadlines for plugin calls. Imports nothing of
+moedispatch.
+"""

@@ -1,0 +1,98 @@
+"""The :class:`Decision` value (and :class:`Rejection`): what every output renders.
+
+Values only: no selection logic here. The selector builds Decisions; the table, the JSON, logs, errors, the engine
+API and recipes read them (by ``Reason.kind``, never by text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from moedispatch.core.backend import Padding
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason, texts
+
+__all__ = ["Rejection", "Decision"]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A backend that was not chosen, and why (failed rules, or "supported, outranked by …")."""
+
+    backend: str
+    reasons: tuple[Reason, ...]
+    supported: bool = False
+    #: Predicted time per token count of a correct backend that lost (``moedispatch.cost.model.Cost``), when planned.
+    cost: tuple[Any, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backend": self.backend, "reasons": texts(self.reasons),
+                               "reason_details": [r.to_dict() for r in self.reasons]}
+        if self.cost:
+            out["cost"] = [c.to_dict() for c in self.cost]
+        return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Which backend runs one layer, with what padding, and why; plus why every other backend did not.
+
+    ``backend`` is ``None`` for dense layers and for MoE layers no backend can run (then ``NoBackendError``
+    carries this Decision). ``padding`` is always present: for a chosen backend its plan, else the unpadded sizes.
+    ``warnings`` are the reasons of kind ``warning`` (the user must act on them), ``target`` the target the decision
+    was made for (``Capabilities.target_dict()``; engines see which GPU and AITER were assumed).
+    """
+
+    layer: MoELayer
+    backend: str | None
+    padding: Padding
+    reasons: tuple[Reason, ...]
+    rejected: tuple[Rejection, ...] = ()
+    family: str | None = None
+    preference: int | None = None
+    forced: bool = False
+    warnings: tuple[Reason, ...] = field(default=())
+    caps: Capabilities | None = field(default=None, compare=False, repr=False)
+    #: What AITER's own dispatcher runs per token count (``moedispatch.aiter.dispatch.DispatchPlan``) for an AITER
+    #: backend planned with a ``Runtime``; None otherwise.
+    dispatch: Any = field(default=None, compare=False, repr=False)
+    #: Predicted time per token count of the chosen backend (``moedispatch.cost.model.Cost``), when planned.
+    cost: tuple[Any, ...] = ()
+
+    @property
+    def target(self) -> dict[str, Any] | None:
+        """The target this decision was made for (``Capabilities.target_dict()``: gfx, product, CUs, AITER, source)."""
+        return self.caps.target_dict() if self.caps is not None else None
+
+    @property
+    def ok(self) -> bool:
+        return self.backend is not None or self.layer.kind == "dense"
+
+    def rejection(self, backend: str) -> Rejection | None:
+        for rej in self.rejected:
+            if rej.backend == backend:
+                return rej
+        return None
+
+    def of_kind(self, *kinds: str) -> tuple[Reason, ...]:
+        """This decision's reasons whose kind is one of ``kinds``."""
+        return tuple(r for r in self.reasons if r.kind in kinds)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly the decision fields of an explain layer entry: backend, padding, reasons (+ reason_details),
+        rejected; ``aiter_dispatch`` and ``cost`` when the decision was planned with a Runtime."""
+        return {
+            "backend": self.backend,
+            "padding": self.padding.to_dict(),
+            "reasons": texts(self.reasons),
+            "reason_details": [r.to_dict() for r in self.reasons],
+            "rejected": [r.to_dict() for r in self.rejected],
+            **({"aiter_dispatch": [s.to_dict() for s in self.dispatch.steps]} if self.dispatch is not None else {}),
+            **({"cost": [c.to_dict() for c in self.cost]} if self.cost else {}),
+        }
+
+    def group_key(self) -> tuple:
+        """Layers with equal keys render as one group."""
+        return (self.layer.signature(), self.backend, self.padding, self.reasons, self.rejected, self.warnings)

@@ -1,0 +1,1040 @@
+"""Cost model: predicted fused-MoE time per layer and token count, with error bars.
+
+Public API (pure Python; nothing is read or computed at import time)::
+
+    from moedispatch import cost
+    costs = cost.predict(layer, caps, backend_family="aiter-flydsl", padding=decision.padding, tokens=(1, 64, 4096))
+    costs[1].to_dict()        # {"tokens": 64, "us": 85.0, "low": 82.4, "high": 93.5, "basis": "tuned"}
+    cost.total([costs] * 57)  # the model's MoE time per token count (decode step, prefill chunk)
+    cost.compare(a, b)        # "faster" | "slower" | "tie" (bars separate or not)
+    cost.rank([("aiter-flydsl", 70, a), ("triton", 40, b)])   # [("aiter-flydsl", None), ("triton", "aiter-… vs …")]
+    cost.reason("aiter-flydsl", a, "triton", b)
+    # -> "aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"
+    cost.padding_overhead(layer, caps, backend_family="aiter-flydsl", padding=p, tokens=(4096,))  # ((4096, 0.21),)
+    cost.untuned_csv(cost.tuning_worklist([(dispatch_plan, costs, 57)]))   # what to tune first, AITER's format
+
+How one prediction is made, in order (``Cost.basis`` says which step answered):
+
+1. ``plugin`` — a plugin's ``moe_cost`` hook (:mod:`moedispatch.core.hookspecs`) returned costs for its backend.
+2. ``tuned`` — AITER backends only: a lint-clean row of AITER's tuned fused-MoE CSVs matches the layer's lookup key
+   and the token count exactly; the prediction is that row's ``us`` (AITER's tuner measured it,
+   ``csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py``). Rows come from ``dispatch`` (the AITER dispatch model's
+   per-bucket entries), ``rows``, or a lookup in :func:`moedispatch.data.aiter_configs.config_set_for`.
+3. ``interpolated`` — clean rows of the same tuned shape exist at a lower and a higher token count: log-log
+   interpolation between the two neighbours, along the roofline work ``t_mem + t_cmp`` (:func:`interpolate`).
+   Outside the tuned token range the nearest row is scaled by the priors' ratio (basis ``roofline``).
+4. ``roofline`` — everything else: expected distinct experts touched ``E·(1−(1−k/E)^M)`` × expert weight bytes
+   (scales included, padded sizes when a padding is given) + activations, over the product's datasheet HBM bandwidth
+   (gpus.toml ``[peak.*]``); useful FLOPs over the peak for the activation dtype; then the efficiency priors of
+   capability_db/cost_priors.toml (log-linear in those terms, per (arch, CU count, token bucket), fit on lint-clean
+   tuned rows by ``benchmarks/bench_cost_model.py --fit``) turn the roofline into a time, never below the per-call
+   latency floor (the fastest clean tuned row of that arch and CU count) and never less for more tokens. Bars are
+   leave-one-model-out residual quantiles (p10–p90). Triton, emulation and third-party backends get this AITER
+   roofline times their own factor band (``[backend.*]`` in the priors, with sources).
+
+Every prediction is at or above the datasheet roofline ``max(t_mem, t_cmp)`` for the bytes it must read and the
+FLOPs it must do (nothing runs faster than the datasheet peaks).
+
+Tuned-CSV rows are linted first (:func:`lint_rows`): a timing copied across token buckets of one shape, or a row
+faster than the datasheet roofline, is not used (AITER still dispatches on it; its time is not believed).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from moedispatch.core.errors import CapabilityDBError, UsageError
+
+__all__ = [
+    "Cost",
+    "Geometry",
+    "BASES",
+    "DEFAULT_TOKENS",
+    "predict",
+    "total",
+    "compare",
+    "reason",
+    "rank",
+    "format_cost",
+    "padding_overhead",
+    "backend_kind",
+    "bucket_of",
+    "interpolate",
+    "roofline_us",
+    "model_features",
+    "lint_rows",
+    "load_priors",
+    "tuning_worklist",
+    "untuned_csv",
+    "UNTUNED_COLUMNS",
+    "Priors",
+]
+
+#: The contract's ``basis`` values.
+BASES = ("tuned", "interpolated", "roofline", "plugin")
+#: Token counts predicted when the caller gives none — the project's default (moedispatch.selector.runtime,
+#: moedispatch.aiter.dispatch): decode (1, 4), a small batch (64), chunked prefill (512, 8192).
+DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
+_PRIORS_FILE = "cost_priors.toml"
+_PRIORS_SCHEMA = "moedispatch.cost_priors/1"
+
+
+# -- values ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cost:
+    """Predicted time of one fused-MoE call at ``tokens`` tokens: ``us`` within ``[low, high]`` microseconds.
+
+    ``basis`` is one of :data:`BASES`; ``detail`` says how it was computed (row ``file:line``, prior used, …) and is
+    not part of the contract dict.
+    """
+
+    tokens: int
+    us: float
+    low: float
+    high: float
+    basis: str
+    detail: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.basis not in BASES:
+            raise ValueError(f"Cost.basis must be one of {', '.join(BASES)}, got {self.basis!r}")
+        if not (0 < self.low <= self.us <= self.high) or not all(map(math.isfinite, (self.low, self.us, self.high))):
+            raise ValueError(f"Cost needs 0 < low <= us <= high (finite), got {self.low}, {self.us}, {self.high}")
+
+    def to_dict(self, *, with_basis: bool = True) -> dict[str, Any]:
+        """The contract's ``{tokens, us, low, high, basis}`` (``with_basis=False``: a ``cost_total`` entry)."""
+        out: dict[str, Any] = {"tokens": self.tokens, "us": round(self.us, 4), "low": round(self.low, 4),
+                               "high": round(self.high, 4)}
+        if with_basis:
+            out["basis"] = self.basis
+        return out
+
+
+def format_cost(c: Cost) -> str:
+    """``41 µs (35–48)``; one decimal below 10 µs."""
+    def f(x: float) -> str:
+        return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+    return f"{f(c.us)} µs ({f(c.low)}–{f(c.high)})"
+
+
+# -- geometry and roofline -------------------------------------------------------------------------------------
+
+_ACT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "mxfp8": 1.0, "mxfp6": 0.75, "mxfp4": 0.5,
+              "int4": 0.5}
+_COMPUTE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "fp8", "mxfp8": "fp8", "mxfp6": "fp4",
+            "mxfp4": "fp4", "int4": "fp4"}
+# AITER CSV spellings (aiter/utility/base_tuner.py dtype2bpe_dict counts fp4x2 as 1 byte per *logical* element,
+# which overstates bytes; real storage is half a byte).
+_CSV_BYTES = {"torch.bfloat16": 2.0, "torch.float16": 2.0, "torch.float8_e4m3fn": 1.0, "torch.float8_e4m3fnuz": 1.0,
+              "torch.int8": 1.0, "torch.float4_e2m1fn_x2": 0.5, "torch.int4": 0.5,
+              "torch.uint32": 0.5}  # uint32: eight packed int4 values
+_CSV_SCALE = {"QuantType.per_1x32": 1 / 32, "QuantType.per_1x128": 4 / (128 * 128)}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the roofline needs of one fused-MoE call on one rank (padded sizes where a padding applies).
+
+    ``w_bytes``: bytes per weight element including its scales; ``a_bytes``: bytes per activation element entering
+    the expert GEMMs; ``compute``: which peak applies (``bf16``, ``fp8``, ``fp4``).
+    """
+
+    hidden: int
+    inter: int
+    experts: int          # on this rank
+    experts_total: int    # routed over (EP: experts on this rank are a share of these)
+    top_k: int
+    w_bytes: float
+    a_bytes: float
+    compute: str
+    gated: bool = True
+    shared: int = 0       # always-active (fused shared) experts among ``experts`` and ``top_k``
+
+    @classmethod
+    def of_layer(cls, layer: Any, padding: Any = None) -> "Geometry":
+        """From a :class:`~moedispatch.core.layers.MoELayer` and, optionally, its :class:`~moedispatch.core.backend.Padding`."""
+        w = layer.weight
+        scale = 0.0   # scale bytes per weight element: E8M0 per 32 (MX), bf16 per group, fp32 per block
+        if w.quantized:
+            if w.is_mx:
+                scale = 1 / 32
+            elif w.group_size:
+                scale = (1 if w.scale_dtype == "e8m0" else 2) / w.group_size
+            elif w.block:
+                scale = 4 / (w.block[0] * w.block[1])
+        return cls(
+            hidden=padding.hidden if padding is not None else layer.hidden,
+            inter=padding.intermediate_per_rank if padding is not None else layer.intermediate_per_rank,
+            experts=layer.experts_per_rank, experts_total=layer.experts, top_k=layer.top_k,
+            w_bytes=w.bits / 8 + scale, a_bytes=_ACT_BYTES[layer.act.dtype], compute=_COMPUTE[layer.act.dtype],
+        )
+
+    @classmethod
+    def of_row(cls, row: Any) -> "Geometry":
+        """From an AITER tuned-CSV row (:class:`moedispatch.data.aiter_configs.TunedRow` or a mapping with its columns)."""
+        get = (lambda k: row[k]) if isinstance(row, Mapping) else (lambda k: getattr(row, k))
+        qa, qw = str(get("q_dtype_a")), str(get("q_dtype_w"))
+        if qa not in _CSV_BYTES or qw not in _CSV_BYTES:
+            raise UsageError(f"unknown AITER dtype {qa if qa not in _CSV_BYTES else qw!r} in a tuned row")
+        a = _CSV_BYTES[qa]
+        return cls(
+            hidden=int(get("model_dim")), inter=int(get("inter_dim")), experts=int(get("expert")),
+            experts_total=int(get("expert")), top_k=int(get("topk")),
+            w_bytes=_CSV_BYTES[qw] + _CSV_SCALE.get(str(get("q_type")), 0.0), a_bytes=a,
+            compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a], gated=int(get("use_g1u1")) == 1,
+            shared=_fused_shared(int(get("expert")), int(get("topk"))),
+        )
+
+    def active_experts(self, tokens: int) -> float:
+        """Expected distinct experts of this rank touched by ``tokens`` tokens under uniform top-k routing (fused
+        shared experts are always touched)."""
+        s = self.shared
+        routed = self.experts - s
+        return s + routed * (1 - (1 - (self.top_k - s) / (self.experts_total - s)) ** tokens)
+
+    def bytes_moved(self, tokens: int) -> float:
+        n1 = 2 * self.inter if self.gated else self.inter
+        weights = self.active_experts(tokens) * self.hidden * (n1 + self.inter) * self.w_bytes
+        share = self.experts / self.experts_total
+        acts = (tokens * self.hidden * self.a_bytes + 2 * tokens * self.top_k * share * self.inter * self.a_bytes
+                + 2 * tokens * self.hidden)
+        return weights + acts
+
+    def flops(self, tokens: int) -> float:
+        n1 = 2 * self.inter if self.gated else self.inter
+        return 2 * tokens * self.top_k * (self.experts / self.experts_total) * self.hidden * (n1 + self.inter)
+
+
+def _fused_shared(experts: int, top_k: int) -> int:
+    """1 when a tuned row's expert count is odd (DeepSeek-V3 257/top-9, Kimi-K2 385/top-9, MiniMax-M3 129/top-5):
+    the shared expert fused into the routed set, selected by every token (derived: routed counts are even)."""
+    return 1 if experts > 8 and top_k > 1 and experts % 2 == 1 else 0
+
+
+def _peak_tflops(peaks: Mapping[str, Any], compute: str) -> float:
+    if compute == "fp4" and "fp4_tflops" in peaks:
+        return float(peaks["fp4_tflops"])
+    if compute in ("fp4", "fp8") and "fp8_tflops" in peaks:
+        return float(peaks["fp8_tflops"])
+    return float(peaks["bf16_tflops"])
+
+
+def roofline_us(geo: Geometry, tokens: int, peaks: Mapping[str, Any]) -> tuple[float, float]:
+    """``(t_mem, t_cmp)`` in µs against datasheet ``peaks`` (gpus.toml ``[peak.*]``: hbm_tbps, *_tflops)."""
+    t_mem = geo.bytes_moved(tokens) / (float(peaks["hbm_tbps"]) * 1e6)
+    t_cmp = geo.flops(tokens) / (_peak_tflops(peaks, geo.compute) * 1e6)
+    return t_mem, t_cmp
+
+
+def bucket_of(tokens: int) -> int:
+    """The token bucket a count falls in: the next power of two (AITER ``get_padded_M`` below 32768)."""
+    b = 1
+    while b < tokens:
+        b *= 2
+    return b
+
+
+#: Feature sets of the efficiency priors: log(us) = coef · features. ``rl`` = max(t_mem, t_cmp).
+_FEATURES: dict[str, Callable[[float, float, float, Geometry, int, int], list[float]]] = {}
+
+
+def _feature(name: str) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        _FEATURES[name] = fn
+        return fn
+    return deco
+
+
+@_feature("bucket")
+def _f_bucket(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
+    return [1.0, math.log(rl), math.log(m * geo.top_k / geo.experts_total), math.log(geo.a_bytes)]
+
+
+@_feature("arch_cu")
+def _f_arch_cu(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
+    lb = math.log(bucket_of(m))
+    return [1.0, math.log(tm), math.log(tc), lb, lb * lb, lb * math.log(rl), math.log(geo.a_bytes),
+            math.log(geo.w_bytes)]
+
+
+@_feature("arch")
+def _f_arch(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
+    lb = math.log(bucket_of(m))
+    return [1.0, math.log(rl), lb, lb * lb, math.log(cu)]
+
+
+def model_features(name: str, geo: Geometry, tokens: int, cu: int, peaks: Mapping[str, Any]) -> list[float]:
+    """The feature vector of prior family ``name`` (``bucket``, ``arch_cu``, ``arch``)."""
+    tm, tc = roofline_us(geo, tokens, peaks)
+    return _FEATURES[name](tm, tc, max(tm, tc), geo, tokens, cu)
+
+
+#: Coefficients per feature set (checked when the priors load).
+FEATURE_SIZES = {"bucket": 4, "arch_cu": 8, "arch": 5}
+
+
+# -- lint --------------------------------------------------------------------------------------------------------
+
+def _row_get(row: Any, name: str, default: Any = None) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name, default)
+    return getattr(row, name, default)
+
+
+def _shape_key(row: Any) -> tuple:
+    return tuple(_row_get(row, k) for k in ("gfx", "cu_num", "model_dim", "inter_dim", "expert", "topk", "act_type",
+                                            "dtype", "q_dtype_a", "q_dtype_w", "q_type", "use_g1u1",
+                                            "doweight_stage1", "file"))
+
+
+def lint_rows(rows: Iterable[Any], peaks_for: Callable[[Any], Mapping[str, Any] | None]) -> tuple[list, list]:
+    """Split tuned rows into ``(clean, rejected)``; each rejected entry is ``(row, why)``.
+
+    Rejected: no positive ``us``; ``us`` identical (to 4 decimals) to another token bucket's of the same shape in the
+    same file (timings copied across buckets); ``us`` below the datasheet roofline of ``peaks_for(row)`` (physically
+    impossible). Rows tagged (``_tag``) are left to the caller.
+    """
+    rows = list(rows)
+    seen: dict[tuple, dict[float, int]] = {}
+    for r in rows:
+        us = _row_get(r, "us")
+        if us:
+            counts = seen.setdefault(_shape_key(r), {})
+            counts[round(float(us), 4)] = counts.get(round(float(us), 4), 0) + 1
+    clean: list = []
+    rejected: list = []
+    for r in rows:
+        us = _row_get(r, "us")
+        if not us or float(us) <= 0:
+            rejected.append((r, "no timing"))
+            continue
+        us = float(us)
+        if seen[_shape_key(r)][round(us, 4)] > 1:
+            rejected.append((r, f"us={us:g} is copied across token buckets of this shape"))
+            continue
+        peaks = peaks_for(r)
+        if peaks is not None:
+            try:
+                geo = Geometry.of_row(r)
+            except (UsageError, KeyError, ValueError, TypeError, AttributeError) as exc:
+                rejected.append((r, f"cannot read the row's shape ({exc})"))
+                continue
+            tm, tc = roofline_us(geo, int(_row_get(r, "token")), peaks)
+            if us < max(tm, tc):
+                rejected.append((r, f"us={us:g} is faster than the datasheet roofline ({max(tm, tc):.1f} µs)"))
+                continue
+        clean.append(r)
+    return clean, rejected
+
+
+# -- priors ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Priors:
+    """capability_db/cost_priors.toml, indexed. Build with :func:`load_priors`."""
+
+    models: Mapping[tuple, tuple[str, tuple[float, ...]]]     # (level, gfx, cu, bucket) -> (features, coef)
+    buckets: Mapping[tuple[str, int], tuple[int, ...]]       # (gfx, cu) -> fitted buckets, ascending
+    bands: Mapping[tuple, tuple[float, float]]               # (level, gfx, cu) -> (low ratio, high ratio)
+    reference: Mapping[tuple[str, int], str]                 # (gfx, cu) -> product the priors were fit against
+    floors: Mapping[tuple[str, int], float]                  # (gfx, cu) (cu 0: any) -> per-call latency floor, µs
+    tuned: tuple[float, float]
+    interpolated: tuple[float, float]
+    generic: tuple[float, float, float]                      # efficiency, low ratio, high ratio
+    backend: Mapping[str, Mapping[str, Any]]
+    provenance: Mapping[str, Any]
+
+
+def _num(value: Any, where: str, key: str, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+            (positive and value <= 0):
+        raise CapabilityDBError(f"{where}: {key} must be a {'positive ' if positive else ''}finite number, "
+                                f"got {value!r:.60}")
+    return float(value)
+
+
+def _band(entry: Any, where: str) -> tuple[float, float]:
+    if not isinstance(entry, Mapping):
+        raise CapabilityDBError(f"{where} must be a table with low and high")
+    for key in ("low", "high"):
+        if key not in entry:
+            raise CapabilityDBError(f"{where} lacks key {key!r}")
+    low, high = _num(entry["low"], where, "low"), _num(entry["high"], where, "high")
+    if not low <= 1.0 <= high:
+        raise CapabilityDBError(f"{where}: needs low <= 1 <= high (ratios to the prediction), got {low}, {high}")
+    return low, high
+
+
+def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_FILE}") -> Priors:
+    """Validate and index a parsed priors document; a broken entry raises CapabilityDBError naming key and problem."""
+    if data.get("schema") != _PRIORS_SCHEMA:
+        raise CapabilityDBError(f"{where}: schema must be {_PRIORS_SCHEMA!r}, got {data.get('schema')!r}")
+    for table in ("provenance", "tuned", "interpolated", "generic", "backend"):
+        if not isinstance(data.get(table), Mapping):
+            raise CapabilityDBError(f"{where}: missing table [{table}]")
+    for key in ("snapshot", "commit", "date", "script"):
+        if not isinstance(data["provenance"].get(key), str) or not data["provenance"][key]:
+            raise CapabilityDBError(f"{where}: [provenance] needs a non-empty string {key!r}")
+    models: dict[tuple, tuple[str, tuple[float, ...]]] = {}
+    buckets: dict[tuple[str, int], set[int]] = {}
+    for n, m in enumerate(data.get("model", [])):
+        at = f"{where}: model[{n}]"
+        if not isinstance(m, Mapping):
+            raise CapabilityDBError(f"{at} must be a table")
+        for key in ("level", "gfx", "features", "coef"):
+            if key not in m:
+                raise CapabilityDBError(f"{at} lacks key {key!r}")
+        feats = m["features"]
+        if feats not in FEATURE_SIZES:
+            raise CapabilityDBError(f"{at}: features {feats!r} unknown (known: {', '.join(FEATURE_SIZES)})")
+        coef = m["coef"]
+        if not isinstance(coef, list) or len(coef) != FEATURE_SIZES[feats]:
+            raise CapabilityDBError(f"{at}: coef must be {FEATURE_SIZES[feats]} numbers for features {feats!r}")
+        coef_t = tuple(_num(c, at, "coef", positive=False) for c in coef)
+        level = m["level"]
+        if level not in ("bucket", "arch_cu", "arch"):
+            raise CapabilityDBError(f"{at}: level must be bucket, arch_cu or arch, got {level!r}")
+        cu = int(_num(m.get("cu"), at, "cu")) if level != "arch" else 0
+        b = int(_num(m.get("bucket"), at, "bucket")) if level == "bucket" else 0
+        models[(level, str(m["gfx"]), cu, b)] = (feats, coef_t)
+        if level == "bucket":
+            buckets.setdefault((str(m["gfx"]), cu), set()).add(b)
+    bands: dict[tuple, tuple[float, float]] = {}
+    for n, entry in enumerate(data.get("band", [])):
+        at = f"{where}: band[{n}]"
+        if not isinstance(entry, Mapping) or "level" not in entry or "gfx" not in entry:
+            raise CapabilityDBError(f"{at} needs level, gfx, low and high")
+        bands[(entry["level"], str(entry["gfx"]), int(entry.get("cu", 0)))] = _band(entry, at)
+    reference: dict[tuple[str, int], str] = {}
+    for n, entry in enumerate(data.get("reference", [])):
+        at = f"{where}: reference[{n}]"
+        if not isinstance(entry, Mapping) or not {"gfx", "cu", "product"} <= set(entry):
+            raise CapabilityDBError(f"{at} needs gfx, cu and product")
+        reference[(str(entry["gfx"]), int(entry["cu"]))] = str(entry["product"])
+    floors: dict[tuple[str, int], float] = {}
+    for n, entry in enumerate(data.get("floor", [])):
+        at = f"{where}: floor[{n}]"
+        if not isinstance(entry, Mapping) or not {"gfx", "cu", "us"} <= set(entry):
+            raise CapabilityDBError(f"{at} needs gfx, cu and us")
+        floors[(str(entry["gfx"]), int(entry["cu"]))] = _num(entry["us"], at, "us")
+    gen = data["generic"]
+    for key in ("efficiency", "low", "high"):
+        if key not in gen:
+            raise CapabilityDBError(f"{where}: [generic] lacks key {key!r}")
+    generic = (_num(gen["efficiency"], f"{where}: [generic]", "efficiency"),) + _band(gen, f"{where}: [generic]")
+    backend: dict[str, Mapping[str, Any]] = {}
+    for name, entry in data["backend"].items():
+        at = f"{where}: [backend.{name}]"
+        if not isinstance(entry, Mapping) or "factor" not in entry or "source" not in entry:
+            raise CapabilityDBError(f"{at} needs factor, low, high and source")
+        factor = _num(entry["factor"], at, "factor")
+        low, high = _num(entry.get("low"), at, "low"), _num(entry.get("high"), at, "high")
+        if not low <= factor <= high:
+            raise CapabilityDBError(f"{at}: needs low <= factor <= high, got {low}, {factor}, {high}")
+        backend[name] = dict(entry)
+    for required in ("triton", "emulation", "other"):
+        if required not in backend:
+            raise CapabilityDBError(f"{where}: missing table [backend.{required}]")
+    return Priors(models=models, buckets={k: tuple(sorted(v)) for k, v in buckets.items()}, bands=bands,
+                  reference=reference, floors=floors, tuned=_band(data["tuned"], f"{where}: [tuned]"),
+                  interpolated=_band(data["interpolated"], f"{where}: [interpolated]"), generic=generic,
+                  backend=backend, provenance=dict(data["provenance"]))
+
+
+@functools.lru_cache(maxsize=1)
+def load_priors() -> Priors:
+    """capability_db/cost_priors.toml, validated and indexed (cached; CapabilityDBError if broken)."""
+    from moedispatch.data import capdb
+
+    return parse_priors(capdb.load_toml(_PRIORS_FILE))
+
+
+# -- hardware ----------------------------------------------------------------------------------------------------
+
+def _target_peaks(caps: Any) -> tuple[Mapping[str, Any] | None, str | None]:
+    """(datasheet peaks, product) of the target: its product's ``[peak.*]``, else the arch's first listed product
+    with the same CU count."""
+    from moedispatch.data import capdb
+
+    product = getattr(caps, "product", None)
+    peaks = capdb.product_peaks(product)
+    facts = capdb.arch_facts(caps.gfx) if getattr(caps, "gfx", None) else None
+    if peaks is not None:
+        full = next((p["compute_units"] for p in (facts or {}).get("products", []) if p["name"] == product), None)
+        cus = getattr(caps, "compute_units", None)
+        if full and cus and cus < full:
+            # A compute partition (CPX/QPX/DPX) sees a share of the CUs: the matrix peaks scale with them; HBM is
+            # left at the full figure (a lower floor, never a claim of more speed).
+            peaks = {k: (v * cus / full if k.endswith("_tflops") else v) for k, v in peaks.items()}
+        return peaks, product
+    for product in (facts or {}).get("products", []):
+        if caps.compute_units in (None, product["compute_units"]):
+            p = capdb.product_peaks(product["name"])
+            if p is not None:
+                return p, product["name"]
+    return None, None
+
+
+# -- tuned rows --------------------------------------------------------------------------------------------------
+
+_Q_TYPE = {"tensor": "QuantType.per_Tensor", "channel": "QuantType.per_Token", "token": "QuantType.per_Token"}
+_ACT_TYPE = {"silu": "ActivationType.Silu", "gelu": "ActivationType.Gelu", "swigluoai": "ActivationType.Swiglu",
+             "swigluoai_uninterleave": "ActivationType.Swiglu"}
+
+
+def _csv_dtype(label: str, fnuz: bool) -> str:
+    return {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp8": "torch.float8_e4m3fnuz" if fnuz else
+            "torch.float8_e4m3fn", "mxfp8": "torch.float8_e4m3fn", "int8": "torch.int8",
+            "mxfp4": "torch.float4_e2m1fn_x2", "int4": "torch.int4"}.get(label, label)
+
+
+def _plan(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
+    """The AITER dispatch model's plan for the layer (no AITER environment: a library reads no env vars), or None
+    when AITER cannot take the layer at all (then no tuned row can apply). Cached per layer signature."""
+    try:
+        return _plan_cached(layer.signature(), caps, padding, tokens)
+    except TypeError:  # unhashable stand-ins
+        return _plan_uncached(layer, caps, padding, tokens)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_cached(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
+    return _plan_uncached(layer, caps, padding, tokens)
+
+
+def _plan_uncached(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
+    from moedispatch.aiter import dispatch as aiter_dispatch
+
+    try:
+        return aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env={}, padding=padding)
+    except UsageError:
+        return None
+
+
+def _shape_rows(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
+    """Every tuned row of the dispatch key's shape (any token) with activations ``q_dtype_a``, exact act_type
+    first as AITER looks it up (then the act-wildcarded dict, ``aiter/fused_moe.py`` ``get_2stage_cfgs``)."""
+    try:
+        return _shape_rows_cached(key, caps, q_dtype_a)
+    except TypeError:  # unhashable stand-ins
+        return _shape_rows_uncached(key, caps, q_dtype_a)
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_rows_cached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
+    return _shape_rows_uncached(key, caps, q_dtype_a)
+
+
+def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
+    from moedispatch.data import aiter_configs
+
+    rows = aiter_configs.tuned_rows(
+        config_set=aiter_configs.config_set_for(caps, model_dims=frozenset({key.model_dim})),
+        model_dim=key.model_dim, inter_dim=key.inter_dim,
+        expert=key.expert, topk=key.topk, gfx=key.gfx, cu_num=key.cu_num, dtype=key.dtype, q_dtype_a=q_dtype_a,
+        q_dtype_w=key.q_dtype_w, q_type=key.q_type, use_g1u1=key.use_g1u1, doweight_stage1=key.doweight_stage1)
+    exact = [r for r in rows if r.act_type == key.act_type]
+    return tuple(exact or rows)
+
+
+def _key_geometry(layer: Any, padding: Any, key: Any) -> Geometry:
+    """The layer's geometry as AITER runs it: a fused shared expert (key.expert = experts + 1) is one more expert,
+    always selected."""
+    geo = Geometry.of_layer(layer, padding)
+    fused = max(0, int(getattr(key, "expert", layer.experts_per_rank)) - layer.experts_per_rank)
+    if not fused:
+        return geo
+    return Geometry(hidden=geo.hidden, inter=geo.inter, experts=geo.experts + fused,
+                    experts_total=geo.experts_total + fused, top_k=geo.top_k + fused, w_bytes=geo.w_bytes,
+                    a_bytes=geo.a_bytes, compute=geo.compute, gated=geo.gated, shared=fused)
+
+
+def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
+    """Rows named by the AITER dispatch model's entries (``row`` attribute, or ``config`` = ``file:line``)."""
+    out: list[Any] = []
+    by_where: dict[str, Any] | None = None
+    for entry in dispatch:
+        if _row_get(entry, "basis") not in (None, "tuned"):
+            continue
+        row = _row_get(entry, "row")
+        if row is None:
+            config = _row_get(entry, "config")
+            if isinstance(config, Mapping):
+                row = config if "us" in config else None
+            elif isinstance(config, str) and ":" in config:
+                if by_where is None:
+                    from moedispatch.data import aiter_configs
+
+                    by_where = {r.where: r for r in aiter_configs.config_set_for(caps).rows}
+                row = by_where.get(config)
+        if row is not None:
+            out.append(row)
+    return out
+
+
+# -- prediction --------------------------------------------------------------------------------------------------
+
+def backend_kind(name: str) -> str:
+    """``aiter`` (backends reached through ``aiter.fused_moe``: aiter-ck/-cktile/-flydsl/-asm and those families),
+    ``aiter-triton`` (AITER's Triton MoE GEMMs, called by the engine directly: no tuned fused_moe rows), ``triton``,
+    ``emulation`` or ``other``."""
+    n = (name or "").strip().lower()
+    if n == "aiter-triton":
+        return n
+    if n in ("aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-asm", "ck", "cktile", "flydsl", "asm"):
+        return "aiter"  # the built-in names only: a third-party "aiter-foo" is not AITER's tuned fused_moe
+    if n in ("triton", "emulation"):
+        return n
+    return "other"
+
+
+def _check_tokens(tokens: Iterable[int] | int) -> tuple[int, ...]:
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        tokens = (tokens,)
+    try:
+        out = tuple(tokens)
+    except TypeError:
+        raise UsageError(f"tokens must be positive integers, got {tokens!r}") from None
+    if not out or any(isinstance(t, bool) or not isinstance(t, int) or t <= 0 for t in out):
+        raise UsageError(f"tokens must be positive integers, got {list(out)!r}")
+    return out
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b))
+
+
+def _prior_us(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors,
+              ref: Mapping[str, Any] | None) -> tuple[float, tuple[str, str | None, int, int]] | None:
+    """The first prior of the chain bucket → arch_cu → arch that exists for (gfx, cu), evaluated at ``m``."""
+    if ref is None:
+        return None
+    b = bucket_of(m)
+    fitted = priors.buckets.get((gfx, cu), ()) if gfx else ()
+    if fitted and not fitted[0] <= b <= fitted[-1]:
+        b = fitted[0] if b < fitted[0] else fitted[-1]   # beyond the tuned range: the nearest end's prior
+    for key in (("bucket", gfx, cu, b), ("arch_cu", gfx, cu, 0), ("arch", gfx, 0, 0)):
+        model = priors.models.get(key)
+        if model is not None:
+            feats, coef = model
+            return math.exp(_dot(coef, model_features(feats, geo, m, cu or 1, ref))), key
+    return None
+
+
+def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapping[str, Any] | None,
+                   floor: float) -> tuple[float, float, float, str, str]:
+    """(us, low, high, detail, level) from the efficiency priors, never below ``floor``.
+
+    Priors are per token bucket, so the prediction at ``m`` is also kept at or above the prediction at every lower
+    power of two: more tokens never take less time.
+    """
+    from moedispatch.data import capdb
+
+    gfx, cu = getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0
+    ref_product = priors.reference.get((gfx, cu)) if gfx else None
+    ref = (capdb.product_peaks(ref_product) if ref_product else None) or peaks
+    found = _prior_us(geo, m, gfx, cu, priors, ref)
+    if found is not None:
+        us, key = found
+        lower = 1
+        while lower < m:
+            below = _prior_us(geo, lower, gfx, cu, priors, ref)
+            if below is not None and below[0] > us:
+                us = below[0]
+            lower *= 2
+        level = key[0]
+        band = priors.bands.get((level, gfx, cu)) or priors.bands.get((level, gfx, 0)) or priors.generic[1:]
+        where = "/".join(str(k) for k in key[1:] if k)
+        detail = f"roofline with {level} prior {where} (fit against {ref_product or 'target'} peaks)"
+    else:
+        if peaks is None:
+            raise UsageError(f"no peak throughput known for {getattr(caps, 'arch_label', gfx)}: add a [peak.<product>] "
+                             "table to capability_db/gpus.toml")   # predict() returns () before this
+        eff, lo, hi = priors.generic
+        tm, tc = roofline_us(geo, m, peaks)
+        us, band = max(tm, tc) / eff, (lo, hi)
+        detail = f"roofline with the generic efficiency {eff:.2f} (no prior for {gfx} with {cu} CUs)"
+        level = "generic"
+    latency = priors.floors.get((gfx, cu)) or priors.floors.get((gfx, 0))
+    if latency and us < latency:
+        us = latency
+        detail += f"; at the per-call latency floor {latency:.1f} µs (fastest clean tuned row on {gfx})"
+    us = max(us, floor)
+    return us, max(us * band[0], floor), max(us * band[1], us), detail, level
+
+
+def interpolate(m: int, lo: tuple[int, float], hi: tuple[int, float],
+                abscissa: Callable[[int], float] | None = None) -> float:
+    """Log-log interpolation of the time at ``m`` tokens between tuned rows ``lo = (m0, us0)``, ``hi = (m1, us1)``.
+
+    The abscissa is ``log(abscissa(m))`` — :func:`predict` passes the roofline work ``t_mem + t_cmp``, which bends
+    with the expected number of experts touched (leave-one-bucket-out median error 3.3% vs 4.7% for ``log m``); it
+    increases with ``m``, so the result is monotone in ``m`` and lies between the two rows. Default: ``log m``.
+    """
+    (m0, u0), (m1, u1) = lo, hi
+    x = abscissa or float
+    x0, x1 = math.log(x(m0)), math.log(x(m1))
+    f = (math.log(x(m)) - x0) / (x1 - x0) if x1 != x0 else 0.0
+    f = min(max(f, 0.0), 1.0)
+    return math.exp(math.log(u0) + f * (math.log(u1) - math.log(u0)))
+
+
+def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[int, ...]) -> tuple[Cost, ...] | None:
+    from moedispatch._util.log import get_logger
+
+    log = get_logger(__name__)
+    try:
+        if callable(pm) and not hasattr(pm, "hook"):
+            result = pm(backend=backend, layer=layer, caps=caps, tokens=tokens)
+        else:
+            result = pm.hook.moe_cost(backend=backend, layer=layer, caps=caps, tokens=tokens)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin never breaks explain; the roofline answers instead
+        log.warning("plugin_cost_failed", backend=backend, error=f"{type(exc).__name__}: {exc}")
+        return None
+    if result is None:
+        return None
+    try:
+        got: dict[int, Cost] = {}
+        for item in result:
+            if isinstance(item, Cost):
+                c = item
+            else:
+                c = Cost(int(item["tokens"]), float(item["us"]), float(item["low"]), float(item["high"]), "plugin")
+            got[c.tokens] = Cost(c.tokens, c.us, c.low, c.high, "plugin", c.detail or f"declared by {backend}'s plugin")
+        missing = [t for t in tokens if t not in got]
+        if missing:
+            raise ValueError(f"no cost for tokens {missing}")
+    except (TypeError, KeyError, ValueError) as exc:
+        log.warning("plugin_cost_invalid", backend=backend, error=str(exc))
+        return None
+    return tuple(got[t] for t in tokens)
+
+
+def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
+            tokens: Iterable[int] | int = DEFAULT_TOKENS, dispatch: Iterable[Any] | None = None,
+            rows: Iterable[Any] | None = None, pm: Any = None) -> tuple[Cost, ...]:
+    """Predicted time of one fused-MoE call of ``layer`` on ``caps`` per token count, in the order of ``tokens``.
+
+    :param layer: a routed-expert :class:`~moedispatch.core.layers.MoELayer` (per-rank sizes).
+    :param caps: the target :class:`~moedispatch.core.capabilities.Capabilities` (gfx, product, compute_units, AITER).
+    :param backend_family: the backend's name (``aiter-flydsl``, ``triton``, ``emulation``, a plugin's name) or an
+        AITER family (``ck``, ``flydsl``…); see :func:`backend_kind`. Only AITER backends use tuned rows.
+    :param padding: the :class:`~moedispatch.core.backend.Padding` the backend runs with (padded sizes are what it reads
+        and computes, and what AITER's tuned lookup keys on); None = unpadded.
+    :param tokens: token counts (tokens entering the layer on this rank: decode batch size, prefill chunk).
+    :param dispatch: what AITER runs for this layer: a :class:`moedispatch.aiter.dispatch.DispatchPlan` (its key —
+        padded dims, fused shared expert, EP top-k — and per-token activation dtype pick the tuned shape; pass the
+        plan explain already built, with its ``--aiter-env``), or an iterable of dispatch entries (objects or dicts
+        with ``basis`` and ``row`` or ``config`` = ``file:line``) whose tuned rows are used as they are. None: the
+        plan is simulated here with no AITER environment variables.
+    :param rows: tuned rows of this layer's exact lookup key (any token), if the caller already has them (they win
+        over ``dispatch``).
+    :param pm: a pluggy PluginManager with the ``moe_cost`` hookspec (or a callable with the hook's arguments): a
+        plugin's answer wins, with basis ``plugin``.
+    :returns: one :class:`Cost` per token count — or ``()`` when nothing can be predicted: a target product without
+        peak figures in gpus.toml (gfx90a, MI300A, RDNA) and no plugin answer. Explain shows no cost there.
+    :raises UsageError: a dense layer or bad token counts.
+    """
+    tokens = _check_tokens(tokens)
+    if getattr(layer, "kind", "moe") != "moe":
+        raise UsageError(f"layer {getattr(layer, 'index', '?')} is dense: no MoE cost")
+    if pm is not None:
+        plugin = _plugin_costs(pm, backend_family, layer, caps, tokens)
+        if plugin is not None:
+            return plugin
+    kind = backend_kind(backend_family)
+    priors = load_priors()
+    geo = Geometry.of_layer(layer, padding)
+    peaks, _product = _target_peaks(caps)
+    if peaks is None:
+        return ()   # no datasheet figures: no physical floor to stand on, so no honest prediction
+
+    # Tuned rows per token count: {m: rows of the shape AITER looks up for m}. One shape for every m, except where
+    # the dispatch model's activation-dtype policy changes q_dtype_a with M (then the geometry follows it too).
+    shapes: dict[int, list[Any]] = {}
+    geos: dict[int, Geometry] = {}
+    if kind == "aiter" and getattr(caps, "aiter_version", None) is not None:
+        if rows is not None:
+            given = list(rows)
+            shapes = {m: given for m in tokens}
+        elif dispatch is not None and not hasattr(dispatch, "steps"):
+            given = _rows_from_dispatch(dispatch, caps)
+            shapes = {m: given for m in tokens}
+        else:
+            plan = dispatch if dispatch is not None else _plan(layer, caps, padding, tokens)
+            if plan is not None:
+                geo = _key_geometry(layer, padding, plan.key)
+                for m in tokens:
+                    step = next((st for st in plan.steps if st.tokens[0] <= m <= st.tokens[1]), None)
+                    q_a = getattr(step, "q_dtype_a", "") if step is not None else ""
+                    found = list(_shape_rows(plan.key, caps, q_a)) if q_a else []
+                    if q_a in _CSV_BYTES:
+                        a = _CSV_BYTES[q_a]
+                        geos[m] = replace(geo, a_bytes=a, compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a])
+                    if step is not None and step.basis == "tuned" and step.row is not None \
+                            and step.row not in found:
+                        found.append(step.row)   # the act-wildcard or a smaller tier's row
+                    shapes[m] = found
+    tables: dict[int, tuple[dict[int, tuple[float, str]], list[str]]] = {}
+
+    def table_for(m: int) -> tuple[dict[int, tuple[float, str]], list[str]]:
+        found = [r for r in shapes.get(m, ()) if not _row_get(r, "tag")]
+        cache_key = id(shapes.get(m))
+        if cache_key not in tables:
+            clean, rejected = lint_rows(found, lambda r: peaks)
+            t: dict[int, tuple[float, str]] = {}
+            for r in clean:
+                t.setdefault(int(_row_get(r, "token")),
+                             (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "tuned row")))
+            tables[cache_key] = (t, [f"{_row_get(r, 'where', '?')}: {why}" for r, why in rejected])
+        return tables[cache_key]
+
+    out: list[Cost] = []
+    layer_geo = geo
+    for m in tokens:
+        geo = geos.get(m, layer_geo)
+        table, skipped = table_for(m)
+        known = sorted(table)
+        floor = max(roofline_us(geo, m, peaks))   # nothing runs faster than the datasheet peaks
+        if m in table:
+            us, where = table[m]
+            lo, hi = priors.tuned
+            out.append(Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned", f"tuned row {where}"))
+            continue
+        below = [t for t in known if t < m]
+        above = [t for t in known if t > m]
+        if kind == "aiter" and below and above:
+            a, b = below[-1], above[0]
+            work = lambda t: sum(roofline_us(geo, t, peaks))  # noqa: E731 - the abscissa: roofline work
+            us = max(interpolate(m, (a, table[a][0]), (b, table[b][0]), work), floor)
+            lo, hi = priors.interpolated
+            out.append(Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
+                            f"log-log between tuned rows at {a} ({table[a][1]}) and {b} ({table[b][1]}) tokens"))
+            continue
+        us, low, high, detail, _level = _roofline_cost(geo, m, caps, priors, peaks, floor)
+        if below or above:
+            # Beyond the tuned token range of this shape: anchor on the nearest tuned row and scale it by the
+            # prior's ratio between the two token counts (one bucket out: median error 4.5% against 7.6% for the
+            # prior alone, measured on the bundled rows); the bars stay the roofline's.
+            t = below[-1] if below else above[0]
+            anchor_us, anchor_where = table[t]
+            fitted = priors.buckets.get((getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0))
+            if not fitted or bucket_of(m) > fitted[-1]:
+                # Past the largest fitted bucket the priors would extrapolate; the work itself scales instead
+                # (compute-bound at these sizes: time grows with the FLOPs).
+                ratio = sum(roofline_us(geo, m, peaks)) / sum(roofline_us(geo, t, peaks))
+            else:
+                ratio = us / _roofline_cost(geo, t, caps, priors, peaks, 0.0)[0]
+            anchored = max(anchor_us * ratio, floor)
+            low, high, us = max(low * anchored / us, floor), high * anchored / us, anchored
+            detail += f"; scaled from the tuned row at {t} tokens ({anchor_where}, {anchor_us:.1f} µs)"
+        if skipped:
+            detail += f"; tuned rows not used: {'; '.join(skipped[:3])}"
+        if kind != "aiter":
+            entry = priors.backend.get(kind) or priors.backend["other"]
+            factor, flo, fhi = float(entry["factor"]), float(entry["low"]), float(entry["high"])
+            us, low, high = us * factor, max(low * flo, floor), high * fhi
+            detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"
+        out.append(Cost(m, us, min(low, us), max(high, us), "roofline", detail))
+    return _no_faster_than_the_whole_device(tuple(out), layer, caps, backend_family, padding, tokens, rows)
+
+
+def _no_faster_than_the_whole_device(costs: tuple[Cost, ...], layer: Any, caps: Any, backend_family: str,
+                                     padding: Any, tokens: tuple[int, ...], rows: Any) -> tuple[Cost, ...]:
+    """A compute partition (``--target MI355X:CPX``) runs the same work on a share of the CUs and of the fabric, so
+    its prediction is never below the whole device's (tuned rows at the full CU count included). Needed because the
+    priors are fitted per (arch, CU count): a partition's count has none and falls back to the arch-wide prior,
+    which can undercut the whole device's."""
+    import dataclasses
+
+    from moedispatch.data import capdb
+
+    gfx, cu, product = getattr(caps, "gfx", None), getattr(caps, "compute_units", None), getattr(caps, "product", None)
+    if not costs or not dataclasses.is_dataclass(caps) or not capdb.partition_of(gfx, product, cu):
+        return costs
+    full = next(p["compute_units"] for p in (capdb.arch_facts(gfx) or {})["products"] if p["name"] == product)
+    whole = predict(layer, dataclasses.replace(caps, compute_units=full), backend_family=backend_family,
+                    padding=padding, tokens=tokens, rows=rows)
+    out = []
+    for c, w in zip(costs, whole):
+        if w.us > c.us:
+            c = Cost(c.tokens, w.us, max(c.low, w.low), max(c.high, w.high), c.basis,
+                     f"{c.detail}; raised to the whole {product}'s prediction ({full} CUs, {w.basis}): a partition is "
+                     "never faster")
+        out.append(c)
+    return tuple(out) + costs[len(out):]
+
+
+def padding_overhead(layer: Any, caps: Any, *, backend_family: str, padding: Any,
+                     tokens: Iterable[int] | int = DEFAULT_TOKENS) -> tuple[tuple[int, float], ...]:
+    """What a padding costs: ``((tokens, extra), ...)`` with ``extra`` = padded / unpadded − 1 (``0.29`` = 29%
+    slower), both predicted on the roofline path (tuned rows exist for one of the two shapes at most, so mixing bases
+    would compare a measurement with a model). For a what-if line such as "pad 384→512 costs +21% at 4096 tokens".
+    """
+    plain = predict(layer, caps, backend_family=backend_family, tokens=tokens, rows=())
+    padded = predict(layer, caps, backend_family=backend_family, tokens=tokens, rows=(), padding=padding)
+    return tuple((a.tokens, b.us / a.us - 1) for a, b in zip(plain, padded))
+
+
+# -- totals and ranking ------------------------------------------------------------------------------------------
+
+_WEAKEST = {"tuned": 0, "interpolated": 1, "plugin": 2, "roofline": 3}
+
+
+def total(costs_per_layer: Iterable[Sequence[Cost]]) -> tuple[Cost, ...]:
+    """The model's total MoE time per token count: sums of ``us``, ``low`` and ``high`` over the layers.
+
+    Pass one cost tuple per MoE layer (a model with 57 identical MoE layers passes 57 tuples). Bounds add up
+    (errors of identical layers are fully correlated, so the sum of bounds is the honest bound). The total at the
+    decode batch size is the decode step's MoE time; at the prefill chunk size, a prefill chunk's. Its basis is the
+    weakest basis among the layers; use ``to_dict(with_basis=False)`` for the contract's ``cost_total``.
+    """
+    sums: dict[int, list[float]] = {}
+    basis: dict[int, str] = {}
+    order: list[int] = []
+    for costs in costs_per_layer:
+        for c in costs:
+            if c.tokens not in sums:
+                sums[c.tokens] = [0.0, 0.0, 0.0]
+                basis[c.tokens] = c.basis
+                order.append(c.tokens)
+            s = sums[c.tokens]
+            s[0] += c.us
+            s[1] += c.low
+            s[2] += c.high
+            if _WEAKEST[c.basis] > _WEAKEST[basis[c.tokens]]:
+                basis[c.tokens] = c.basis
+    return tuple(Cost(t, sums[t][0], sums[t][1], sums[t][2], basis[t], "sum over MoE layers") for t in order)
+
+
+def _pairs(a: Sequence[Cost], b: Sequence[Cost]) -> list[tuple[Cost, Cost]]:
+    bt = {c.tokens: c for c in b}
+    return [(c, bt[c.tokens]) for c in a if c.tokens in bt]
+
+
+def compare(a_costs: Sequence[Cost], b_costs: Sequence[Cost]) -> str:
+    """``"faster"`` if a's bars lie wholly below b's at some common token count and above at none; ``"slower"``
+    the other way round; else ``"tie"`` (overlapping bars, mixed outcomes or no common token count)."""
+    faster = slower = False
+    for a, b in _pairs(a_costs, b_costs):
+        if a.high < b.low:
+            faster = True
+        elif a.low > b.high:
+            slower = True
+    if faster and not slower:
+        return "faster"
+    if slower and not faster:
+        return "slower"
+    return "tie"
+
+
+def reason(a_name: str, a_costs: Sequence[Cost], b_name: str, b_costs: Sequence[Cost],
+           tokens: int | None = None) -> str:
+    """``"aiter-flydsl 41 µs (35–48) vs triton 118 µs (80–160) at 64 tokens"``: at ``tokens``, else at the
+    token count where the bars are furthest apart (the first common one when none separate)."""
+    pairs = _pairs(a_costs, b_costs)
+    if not pairs:
+        return f"{a_name} vs {b_name}: no common token count"
+    if tokens is not None:
+        chosen = [p for p in pairs if p[0].tokens == tokens] or pairs[:1]
+        a, b = chosen[0]
+    else:
+        def gap(p: tuple[Cost, Cost]) -> float:
+            x, y = p
+            return max(math.log(y.low / x.high), math.log(x.low / y.high))
+        a, b = max(pairs, key=gap)
+    unit = "token" if a.tokens == 1 else "tokens"
+    return f"{a_name} {format_cost(a)} vs {b_name} {format_cost(b)} at {a.tokens} {unit}"
+
+
+def rank(candidates: Sequence[tuple[str, int, Sequence[Cost]]]) -> list[tuple[str, str | None]]:
+    """Order correct backends by predicted time where the bars separate them; preference breaks ties.
+
+    :param candidates: ``(name, preference, costs)`` per correct backend (``costs`` may be ``()``: not predicted).
+    :returns: ``[(name, why), ...]`` best first. ``why`` is ``None`` for the winner; for every other backend it is
+        the :func:`reason` text against the backend ranked just above it when their bars separate (cost decided),
+        else ``None`` (preference decided, as before).
+
+    Start from preference order (higher first, ties by name); a backend moves above its neighbour only when
+    :func:`compare` says ``"faster"``, so a backend without a prediction never moves and never gets overtaken.
+    """
+    order = sorted(candidates, key=lambda c: (-c[1], c[0]))
+    for _ in range(len(order) ** 2):
+        moved = False
+        for i in range(1, len(order)):
+            if order[i][2] and order[i - 1][2] and compare(order[i][2], order[i - 1][2]) == "faster":
+                order[i - 1], order[i] = order[i], order[i - 1]
+                moved = True
+        if not moved:
+            break
+    out: list[tuple[str, str | None]] = []
+    for i, (name, _pref, costs) in enumerate(order):
+        why = None
+        if i:
+            above = order[i - 1]
+            if costs and above[2] and compare(above[2], costs) == "faster":
+                why = reason(above[0], above[2], name, costs)
+        out.append((name, why))
+    return out
+
+
+# -- tuning work-list ----------------------------------------------------------------------------------------------
+
+#: AITER's untuned-CSV columns (``aiter/configs/untuned_fmoe.csv``), the input of its fused-MoE tuner
+#: (``csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py``).
+UNTUNED_COLUMNS = ("token", "model_dim", "inter_dim", "expert", "topk", "act_type", "dtype", "q_dtype_a",
+                   "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1")
+
+
+def tuning_worklist(entries: Iterable[tuple[Any, Sequence[Cost], int]]) -> tuple[dict[str, Any], ...]:
+    """The shapes AITER runs on heuristics, ranked by the predicted time spent in them — what to tune first.
+
+    :param entries: ``(plan, costs, layers)`` per layer group: its :class:`moedispatch.aiter.dispatch.DispatchPlan`,
+        the AITER backend's predicted costs at the plan's token counts, and how many layers share it.
+    :returns: one row per distinct lookup key and token bucket that no tuned row covers, with the
+        :data:`UNTUNED_COLUMNS` (``token`` is AITER's bucket, so a tuned row lands where the lookup looks) plus
+        ``gfx``, ``cu_num``, ``us`` (predicted per call), ``layers`` and ``weight`` = us × layers; highest weight
+        first. Tuning cannot make a call faster than its roofline, so the time spent there is the most tuning
+        could save, and the order is the order of expected saving when heuristic kernels lose a similar share.
+    """
+    from moedispatch.aiter import dispatch as aiter_dispatch
+
+    merged: dict[tuple, dict[str, Any]] = {}
+    for plan, costs, layers in entries:
+        by_tokens = {c.tokens: c for c in costs}
+        key = plan.key
+        for step in plan.steps:
+            if step.basis == "tuned":
+                continue
+            for m in plan.tokens:
+                if not step.tokens[0] <= m <= step.tokens[1] or m not in by_tokens:
+                    continue
+                bucket = aiter_dispatch.get_padded_M(m, plan.dispatch_model)
+                row = {"token": bucket, "model_dim": key.model_dim, "inter_dim": key.inter_dim, "expert": key.expert,
+                       "topk": key.topk, "act_type": key.act_type, "dtype": key.dtype, "q_dtype_a": step.q_dtype_a,
+                       "q_dtype_w": key.q_dtype_w, "q_type": key.q_type, "use_g1u1": key.use_g1u1,
+                       "doweight_stage1": key.doweight_stage1}
+                ident = (key.gfx, key.cu_num) + tuple(row[c] for c in UNTUNED_COLUMNS)
+                us = by_tokens[m].us
+                entry = merged.setdefault(ident, {**row, "gfx": key.gfx, "cu_num": key.cu_num, "us": 0.0,
+                                                  "layers": 0, "weight": 0.0})
+                entry["us"] = max(entry["us"], us)
+                entry["layers"] += layers
+                entry["weight"] += us * layers
+    return tuple(sorted(merged.values(), key=lambda r: (-r["weight"], r["token"])))
+
+
+def untuned_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Rows of :func:`tuning_worklist` in AITER's untuned-CSV format (header included), for its tuner."""
+    lines = [",".join(UNTUNED_COLUMNS)]
+    seen = set()
+    for r in rows:
+        line = ",".join(str(r[c]) for c in UNTUNED_COLUMNS)
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,2 @@
+"""capability_db and AITER's tuned CSVs, read as data (no probing, no selection).
+"""

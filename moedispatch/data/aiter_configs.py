@@ -1,0 +1,676 @@
+"""AITER's fused-MoE tuned CSVs, read and merged the way AITER does it — without importing aiter, torch or pandas.
+
+Who calls what
+--------------
+* :func:`load_config_set` — the merged tuned table AITER would use: the installed AITER's own files when present
+  (they win), else a bundled snapshot (``capability_db/aiter_configs/``, one per AITER commit, see its
+  ``manifest.toml``); ``AITER_CONFIG_FMOE`` (in ``env``) *replaces* the whole set, as in AITER.
+* :func:`tuned_rows` — the rows for one shape, for the cost model::
+
+      from moedispatch.data.aiter_configs import tuned_rows
+      rows = tuned_rows(model_dim=7168, inter_dim=256, expert=256, topk=8, gfx="gfx950", cu_num=256,
+                        q_type="QuantType.per_1x128")              # source=None: installed AITER, else bundled
+      for r in rows:
+          r.where, r.token, r.us, r.us1, r.us2, r.kernel1, r.kernel2   # "…/tuned_fmoe.csv:417", 16, 27.1, …
+
+  Every filter is optional (``None`` = any value); strings are compared as AITER's CSVs spell them
+  (``QuantType.per_1x128``, ``torch.float8_e4m3fn``, ``ActivationType.Silu``). Rows tagged ``flydsl_fallback`` are
+  left out unless ``include_tagged=True``.
+* :func:`native_inter_dims` lives in :mod:`moedispatch.aiter.dispatch` (it needs the dispatch model).
+
+Loading is lazy (nothing happens at import) and cached per (files, mtimes, env). A malformed or partial CSV never
+raises: the problem is recorded in :attr:`ConfigSet.warnings` as ``file:line: what`` and :attr:`ConfigSet.broken`
+is set, so dispatch falls back to heuristics and says so.
+
+AITER sources modelled here (cited where used): ``aiter/jit/core.py`` ``AITER_CONFIG.get_config_file`` /
+``update_config_files`` and ``aiter/fused_moe.py`` ``get_2stage_cfgs`` at
+https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/ (HEAD snapshot); the same functions
+in the PyPI wheel amd-aiter 0.1.7.post2.dev18 (``aiter/jit/core.py``, ``aiter/fused_moe.py``) for the legacy model.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NamedTuple
+
+__all__ = [
+    "TunedRow",
+    "ConfigSet",
+    "KEY_COLUMNS",
+    "load_config_set",
+    "config_set_for",
+    "tuned_rows",
+    "snapshots",
+    "installed_aiter",
+    "installed_config_warnings",
+    "gfx_from_cu_num",
+    "parse_csv",
+]
+
+#: The lookup key of ``get_2stage_cfgs`` at AITER HEAD, in order (``_INDEX_COLS``); legacy AITER (≤ 0.1.7) has no
+#: ``gfx``.
+KEY_COLUMNS = ("gfx", "cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "act_type", "dtype",
+               "q_dtype_a", "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1")
+_INT_KEYS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "use_g1u1", "doweight_stage1")
+_REQUIRED = tuple(c for c in KEY_COLUMNS if c != "gfx") + ("block_m", "kernelName1")
+#: Columns AITER's merge fills when a file lacks them (``update_config_files`` ``_FILL_DEFAULTS``; others get 0).
+_FILL_DEFAULTS = {"xbf16": 0, "run_1stage": 0, "ksplit": 0}
+#: ``aiter/jit/utils/chip_info.py`` ``_LEGACY_CU_NUM_TO_GFX`` (HEAD): legacy rows without ``gfx`` are backfilled.
+_LEGACY_CU_NUM_TO_GFX = {256: "gfx950", 80: "gfx942", 304: "gfx942"}
+#: ``update_config_files`` de-duplicates on untuned_fmoe.csv's columns (+ cu_num, gfx, _tag at HEAD).
+_UNTUNED_COLUMNS = ("token", "model_dim", "inter_dim", "expert", "topk", "act_type", "dtype", "q_dtype_a",
+                    "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1")
+
+_HEAD_SRC = "https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879"
+SOURCE_MERGE = f"{_HEAD_SRC}/aiter/jit/core.py"
+SOURCE_LOOKUP = f"{_HEAD_SRC}/aiter/fused_moe.py"
+SOURCE_BACKFILL = f"{_HEAD_SRC}/aiter/jit/utils/chip_info.py"
+
+
+def gfx_from_cu_num(cu_num: int) -> str | None:
+    """AITER HEAD ``gfx_from_cu_num``: 256→gfx950, 80/304→gfx942; other values use the live GPU (None here)."""
+    return _LEGACY_CU_NUM_TO_GFX.get(cu_num)
+
+
+class TunedRow(NamedTuple):
+    """One tuned fused-MoE row. ``file`` is the path as shown to users, ``line`` the 1-based line in that file.
+
+    A NamedTuple (immutable, hashable) rather than a dataclass: thousands are built per load and tuple construction
+    is an order of magnitude cheaper.
+    """
+
+    file: str
+    line: int
+    gfx: str | None
+    cu_num: int
+    token: int
+    model_dim: int
+    inter_dim: int
+    expert: int
+    topk: int
+    act_type: str
+    dtype: str
+    q_dtype_a: str
+    q_dtype_w: str
+    q_type: str
+    use_g1u1: int
+    doweight_stage1: int
+    block_m: int
+    ksplit: int = 0
+    us1: float | None = None
+    kernel1: str = ""
+    err1: str = ""
+    us2: float | None = None
+    kernel2: str = ""
+    err2: str = ""
+    us: float | None = None
+    run_1stage: int = 0
+    xbf16: int = 0
+    flat: int = 0
+    tflops: float | None = None
+    bw: float | None = None
+    tag: str = ""
+    gfx_backfilled: bool = False
+    defects: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> str:
+        """``file:line`` — what explain prints as the deciding config."""
+        return f"{self.file}:{self.line}"
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """Kernel names as AITER would launch them (1-stage rows have no stage-2 kernel)."""
+        names = [self.kernel1] if self.kernel1 else []
+        if not self.run_1stage and self.kernel2 and self.kernel2 not in ("Null", "None"):
+            names.append(self.kernel2)
+        return tuple(names)
+
+    def key(self, *, with_gfx: bool = True, act: str | None = None) -> tuple:
+        """The lookup key (``KEY_COLUMNS``); ``act`` replaces act_type (the wildcard dict)."""
+        k = (self.cu_num, self.token, self.model_dim, self.inter_dim, self.expert, self.topk,
+             self.act_type if act is None else act, self.dtype, self.q_dtype_a, self.q_dtype_w, self.q_type,
+             self.use_g1u1, self.doweight_stage1)
+        return ((self.gfx,) + k) if with_gfx else k
+
+    def shape(self) -> tuple:
+        """Everything of the key except the token bucket (rows of one tuned shape share it)."""
+        k = self.key()
+        return k[:2] + k[3:]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.where, "gfx": self.gfx, "cu_num": self.cu_num, "token": self.token,
+            "model_dim": self.model_dim, "inter_dim": self.inter_dim, "expert": self.expert, "topk": self.topk,
+            "act_type": self.act_type, "dtype": self.dtype, "q_dtype_a": self.q_dtype_a,
+            "q_dtype_w": self.q_dtype_w, "q_type": self.q_type, "use_g1u1": self.use_g1u1,
+            "doweight_stage1": self.doweight_stage1, "block_m": self.block_m, "ksplit": self.ksplit,
+            "us1": self.us1, "kernel1": self.kernel1, "us2": self.us2, "kernel2": self.kernel2, "us": self.us,
+            "run_1stage": self.run_1stage, "xbf16": self.xbf16, "tag": self.tag,
+        }
+
+
+@dataclass(frozen=True)
+class ConfigSet:
+    """A merged tuned table as one AITER would use it.
+
+    ``origin`` is ``installed`` (the AITER importable in this Python), ``bundled`` (a capability_db snapshot),
+    ``env`` (``AITER_CONFIG_FMOE`` replaced the set) or ``explicit`` (a directory or files passed in).
+    ``dispatch`` names the dispatch model that reads it (``head`` or ``legacy``). ``rows`` holds every parsed row
+    in AITER's merge order (file order, then line order), tagged fallback rows included. ``broken`` is True when a
+    file could not be read cleanly; ``warnings`` says which file and line. ``merge_error`` is what AITER itself
+    would raise while merging (duplicate rows), if anything.
+    """
+
+    label: str
+    origin: str
+    dispatch: str
+    version: str | None
+    files: tuple[str, ...]
+    rows: tuple[TunedRow, ...]
+    warnings: tuple[str, ...] = ()
+    broken: bool = False
+    merge_error: str | None = None
+    commit: str | None = None
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "origin": self.origin, "dispatch": self.dispatch, "version": self.version,
+                "commit": self.commit, "files": list(self.files), "rows": len(self.rows),
+                "warnings": list(self.warnings), "broken": self.broken, "merge_error": self.merge_error,
+                "notes": list(self.notes)}
+
+
+# -- CSV parsing -------------------------------------------------------------------------------------------------
+
+def _num(text: str, kind: type) -> Any:
+    text = text.strip()
+    if text == "" or text.lower() == "nan":
+        return None
+    value = float(text)
+    if kind is int:
+        if value != int(value):
+            raise ValueError(f"{text!r} is not an integer")
+        return int(value)
+    return value
+
+
+def _int(text: str, name: str | None) -> int | None:
+    """A key integer as pandas reads it (``"32"``, ``"32.0"``); empty → ValueError naming the column (or None)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if text == "" or text.lower() == "nan":
+        if name is None:
+            return None
+        raise ValueError(f"empty {name}")
+    value = float(text)
+    if value != int(value):
+        raise ValueError(f"{text!r} is not an integer")
+    return int(value)
+
+
+def _flt(text: str) -> float | None:
+    if text == "" or text.lower() == "nan":
+        return None
+    return float(text)
+
+
+def parse_csv(path: str, display: str, *, dispatch: str = "head",
+              model_dims: frozenset[int] | None = None) -> tuple[list[TunedRow], list[str]]:
+    """Parse one tuned fmoe CSV. Returns (rows, problems); each problem is ``display:line: what``.
+
+    A header without the key columns makes the whole file unusable (one problem at line 1). A row with the wrong
+    field count or a non-numeric key is skipped with a problem naming its line. ``model_dims``: parse only data
+    lines that mention one of these model_dim values as a field (a fast pre-filter for a planner that needs one
+    shape; line numbers are kept; the full lint passes None).
+    """
+    rows: list[TunedRow] = []
+    problems: list[str] = []
+    try:
+        fh = open(path, newline="", encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return [], [f"{display}: cannot read: {exc.strerror or exc}"]
+    with fh:
+        lines: Any = fh
+        if model_dims:
+            needles = tuple(f",{d}," for d in sorted(model_dims))
+
+            def _filtered(source: Any) -> Any:
+                for n, text in enumerate(source):
+                    # the header and lines naming a wanted model_dim pass; others become blank (line numbers kept)
+                    yield text if n == 0 or any(x in text for x in needles) else "\n"
+            lines = _filtered(fh)
+        reader = csv.reader(lines)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return [], [f"{display}:1: empty file (no header)"]
+        except csv.Error as exc:
+            return [], [f"{display}:1: not CSV: {exc}"]
+        header = [h.strip() for h in header]
+        missing = [c for c in _REQUIRED if c not in header]
+        if missing:
+            return [], [f"{display}:1: header lacks column(s) {', '.join(missing)}"]
+        col = {name: i for i, name in enumerate(header)}
+        i_gfx, i_ksplit, i_run1, i_us1, i_us2, i_us, i_k1, i_k2, i_err1, i_err2, i_tag, i_xbf16, i_flat, \
+            i_tflops, i_bw = (col.get(n, -1) for n in ("gfx", "ksplit", "run_1stage", "us1", "us2", "us",
+                                                       "kernelName1", "kernelName2", "err1", "err2", "_tag", "xbf16",
+                                                       "flat", "tflops", "bw"))
+        int_cols = [(col[n], n) for n in _INT_KEYS]
+        info_cols = (("xbf16", int, i_xbf16), ("flat", int, i_flat), ("tflops", float, i_tflops), ("bw", float, i_bw))
+        while True:
+            try:
+                values = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                problems.append(f"{display}:{reader.line_num}: not CSV: {exc}")
+                break
+            line = reader.line_num
+            if not values or all(not v.strip() for v in values):
+                continue
+            if len(values) > len(header):
+                # pandas.read_csv (what AITER uses) fails on a row with more fields than the header
+                # ("Error tokenizing data ... Expected N fields in line L, saw M"); fewer fields are NaN-filled.
+                problems.append(f"{display}:{line}: {len(values)} fields, the header has {len(header)}")
+                continue
+            short = len(values) if len(values) < len(header) else 0
+            if short:
+                values = values + [""] * (len(header) - len(values))
+            values = [v.strip() for v in values]
+            try:
+                ints = dict(zip(_INT_KEYS, [_int(values[i], n) for i, n in int_cols]))
+                block_m = _int(values[col["block_m"]], "block_m")
+                ksplit = _int(values[i_ksplit], None) or 0 if i_ksplit >= 0 else 0
+                run_1stage = _int(values[i_run1], None) or 0 if i_run1 >= 0 else 0
+                us1 = _flt(values[i_us1]) if i_us1 >= 0 else None
+                us2 = _flt(values[i_us2]) if i_us2 >= 0 else None
+                us = _flt(values[i_us]) if i_us >= 0 else None
+            except ValueError as exc:
+                problems.append(f"{display}:{line}: bad number ({exc})")
+                continue
+            # Informational columns: AITER only int()s xbf16/flat on 1-stage rows, so a row whose trailing columns
+            # are shifted (a column missing, e.g. flat) still loads there; keep it and record the defect for lint.
+            defects: list[str] = []
+            lenient: dict[str, Any] = {}
+            for name, kind, i in info_cols:
+                raw = values[i] if i >= 0 else ("0" if kind is int else "")
+                if kind is int and raw in ("0", "1", ""):
+                    lenient[name] = int(raw or 0)
+                    continue
+                try:
+                    lenient[name] = _num(raw, kind)
+                except ValueError:
+                    try:
+                        lenient[name] = int(float(raw)) if kind is int else None
+                    except ValueError:
+                        lenient[name] = None
+                    defects.append(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'} "
+                                   f"(columns shifted?)")
+            if short:
+                defects.append(f"{short} field(s) for {len(header)} columns (pandas fills the rest with NaN)")
+            strs = [values[col[n]] for n in ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type")]
+            if not all(strs):
+                names = ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type")
+                problems.append(f"{display}:{line}: empty {names[[bool(x) for x in strs].index(False)]}")
+                continue
+            gfx = values[i_gfx] if i_gfx >= 0 else ""
+            backfilled = False
+            if gfx in ("", "0", "nan", "None"):
+                gfx = gfx_from_cu_num(ints["cu_num"]) if dispatch == "head" else None
+                backfilled = dispatch == "head"
+            rows.append(TunedRow(
+                display, line, gfx or None, ints["cu_num"], ints["token"], ints["model_dim"], ints["inter_dim"],
+                ints["expert"], ints["topk"], strs[0], strs[1], strs[2], strs[3], strs[4], ints["use_g1u1"],
+                ints["doweight_stage1"], block_m, ksplit, us1, values[i_k1], values[i_err1] if i_err1 >= 0 else "",
+                us2, values[i_k2] if i_k2 >= 0 else "", values[i_err2] if i_err2 >= 0 else "", us, run_1stage,
+                lenient["xbf16"] or 0, lenient["flat"] or 0, lenient["tflops"], lenient["bw"],
+                values[i_tag] if i_tag >= 0 else "", backfilled, tuple(defects),
+            ))
+    return rows, problems
+
+
+# -- where the files are -------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _db_dir() -> str:
+    from moedispatch.data import capdb
+
+    return os.path.join(capdb._package_dir("moedispatch.capability_db"), "aiter_configs")
+
+
+@functools.lru_cache(maxsize=None)
+def snapshots() -> dict[str, dict[str, Any]]:
+    """``capability_db/aiter_configs/manifest.toml`` ``[snapshot.*]`` (commit, date, applies_to, files)."""
+    from moedispatch.data import capdb
+
+    data = capdb.load_toml("aiter_configs/manifest.toml")
+    snaps = data.get("snapshot")
+    if not isinstance(snaps, dict) or not snaps:
+        from moedispatch.core.errors import CapabilityDBError
+
+        raise CapabilityDBError("capability_db/aiter_configs/manifest.toml: no [snapshot.*] tables")
+    return snaps
+
+
+_installed_memo: dict[tuple[str, ...], tuple[str | None, str | None]] = {}
+
+
+def installed_aiter() -> tuple[str | None, str | None]:
+    """(version, ``aiter`` package directory) of the AITER this Python would import, read from files only.
+
+    ``importlib.util.find_spec('aiter')`` locates the package without executing it (a top-level name); the version
+    is the ``amd-aiter`` distribution's metadata, else ``aiter/_version.py`` read as text. Memoised per ``sys.path``
+    (explain asks once per planned shape; walking the distribution's RECORD cost ~100 ms).
+    """
+    import sys
+
+    key = tuple(sys.path)
+    hit = _installed_memo.get(key)
+    if hit is not None:
+        return hit
+    import importlib.util
+    from pathlib import Path
+
+    from moedispatch.probe import aiter as _probe_aiter
+
+    version = _probe_aiter.dist_version(_probe_aiter.DIST)
+    try:
+        spec = importlib.util.find_spec("aiter")
+    except (ImportError, ValueError):
+        spec = None
+    pkg = Path(next(iter(spec.submodule_search_locations))) if spec is not None and \
+        spec.submodule_search_locations else None
+    if pkg is None or not (pkg / "fused_moe.py").is_file():
+        result: tuple[str | None, str | None] = (version, None)
+    else:
+        result = (version or _probe_aiter._version_file(pkg), str(pkg))
+    if len(_installed_memo) > 8:
+        _installed_memo.clear()
+    _installed_memo[key] = result
+    return result
+
+
+def _dispatch_model_for(version: str | None) -> str:
+    """``legacy`` for AITER < 0.1.8 (the 0.1.7 wheel's lookup: no gfx, no act wildcard, buckets capped at 1024),
+    ``head`` otherwise."""
+    if version is None:
+        return "head"
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return "legacy" if Version(Version(version).public) < Version("0.1.8") else "head"
+    except InvalidVersion:
+        return "head"
+
+
+def _default_files(configs_dir: str) -> list[str]:
+    """AITER's default set: ``tuned_fmoe.csv`` then ``model_configs/*tuned_fmoe*.csv`` without "untuned".
+
+    AITER lists model_configs with ``Path.glob`` (directory order, filesystem dependent); sorted here, which only
+    matters for the act-type wildcard's "first row wins" (reported as a note where it does).
+    """
+    files = [os.path.join(configs_dir, "tuned_fmoe.csv")]
+    mc = os.path.join(configs_dir, "model_configs")
+    if os.path.isdir(mc):
+        files += [os.path.join(mc, n) for n in sorted(os.listdir(mc))
+                  if "tuned_fmoe" in n and "untuned" not in n and n.endswith(".csv")]
+    return files
+
+
+def _split_env_paths(value: str) -> list[str]:
+    return [p for p in value.split(os.pathsep) if p.strip()]
+
+
+def _display(path: str, root: str | None, prefix: str) -> str:
+    if root and os.path.abspath(path).startswith(os.path.abspath(root) + os.sep):
+        return prefix + os.path.relpath(path, root).replace(os.sep, "/")
+    return path
+
+
+# -- merge ---------------------------------------------------------------------------------------------------------
+
+def _merge(files: list[tuple[str, str]], dispatch: str,
+           model_dims: frozenset[int] | None = None) -> tuple[list[TunedRow], list[str], bool, str | None]:
+    """Parse and concatenate like ``update_config_files``; returns (rows, warnings, broken, merge_error)."""
+    rows: list[TunedRow] = []
+    warnings: list[str] = []
+    broken = False
+    present = [(p, d) for p, d in files if os.path.isfile(p)]
+    for path, display in files:
+        if not os.path.isfile(path):
+            # AITER: a listed file that does not exist is skipped with an INFO line (the default file must exist).
+            warnings.append(f"{display}: listed in the tuned set but not found (AITER skips it)")
+    if not present:
+        return [], warnings + ["no tuned fmoe CSV found: dispatch uses heuristics only"], True, None
+    for path, display in present:
+        parsed, problems = parse_csv(path, display, dispatch=dispatch, model_dims=model_dims)
+        rows.extend(parsed)
+        if problems:
+            broken = True
+            warnings.extend(problems[:5])
+            if len(problems) > 5:
+                warnings.append(f"{display}: {len(problems) - 5} more malformed line(s)")
+    merge_error = None
+    if len(present) > 1:
+        # Duplicate keys across the merged files: HEAD keys on untuned columns + cu_num + gfx + _tag and RAISES
+        # after rewriting the sources ("Please re-run"); legacy keys on the untuned columns only (no cu_num!) and
+        # silently keeps the fastest row. Either way the fastest (lowest us, stable) survives.
+        def dedup_key(r: TunedRow) -> tuple:
+            base = (r.token, r.model_dim, r.inter_dim, r.expert, r.topk, r.act_type, r.dtype, r.q_dtype_a,
+                    r.q_dtype_w, r.q_type, r.use_g1u1, r.doweight_stage1)
+            return base + ((r.cu_num, r.gfx, r.tag) if dispatch == "head" else ())
+
+        order = sorted(range(len(rows)), key=lambda i: (rows[i].us is None, rows[i].us or 0.0))
+        best: dict[tuple, int] = {}
+        for i in order:
+            best.setdefault(dedup_key(rows[i]), i)
+        keep = set(best.values())
+        if len(keep) < len(rows):
+            dropped = [rows[i] for i in range(len(rows)) if i not in keep]
+            sample = ", ".join(r.where for r in dropped[:3])
+            if dispatch == "head":
+                merge_error = (f"AITER raises 'Found {len(rows) - len(keep)} duplicate shape entries during merge "
+                               f"of tuned_fmoe … Please re-run' and rewrites the source CSVs keeping the lowest us "
+                               f"(first duplicates: {sample}); modelled after that rewrite ({SOURCE_MERGE})")
+            else:
+                merge_error = (f"{len(rows) - len(keep)} rows dropped by AITER's merge de-duplication, which keys "
+                               f"on the untuned columns without cu_num (rows of other GPUs can shadow each other; "
+                               f"first dropped: {sample})")
+            rows = [rows[i] for i in range(len(rows)) if i in keep]
+    return rows, warnings, broken, merge_error
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(files: tuple[tuple[str, str], ...], stamps: tuple, dispatch: str, label: str, origin: str,
+                 version: str | None, commit: str | None, notes: tuple[str, ...],
+                 model_dims: frozenset[int] | None = None) -> ConfigSet:
+    del stamps  # part of the cache key only
+    rows, warnings, broken, merge_error = _merge(list(files), dispatch, model_dims)
+    return ConfigSet(label=label, origin=origin, dispatch=dispatch, version=version,
+                     files=tuple(d for _, d in files), rows=tuple(rows), warnings=tuple(warnings), broken=broken,
+                     merge_error=merge_error, commit=commit, notes=notes)
+
+
+def _stamps(files: list[tuple[str, str]]) -> tuple:
+    out = []
+    for path, _ in files:
+        try:
+            st = os.stat(path)
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _build(files: list[tuple[str, str]], dispatch: str, label: str, origin: str, version: str | None,
+           commit: str | None = None, notes: tuple[str, ...] = (),
+           model_dims: frozenset[int] | None = None) -> ConfigSet:
+    return _load_cached(tuple(files), _stamps(files), dispatch, label, origin, version, commit, notes, model_dims)
+
+
+def _bundled(name: str, version: str | None, notes: tuple[str, ...] = (),
+             model_dims: frozenset[int] | None = None) -> ConfigSet:
+    snap = snapshots()[name]
+    root = os.path.join(_db_dir(), snap.get("directory", name))
+    files = [(p, _display(p, _db_dir(), "capability_db/aiter_configs/")) for p in _default_files(root)]
+    label = f"bundled {snap.get('describe', name)} @ {str(snap.get('commit', ''))[:10]} ({snap.get('date')})"
+    return _build(files, snap.get("dispatch", "head"), label, "bundled", version, snap.get("commit"), notes,
+                  model_dims)
+
+
+def _snapshot_for(version: str | None) -> tuple[str, tuple[str, ...]]:
+    """The bundled snapshot whose ``applies_to`` contains ``version`` (else the newest, with a note)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    snaps = snapshots()
+    newest = max(snaps, key=lambda n: str(snaps[n].get("date", "")))
+    if version is None:
+        return newest, ()
+    try:
+        public = Version(Version(version).public)
+    except InvalidVersion:
+        return newest, (f"AITER {version!r} is not a PEP 440 version; using the {newest} snapshot",)
+    for name, snap in snaps.items():
+        try:
+            if public in SpecifierSet(str(snap.get("applies_to", ""))):
+                return name, ()
+        except InvalidSpecifier:
+            continue
+    return newest, (f"no bundled tuned-CSV snapshot covers AITER {version}; using the nearest one ({newest}, "
+                    f"{snaps[newest].get('date')})",)
+
+
+# -- public loaders -------------------------------------------------------------------------------------------------
+
+def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None = None,
+                    version: str | None = None, model_dims: frozenset[int] | None = None) -> ConfigSet:
+    """The merged tuned fmoe table.
+
+    ``source``: ``None`` (the installed AITER's files when one is installed, else the bundled snapshot for
+    ``version``), ``"installed"`` (must be installed), ``"bundled"`` (snapshot for ``version``), a snapshot name
+    from the manifest (``"head"``), or a directory (an ``aiter`` package, its ``configs/`` folder, or a folder of
+    CSVs laid out like it). ``env``: AITER environment (``AITER_CONFIG_FMOE`` replaces the set with its
+    ``os.pathsep``-separated files; None = no override — the caller decides whether ``os.environ`` applies).
+    ``version``: the AITER version planned for (picks the snapshot and the dispatch model).
+
+    Raises :class:`~moedispatch.core.errors.UsageError` only for a ``source`` that names nothing (bad input); file
+    problems are warnings on the returned set.
+    """
+    from moedispatch.core.errors import UsageError
+
+    env = dict(env or {})
+    override = (env.get("AITER_CONFIG_FMOE") or "").strip()
+    if override:
+        paths = _split_env_paths(override)
+        files = [(p, p) for p in paths]
+        if version is None and source in (None, "installed"):
+            version = installed_aiter()[0]  # the AITER that reads the override decides the lookup model
+        dispatch = _dispatch_model_for(version)
+        note = ("AITER_CONFIG_FMOE replaces AITER's whole tuned set (the default tuned_fmoe.csv and every "
+                "model_configs/*tuned_fmoe*.csv are NOT merged) — https://github.com/sgl-project/sglang/pull/37072",)
+        return _build(files, dispatch, f"AITER_CONFIG_FMOE={override}", "env", version, None, note, model_dims)
+    if source is None or source == "installed":
+        inst_version, pkg = installed_aiter()
+        if pkg is not None and (version is None or source == "installed" or _same_version(inst_version, version)):
+            configs = os.path.join(pkg, "configs")
+            root = os.path.dirname(pkg)
+            files = [(p, _display(p, root, "")) for p in _default_files(configs)]
+            return _build(files, _dispatch_model_for(inst_version), f"installed amd-aiter {inst_version} ({pkg})",
+                          "installed", inst_version, model_dims=model_dims)
+        if source == "installed":
+            raise UsageError("--aiter-version installed: no AITER (amd-aiter) is installed in this Python")
+        name, notes = _snapshot_for(version)
+        return _bundled(name, version, notes, model_dims)
+    if source == "bundled":
+        name, notes = _snapshot_for(version)
+        return _bundled(name, version, notes, model_dims)
+    if source in snapshots():
+        return _bundled(source, version, model_dims=model_dims)
+    if os.path.isdir(source):
+        configs = source
+        if os.path.isfile(os.path.join(source, "configs", "tuned_fmoe.csv")):
+            configs = os.path.join(source, "configs")
+        if not os.path.isfile(os.path.join(configs, "tuned_fmoe.csv")):
+            raise UsageError(f"{source}: no tuned_fmoe.csv here or under configs/")
+        files = [(p, p) for p in _default_files(configs)]
+        return _build(files, _dispatch_model_for(version), f"tuned CSVs in {source}", "explicit", version,
+                      model_dims=model_dims)
+    raise UsageError(f"unknown tuned-config source {source!r}: use installed, bundled, "
+                     f"{', '.join(sorted(snapshots()))} or a directory")
+
+
+def _same_version(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return False
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b) or Version(Version(a).public) == Version(Version(b).public)
+    except InvalidVersion:
+        return a == b
+
+
+def config_set_for(caps: Any, env: Mapping[str, str] | None = None,
+                   model_dims: frozenset[int] | None = None) -> ConfigSet:
+    """The tuned set for a target: the installed AITER when ``caps.aiter_version`` is the installed one (or the
+    version came from the probe), else the bundled snapshot for that version. ``model_dims``: only rows of these
+    model_dim values (a planner's fast path; see :func:`parse_csv`)."""
+    version = getattr(caps, "aiter_version", None)
+    prov = ""
+    source_of = getattr(caps, "source_of", None)
+    if callable(source_of):
+        prov = source_of("aiter_version") or ""
+    if prov.startswith(("probe", "files")) or prov == "installed":
+        inst_version, pkg = installed_aiter()
+        if pkg is not None:
+            return load_config_set("installed", env=env, version=inst_version, model_dims=model_dims)
+    return load_config_set(None, env=env, version=version, model_dims=model_dims)
+
+
+def installed_config_warnings() -> tuple[str, ...]:
+    """For the probe: ``file:line: problem`` for every malformed line in the installed AITER's tuned fmoe CSVs
+    (empty when AITER is not installed or its CSVs are clean). Never raises."""
+    try:
+        _version, pkg = installed_aiter()
+        if pkg is None:
+            return ()
+        cs = load_config_set("installed")
+    except Exception:  # noqa: BLE001 - the probe must not crash on a broken install
+        return ()
+    return cs.warnings + ((cs.merge_error,) if cs.merge_error else ())
+
+
+def tuned_rows(*, model_dim: int | None = None, inter_dim: int | None = None, expert: int | None = None,
+               topk: int | None = None, gfx: str | None = None, cu_num: int | None = None, token: int | None = None,
+               act_type: str | None = None, dtype: str | None = None, q_dtype_a: str | None = None,
+               q_dtype_w: str | None = None, q_type: str | None = None, use_g1u1: int | None = None,
+               doweight_stage1: int | None = None, include_tagged: bool = False,
+               config_set: ConfigSet | None = None, source: str | None = None,
+               env: Mapping[str, str] | None = None, version: str | None = None) -> tuple[TunedRow, ...]:
+    """Rows of the tuned set matching every filter given (None = any), in AITER's merge order.
+
+    ``config_set`` wins over ``source``/``env``/``version`` (see :func:`load_config_set`). Rows whose ``gfx`` is
+    unknown (legacy CSVs) match any ``gfx`` filter only through their ``cu_num``.
+    """
+    cs = config_set or load_config_set(source, env=env, version=version)
+    want = {"model_dim": model_dim, "inter_dim": inter_dim, "expert": expert, "topk": topk, "cu_num": cu_num,
+            "token": token, "act_type": act_type, "dtype": dtype, "q_dtype_a": q_dtype_a, "q_dtype_w": q_dtype_w,
+            "q_type": q_type, "use_g1u1": use_g1u1, "doweight_stage1": doweight_stage1}
+    want = {k: v for k, v in want.items() if v is not None}
+    out = []
+    for row in cs.rows:
+        if row.tag and not include_tagged:
+            continue
+        if gfx is not None and row.gfx is not None and row.gfx != gfx:
+            continue
+        if all(getattr(row, k) == v for k, v in want.items()):
+            out.append(row)
+    return tuple(out)
+

@@ -1,0 +1,467 @@
+"""``moedispatch lint``: read a launch people already have — a shell script, or ``vllm serve …`` /
+``python -m sglang.launch_server …`` arguments, with env from the script, the environment or ``--env K=V`` — and
+report each known-wrong or risky combination (severity, what goes wrong, source, the corrected line).
+
+Never executes anything: the script is read as text (``export K=V`` lines, ``K=V cmd`` prefixes, backslash
+continuations). The launch is re-planned with moedispatch (same model, target, TP/EP as the launch) and compared with
+what that engine release would run given those flags and env (engine facts: capability_db/engines.toml).
+Schema ``moedispatch.lint/1``: ``{"schema", "engine", "engine_version", "model", "target", "parallel", "findings":
+[{"severity": "error"|"warning"|"info", "message", "source", "fix"}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from moedispatch.core.errors import MoedispatchError, UsageError
+
+__all__ = ["Launch", "Finding", "parse_launch", "lint_launch", "render_lint", "SCHEMA"]
+
+SCHEMA = "moedispatch.lint/1"
+_TRUE = ("1", "true", "yes", "on")
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+@dataclass
+class Launch:
+    """One engine launch as read from a script or argv: engine, model, flags, env."""
+
+    engine: str
+    model: str | None
+    flags: dict[str, str | bool] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str
+    message: str
+    source: str | None
+    fix: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"severity": self.severity, "message": self.message, "source": self.source, "fix": self.fix}
+
+
+# -- reading the launch ---------------------------------------------------------------------------------------------
+
+def _logical_lines(text: str) -> list[str]:
+    out, cur = [], ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line.endswith("\\"):
+            cur += line[:-1] + " "
+            continue
+        cur += line
+        out.append(cur)
+        cur = ""
+    if cur:
+        out.append(cur)
+    return out
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _expand(line: str, variables: Mapping[str, str]) -> str:
+    """``$X``, ``${X}``, ``${X:-default}`` from the script's own assignments (and the given env); unknown ones stay."""
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in variables:
+            return variables[name]
+        if m.group(2) is not None:
+            return m.group(2)
+        return m.group(0)
+
+    return _VAR.sub(sub, line)
+
+
+def _engine_of(tokens: list[str]) -> tuple[str, int] | None:
+    """(engine, index of the first engine argument) when ``tokens`` launch vLLM or SGLang."""
+    for k, tok in enumerate(tokens):
+        base = os.path.basename(tok)
+        if base == "vllm" and k + 1 < len(tokens) and tokens[k + 1] == "serve":
+            return "vllm", k + 2
+        if tok in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"):
+            return "vllm", k + 1
+        if tok in ("sglang.launch_server", "sglang.srt.server") or base == "sglang.launch_server":
+            return "sglang", k + 1
+        if base == "sglang" and k + 1 < len(tokens) and tokens[k + 1] == "serve":
+            return "sglang", k + 2
+    return None
+
+
+_VALUE_FLAGS = {
+    "vllm": {"--model": "model", "--tensor-parallel-size": "tp", "-tp": "tp", "--data-parallel-size": "dp",
+             "-dp": "dp", "--moe-backend": "moe_backend", "--pipeline-parallel-size": "pp", "-pp": "pp",
+             "--quantization": "quantization", "-q": "quantization"},
+    "sglang": {"--model-path": "model", "--model": "model", "--tp-size": "tp", "--tp": "tp", "--ep-size": "ep",
+               "--ep": "ep", "--dp-size": "dp", "--dp": "dp", "--moe-runner-backend": "moe_backend",
+               "--quantization": "quantization", "--pp-size": "pp"},
+}
+_BOOL_FLAGS = {"vllm": {"--enable-expert-parallel": "ep_flag", "-ep": "ep_flag"},
+               "sglang": {"--enable-dp-attention": "dp_attention", "--enable-ep-moe": "ep_flag"}}
+
+
+def _parse_args(engine: str, args: Sequence[str]) -> tuple[str | None, dict[str, str | bool]]:
+    flags: dict[str, str | bool] = {}
+    model = None
+    values, bools = _VALUE_FLAGS[engine], _BOOL_FLAGS[engine]
+    i = 0
+    args = list(args)
+    while i < len(args):
+        tok = args[i]
+        name, _, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+        if name in values:
+            if inline:
+                val = inline
+            elif i + 1 < len(args):
+                val = args[i + 1]
+                i += 1
+            else:
+                raise UsageError(f"{tok} needs a value")
+            flags[values[name]] = val
+        elif name in bools:
+            flags[bools[name]] = True
+        elif not tok.startswith("-") and model is None and engine == "vllm" and not flags:
+            model = tok
+        i += 1
+    model = str(flags.pop("model")) if "model" in flags else model
+    return model, flags
+
+
+def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
+                 env: Mapping[str, str] | None = None, variables: Mapping[str, str] | None = None) -> Launch:
+    """A :class:`Launch` from a script's text or from argv (``vllm serve …``); ``env`` overrides the script's.
+
+    ``$X`` / ``${X}`` / ``${X:-default}`` in a script expand from its own assignments, then ``env``, then
+    ``variables`` (e.g. the caller's environment); unknown ones stay as written."""
+    script_env: dict[str, str] = {}
+    tokens: list[str] | None = None
+    if text is not None:
+        variables = {**dict(variables or {}), **dict(env or {})}
+        for line in _logical_lines(text):
+            stripped = _expand(line.strip(), variables)
+            if not stripped or stripped.startswith("#"):
+                continue
+            try:
+                toks = shlex.split(stripped, comments=True)
+            except ValueError as exc:
+                raise UsageError(f"cannot read the script line {stripped[:60]!r}: {exc}") from None
+            if toks and toks[0] == "export":
+                for t in toks[1:]:
+                    m = _ASSIGN.match(t)
+                    if m:
+                        script_env[m.group(1)] = variables[m.group(1)] = m.group(2)
+                continue
+            prefix: dict[str, str] = {}
+            rest = list(toks[1:] if toks and toks[0] == "env" else toks)
+            while rest and _ASSIGN.match(rest[0]):
+                m = _ASSIGN.match(rest.pop(0))
+                assert m
+                prefix[m.group(1)] = m.group(2)
+            if _engine_of(rest) is not None and tokens is None:
+                tokens = rest
+                script_env.update(prefix)
+            elif not rest:  # a plain assignment line: a shell variable (exported only with `export`)
+                variables.update(prefix)
+        if tokens is None:
+            raise UsageError("no `vllm serve …` or `python -m sglang.launch_server …` line in the script")
+    else:
+        tokens = list(argv or [])
+        if tokens and tokens[0] == "env":
+            tokens.pop(0)
+        while tokens and _ASSIGN.match(tokens[0]):
+            m = _ASSIGN.match(tokens.pop(0))
+            assert m
+            script_env[m.group(1)] = m.group(2)
+        if not tokens:
+            raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)")
+    found = _engine_of(tokens)
+    if found is None:
+        raise UsageError(f"not a vLLM or SGLang launch: {' '.join(tokens[:4])!r} (expected `vllm serve …` or "
+                         "`python -m sglang.launch_server …`)")
+    engine, start = found
+    model, flags = _parse_args(engine, tokens[start:])
+    merged = dict(script_env)
+    merged.update(env or {})
+    return Launch(engine, model, flags, merged, tokens)
+
+
+# -- checking -------------------------------------------------------------------------------------------------------
+
+def _int(flags: Mapping[str, Any], key: str, default: int = 1) -> int:
+    try:
+        value = int(flags.get(key, default))
+    except (TypeError, ValueError):
+        raise UsageError(f"{key} must be an integer, got {flags.get(key)!r}") from None
+    if value < 1:
+        raise UsageError(f"{key} must be positive, got {value}")
+    return value
+
+
+def _plan_layout(launch: Launch) -> tuple[int, int]:
+    """(plan tp, plan ep) of the launch: attention TP and the expert-parallel degree."""
+    f = launch.flags
+    tp, dp = _int(f, "tp"), _int(f, "dp")
+    if launch.engine == "vllm":
+        return tp, (tp * dp if f.get("ep_flag") else 1)
+    attn_tp = tp // dp if f.get("dp_attention") and tp % dp == 0 else tp
+    ep = _int(f, "ep")
+    return attn_tp, (tp if f.get("ep_flag") and ep == 1 else ep)
+
+
+class _EngineRefuses(Exception):
+    def __init__(self, choice: Any) -> None:
+        super().__init__(choice.error)
+        self.choice = choice
+
+
+def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
+    """The MoE path family the engine runs for this launch ("aiter", "triton", "emulation"), before conversions."""
+    from moedispatch.engines.recipes import engine_data
+
+    eng = engine_data(launch.engine)[launch.engine]
+    on = launch.env.get(eng["aiter_switch"], eng["aiter_switch_default"]).lower() in _TRUE
+    backend = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
+    if launch.engine == "vllm":
+        from moedispatch.engines.recipes import modelled_choice
+
+        d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
+        choice = modelled_choice("vllm", version, d0.layer, plan.caps, dict(launch.env), backend,
+                                 plan.model.quant_method)
+        if choice is not None:  # the engine model of this release (checked against vLLM's own oracles)
+            if not choice.ok:
+                raise _EngineRefuses(choice)
+            return _fam_of(choice.family, plan) if choice.family else None
+        moe_on = launch.env.get("VLLM_ROCM_USE_AITER_MOE", "1").lower() in _TRUE
+        if backend == "aiter":
+            return "aiter"
+        if backend in ("triton", "triton_unfused"):
+            return "triton"
+        if backend == "emulation":
+            return "emulation"
+        if backend == "auto":
+            if on and moe_on and plan.caps.gfx in ("gfx942", "gfx950"):
+                return "aiter"
+            # Without AITER, auto walks vLLM's non-AITER list; take the plan's best correct non-AITER path as what
+            # it lands on (moedispatch.engines.choice models the oracles themselves).
+            d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
+            for b in [d0.backend] + [r.backend for r in d0.rejected if r.supported]:
+                fam = _fam_of(b, plan) if b else None
+                if fam in ("triton", "emulation"):
+                    return fam
+            return "triton"
+        return None
+    if backend == "aiter" or (backend == "auto" and on):
+        if backend == "auto" and _gate_fails(launch.engine, version, plan):
+            return "triton"  # SGLang's own gate routes the layer to Triton (and skips the AITER shuffle)
+        return "aiter"
+    if backend in ("triton", "auto"):
+        return "triton"
+    return None
+
+
+def _gate_fails(engine: str, version: str, plan: Any) -> Any:
+    """The engine's own AITER gate row that this plan's first MoE layer fails (or None)."""
+    from moedispatch.engines.recipes import _match, engine_data
+
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    if not moe:
+        return None
+    layer = moe[0].layer
+    for gate in engine_data(engine)[engine].get("gate", []):
+        if _match(gate, version, layer, plan.caps.gfx) and layer.intermediate_per_rank % gate["intermediate_multiple"]:
+            return gate
+    return None
+
+
+def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str | None = None,
+                model: str | None = None, engine_version: str | None = None) -> dict[str, Any]:
+    """Findings for one launch (the ``moedispatch.lint/1`` document)."""
+    from moedispatch.api import resolve_capabilities
+    from moedispatch.sources.models import load_model
+    from moedispatch.plan.plan import plan_model
+    from moedispatch.engines.recipes import (_forced, _try_backend, _version, build_recipe, conversion, engine_data,
+                                     matching_issues)
+
+    engine = launch.engine
+    data = engine_data(engine)
+    eng = data[engine]
+    version = _version(engine, engine_version, eng)
+    ref = model or launch.model
+    if not ref:
+        raise UsageError("the launch names no model: pass --model REF")
+    try:
+        spec = load_model(ref)
+    except MoedispatchError as exc:
+        raise UsageError(f"cannot read the launch's model {ref!r} ({exc}); pass --model with a built-in name, "
+                         "a checkpoint folder or config.json") from None
+    caps, first_line = resolve_capabilities(target, aiter_version)
+    tp, ep = _plan_layout(launch)
+    findings: list[Finding] = []
+    warnings = [first_line] if first_line else []
+    try:
+        from moedispatch.selector.runtime import Runtime
+
+        # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
+        plan = plan_model(spec, caps, tp, ep, warnings=warnings, runtime=Runtime.build(env=launch.env))
+    except UsageError as exc:
+        findings.append(Finding("error", f"TP {tp} / EP {ep} cannot shard {spec.name}: {exc}",
+                                eng.get("heads_source"), "pick a TP that divides the model (e.g. 1, 2, 4, 8)"))
+        return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+    recipe = build_recipe(plan, engine, version)
+    fix_line = _fix(recipe)
+    for r in recipe.layout.errors if recipe.layout else []:
+        findings.append(Finding("error", r.text, r.source, fix_line))
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    if moe and all(d.backend for d in moe):
+        d0 = moe[0]
+        switch = eng["aiter_switch"]
+        on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
+        backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
+        try:
+            family = _family_run(launch, plan, version)
+        except _EngineRefuses as exc:
+            src = next((r.source for r in exc.choice.reasons if r.source), None)
+            findings.append(Finding("error", f"{engine} {version} refuses this launch for the MoE layers: "
+                                    f"{exc.choice.error}", src or eng["source"], fix_line))
+            family = None
+        conv = conversion(engine, version, d0.layer, caps.gfx)
+        if conv and family != "emulation":
+            family = conv["family"]
+        plan_aiter = d0.family in ("ck", "cktile", "flydsl", "asm")
+        env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
+        if engine == "vllm" and backend_flag == "aiter" and not on:
+            findings.append(Finding("error", f"--moe-backend aiter without {switch}=1: vLLM's AiterExperts refuses "
+                                    "(the master switch defaults to off) and the launch fails", env_src,
+                                    f"export {switch}=1"))
+        elif plan_aiter and not on and family != "aiter" and recipe.ok and recipe.backend == d0.backend:
+            state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
+            findings.append(Finding("warning", f"{state}: {engine} runs the MoE on {family} while the "
+                                    f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
+                                    env_src, f"export {switch}=1" + (f"; the full recipe: {fix_line}" if fix_line
+                                                                      else "")))
+        gate = _gate_fails(engine, version, plan) if on and family == "triton" and engine == "sglang" else None
+        if gate is not None and backend_flag == "auto":
+            findings.append(Finding("info", f"{engine} {version} runs this MoE on Triton itself with {switch}=1: "
+                                    f"{gate['what']}", gate["source"], None))
+        if family is not None:
+            candidates = [d0.backend] + [r.backend for r in d0.rejected if r.supported]
+            picked = next((b for b in candidates if _fam_of(b, plan) == family), None)
+            if picked is None:
+                why = next((r for r in d0.rejected if _fam_of(r.backend, plan) == family), None)
+                reason = "; ".join(why.reasons[i].text for i in range(min(2, len(why.reasons)))) if why else \
+                    "no backend of that family is registered"
+                findings.append(Finding("error", f"{engine} runs this MoE on {family}, which is wrong for the layer: "
+                                        f"{reason}", (why.reasons[0].source if why and why.reasons else None),
+                                        fix_line))
+            else:
+                decisions = _forced(plan, picked) or [d0]
+                refusals, _, warns = _try_backend(plan, engine, version, picked, decisions)
+                for r in refusals:
+                    if r.issue is None:  # engine issues are re-matched below with the launch's own env
+                        findings.append(Finding("error", r.text, r.source, fix_line))
+                for w in warns:
+                    if w.issue is None and w.confidence == "confirmed":
+                        findings.append(Finding("warning", w.text, w.source, fix_line))
+        runner = str(launch.flags.get("moe_backend", "auto")) if engine == "sglang" else None
+        for row in matching_issues(engine, version, d0.layer, caps.gfx, ep=ep, family=family, env=launch.env,
+                                   runner=runner):
+            findings.append(Finding(row["severity"], row["message"] + (" (unconfirmed)" if row.get("confidence") ==
+                                                                         "unconfirmed" else ""),
+                                    row["source"], row["fix"]))
+    elif moe:
+        findings.append(Finding("error", "some MoE layer has no correct backend on this target: no launch runs it "
+                                "correctly", None, "see `moedispatch explain`"))
+    override = launch.env.get("AITER_CONFIG_FMOE", "").strip()
+    if override:
+        findings.append(Finding("warning", f"AITER_CONFIG_FMOE={override} replaces AITER's whole tuned set (the "
+                                "default tuned_fmoe.csv and every model_configs/*tuned_fmoe*.csv are not merged): "
+                                "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
+                                "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
+    for w in plan.warnings:
+        if w.confidence != "confirmed" or w.issue == "default-target":
+            findings.append(Finding("info", w.text, w.source, None))
+    return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+
+
+def _fam_of(backend: str, plan: Any) -> str | None:
+    from moedispatch.selector.plugins import get_registry
+
+    b = get_registry().get(backend)
+    fam = getattr(b, "family", None) if b is not None else None
+    return "aiter" if fam in ("ck", "cktile", "flydsl", "asm") else fam
+
+
+def _fix(recipe: Any) -> str | None:
+    if recipe.ok:
+        env = " ".join(f"{e['name']}={e['value']}" for e in recipe.env)
+        return (env + " " if env else "") + recipe.command.replace(" \\\n    ", " ")
+    if recipe.alternatives:
+        a = recipe.alternatives[0]
+        return f"{a['change']}: " + a["command"].replace(" \\\n    ", " ")
+    return None
+
+
+def _doc(launch: Launch, version: str, model: str, caps: Any, tp: int, ep: int, findings: list[Finding],
+         warnings: list[Any]) -> dict[str, Any]:
+    order = {"error": 0, "warning": 1, "info": 2}
+    unique = list(dict.fromkeys(findings))
+    unique.sort(key=lambda f: order[f.severity])
+    return {"schema": SCHEMA, "engine": launch.engine, "engine_version": version, "model": model,
+            "target": caps.target_dict(), "parallel": {"tp": tp, "ep": ep},
+            "env": {k: v for k, v in sorted(launch.env.items()) if k.startswith(("VLLM_", "SGLANG_", "AITER_"))},
+            "findings": [f.to_dict() for f in unique]}
+
+
+def render_lint(doc: dict[str, Any], fmt: str = "table") -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    t = doc["target"]
+    lines = [f"lint {doc['engine']} {doc['engine_version']} launch of {doc['model']} on {t['gfx']} "
+             f"({t.get('product') or '?'}), AITER {t.get('aiter_version') or 'none'}, tp={doc['parallel']['tp']} "
+             f"ep={doc['parallel']['ep']}"]
+    if not doc["findings"]:
+        lines.append("  no findings")
+    for f in doc["findings"]:
+        lines.append(f"  {f['severity'].upper():<7} {f['message']}")
+        if f["source"]:
+            lines.append(f"          source: {f['source']}")
+        if f["fix"]:
+            lines.append(f"          fix:    {f['fix']}")
+    return "\n".join(lines) + "\n"
+
+
+def run_cli(args: Any, out: Any) -> int:
+    """The ``lint`` subcommand: exit 0 no error finding, 3 an error finding (2 is raised as UsageError)."""
+    from moedispatch.aiter.dispatch import parse_env_args
+
+    env = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "SGLANG_", "AITER_"))}
+    text = None
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {args.file}: {exc}") from None
+    engine_args = list(args.engine_args or [])
+    if engine_args and engine_args[0] == "--":
+        engine_args = engine_args[1:]
+    if text is None and not engine_args:
+        raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)")
+    given = parse_env_args(args.env or [])
+    launch = parse_launch(text, engine_args if text is None else None, None, {**os.environ, **given})
+    env.update(launch.env)
+    env.update(given)
+    launch.env = env
+    doc = lint_launch(launch, target=args.target, aiter_version=args.aiter_version, model=args.model,
+                      engine_version=args.engine_version)
+    out(render_lint(doc, args.format))
+    return 3 if any(f["severity"] == "error" for f in doc["findings"]) else 0

@@ -1,0 +1,654 @@
+"""Engine launch recipes (vLLM, SGLang): the best plan an engine *release* can carry out, every line with its reason
+and source — never a launch the tool knows is wrong.
+
+A recipe chooses among what the engine can realize: for each correct backend of the plan (the winner first, then
+the correct ones it outranked) it asks how that engine release allocates the experts (its own padding, which may
+miss the kernel's alignment), which path it really runs (load-time conversions, its own gates), and which
+engine-level known issues match; the first realization with no refusal is printed. Where none exists, or the
+layout itself cannot run (attention heads vs TP, EP without a spelling, weights beyond the GPU's memory), the
+recipe has ``command = None``, the reasons, and the nearest safe alternative (another TP/EP, engine release or
+engine). Engine facts live in capability_db/engines.toml; layout rules in :mod:`moedispatch.engines.layout`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from moedispatch.data import capdb
+from moedispatch.core.backend import AITER_FAMILIES, round_up
+from moedispatch.core.decision import Decision
+from moedispatch.core.errors import MoedispatchError, UsageError
+from moedispatch.core.layers import MoELayer
+from moedispatch.engines.layout import Layout, realize_layout
+from moedispatch.plan.plan import Plan
+from moedispatch.core.reason import Reason, texts
+
+__all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding", "engine_data", "matching_issues",
+           "path_family", "ENGINES"]
+
+ENGINES = ("vllm", "sglang")
+
+
+@dataclass
+class Recipe:
+    engine: str
+    version: str
+    env: list[dict[str, str]] = field(default_factory=list)
+    args: list[dict[str, str]] = field(default_factory=list)
+    command: str | None = ""
+    caveats: list[Reason] = field(default_factory=list)
+    warnings: list[Reason] = field(default_factory=list)
+    backend: str | None = None
+    refusals: list[Reason] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    layout: Layout | None = None
+    #: The plan this recipe realizes when it differs from the one asked for (re-made under an AITER env switch).
+    plan: Plan | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.command is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": "moedispatch.recipe/1", "engine": self.engine, "engine_version": self.version,
+                "backend": self.backend, "env": self.env, "args": self.args, "command": self.command,
+                "caveats": texts(self.caveats), "warnings": texts(self.warnings),
+                "warning_details": [w.to_dict() for w in self.warnings],
+                "reasons": texts(self.refusals), "reason_details": [r.to_dict() for r in self.refusals],
+                "alternatives": self.alternatives,
+                "layout": self.layout.to_dict() if self.layout is not None else None}
+
+
+# -- engine data --------------------------------------------------------------------------------------------------
+
+def engine_data(engine: str) -> dict[str, Any]:
+    data = capdb.load_toml("engines.toml")
+    if engine not in ENGINES or engine not in data:
+        raise UsageError(f"no recipe for engine {engine!r}; known: {', '.join(ENGINES)}")
+    return data
+
+
+def _version(engine: str, version: str | None, eng: dict[str, Any]) -> str:
+    version = version or eng["newest"]
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise UsageError(f"engine version {version!r} is not a PEP 440 version (e.g. {eng['newest']})") from None
+    return version
+
+
+def _in(spec: str, version: str) -> bool:
+    return Version(version) in SpecifierSet(spec)
+
+
+def _match(row: dict[str, Any], version: str, layer: MoELayer, gfx: str | None = None) -> bool:
+    if "versions" in row and not _in(row["versions"], version):
+        return False
+    if "weight" in row and layer.weight.dtype not in row["weight"]:
+        return False
+    if "act" in row and layer.act.dtype not in row["act"]:
+        return False
+    if "gfx" in row and gfx not in row["gfx"]:
+        return False
+    return True
+
+
+#: The built-in AITER backends' names, accepted where a family is expected (round 1's engine_padding took a name).
+_AITER_NAMES = frozenset({"aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-asm"})
+
+
+def _fam(family: str | None) -> str | None:
+    return "aiter" if family in AITER_FAMILIES or family in _AITER_NAMES else family
+
+
+def conversion(engine: str, version: str, layer: MoELayer, gfx: str) -> dict[str, Any] | None:
+    """The engine's load-time conversion of this layer's experts on ``gfx`` (or None)."""
+    for row in engine_data(engine)[engine].get("conversion", []):
+        if _match(row, version, layer, gfx):
+            return row
+    return None
+
+
+def path_family(engine: str, version: str, layer: MoELayer, gfx: str, family: str | None) -> str | None:
+    """The family the engine really runs for a plan that puts ``layer`` on ``family`` (after load-time
+    conversions)."""
+    conv = conversion(engine, version, layer, gfx)
+    return conv["family"] if conv else _fam(family)
+
+
+def engine_padding(engine: str, layer: MoELayer, family: str | None,
+                   version: str | None = None) -> tuple[int, int, int | None, int | None]:
+    """(allocated hidden, allocated intermediate/rank, kernel hidden pad, kernel intermediate pad) the engine
+    release uses for a backend of kernel ``family`` (``Backend.family``; a built-in backend name such as
+    ``aiter-flydsl`` is accepted too), from capability_db/engines.toml.
+
+    vLLM's runtime pads to AITER are ``hidden_pad // 128 * 128`` and ``intermediate_pad // 64 * 64 * (2 if TP == 1)``
+    with MiniMax-M3's ``intermediate_pad=0`` (experts/rocm_aiter_moe.py; vLLM PR #46419); SGLang passes the
+    differences. Kernel pads are ``None`` where the engine passes none.
+    """
+    data = engine_data(engine)
+    version = _version(engine, version, data[engine])
+    h, i = layer.hidden, layer.intermediate_per_rank
+    fam = _fam(family)
+    for row in data[engine].get("allocation", []):
+        if fam in row["families"] and _match(row, version, layer):
+            h = round_up(h, row["hidden"])
+            step = row["intermediate"] or (64 if i <= 192 else 128)
+            i = round_up(i, step)
+            break
+    if fam != "aiter":
+        return h, i, None, None
+    raw_h, raw_i = h - layer.hidden, i - layer.intermediate_per_rank
+    if engine == "sglang":
+        return h, i, raw_h, raw_i
+    kh = raw_h // 128 * 128
+    ki = (0 if layer.model_type in ("minimax_m3_vl", "minimax_m3")
+          else raw_i // 64 * 64 * (2 if layer.moe_tp == 1 else 1))
+    return h, i, kh, ki
+
+
+def modelled_choice(engine: str, version: str, layer: MoELayer, caps: Any, env: dict[str, str],
+                    moe_backend: str, quant_method: str | None = None) -> Any:
+    """:func:`moedispatch.engines.choice.choice_for_layer` where that module models this exact release (checked
+    against the engine's real code by tests/peers/), else None: the recipe then uses this file's rows."""
+    try:
+        from moedispatch.engines import choice as ec
+    except ImportError:  # pragma: no cover - the module ships with moedispatch
+        return None
+    if version not in ec.ENGINES.get(engine, {}):
+        return None
+    try:
+        return ec.choice_for_layer(layer, caps, engine, version, env=env, moe_backend=moe_backend,
+                                   quant_method=quant_method)
+    except (MoedispatchError, OSError, KeyError):  # the engine model's data is absent for this engine: use the rows
+        return None
+
+
+def matching_issues(engine: str, version: str, layer: MoELayer, gfx: str, *, ep: int, family: str | None,
+                    env: dict[str, str], runner: str | None = None) -> list[dict[str, Any]]:
+    """Engine-level known issues (capability_db/engines.toml ``[[<engine>.issue]]``) that match this launch."""
+    out = []
+    for row in engine_data(engine)[engine].get("issue", []):
+        if not _match(row, version, layer, gfx):
+            continue
+        if "model_types" in row and layer.model_type not in row["model_types"]:
+            continue
+        if ep < row.get("min_ep", 1):
+            continue
+        if "families" in row and _fam(family) not in row["families"]:
+            continue
+        if "runner" in row and (runner or "auto") not in row["runner"]:
+            continue
+        if "unaligned" in row and layer.intermediate_per_rank % row["unaligned"] == 0:
+            continue
+        if any((env.get(k) or "") != v for k, v in row.get("env", {}).items()):
+            continue
+        out.append(row)
+    return out
+
+
+def _issue_reason(row: dict[str, Any], kind: str = "failed") -> Reason:
+    return Reason(f"{row['message']} — fix: {row['fix']}", kind, row["source"], row.get("id"),
+                  row.get("confidence", "confirmed"))
+
+
+# -- realization --------------------------------------------------------------------------------------------------
+
+def _candidates(plan: Plan) -> list[str]:
+    """The plan's MoE backends in order: the majority winner, then each correct backend it outranked."""
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    counts = Counter(d.backend for d in moe if d.backend)
+    out = [b for b, _ in counts.most_common()]
+    for d in moe:
+        for r in d.rejected:
+            if r.supported and r.backend not in out:
+                out.append(r.backend)
+    return out
+
+
+def _forced(plan: Plan, backend: str) -> list[Decision] | None:
+    """Every MoE layer's decision with ``backend`` forced (None when it cannot run some layer)."""
+    from moedispatch.core.errors import NoBackendError
+    from moedispatch.selector.plugins import get_registry
+    from moedispatch.selector.pure import select
+
+    out = []
+    registry = get_registry()
+    for d in plan.decisions:
+        if d.layer.kind != "moe":
+            continue
+        if d.backend == backend:
+            out.append(d)
+            continue
+        try:
+            out.append(select(d.layer, plan.caps, registry.backends, backend))
+        except (NoBackendError, UsageError):
+            return None
+    return out
+
+
+def _family_of(backend: str | None) -> str | None:
+    """``Backend.family`` of a registered backend name (``aiter-ck`` → ``ck``), or the name itself."""
+    if backend is None:
+        return None
+    from moedispatch.selector.plugins import get_registry
+
+    b = get_registry().get(backend)
+    return getattr(b, "family", None) or backend
+
+
+def _row_args(row: dict[str, Any], weight: str) -> list[dict[str, str]]:
+    """A backend row's arguments for a checkpoint whose experts are ``weight`` (``args_when_weight`` wins)."""
+    return row.get("args_when_weight", {}).get(weight, row["args"])
+
+
+def _engine_env(rows: list[dict[str, Any]]) -> dict[str, str]:
+    return {e["name"]: e["value"] for r in rows for e in r["env"]}
+
+
+def _try_backend(plan: Plan, engine: str, version: str, backend: str,
+                 decisions: list[Decision]) -> tuple[list[Reason], list[dict[str, Any]], list[Reason]]:
+    """(refusals, backend rows, warnings) of realizing ``backend`` for every MoE layer on this engine release."""
+    eng = engine_data(engine)[engine]
+    refusals: list[Reason] = []
+    warnings: list[Reason] = []
+    rows = [r for r in eng.get("backend", []) if backend in r["backends"] and _in(r["versions"], version)]
+    if not rows:
+        return [Reason(f"{engine} {version}: no known way to select {backend} (capability_db/engines.toml has no "
+                       "row for this release)", "failed")], [], []
+    for row in rows:
+        if row.get("unsupported"):
+            refusals.append(Reason(row["unsupported"], "failed", row.get("source"), None,
+                                   row.get("confidence", "confirmed")))
+    if refusals:
+        return refusals, rows, warnings
+    env = _engine_env(rows)
+    runner = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, decisions[0].layer.weight.dtype)
+                   if a["arg"].startswith("--moe-runner")), None)
+    gfx = plan.caps.gfx
+    seen: set[str] = set()
+    # Every distinct MoE layer shape: a model whose layers differ (quant, experts) is checked layer group by group.
+    for d in {x.layer.signature(): x for x in decisions}.values():
+        layer, p = d.layer, d.padding
+        fam = path_family(engine, version, layer, gfx, d.family)
+        conv = conversion(engine, version, layer, gfx)
+        if conv and fam != _fam(d.family) and not (fam == "triton" and engine == "sglang"):
+            refusals.append(Reason(f"{engine} {version} does not run {backend} here: {conv['what']}", "failed",
+                                   conv["source"], None, conv.get("confidence", "confirmed")))
+        h, i, kh, ki = engine_padding(engine, layer, d.family, version)
+        forced = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, layer.weight.dtype)
+                       if a["arg"].startswith(eng["backend_arg"])), "auto")
+        choice = modelled_choice(engine, version, layer, plan.caps, env, forced, plan.model.quant_method)
+        if choice is not None:
+            src = next((r.source for r in choice.reasons if r.source), None) or eng["source"]
+            if not choice.ok:
+                refusals.append(Reason(f"{engine} {version} refuses {eng['backend_arg']} {forced} for this layer: "
+                                       f"{choice.error}", "failed", src))
+                continue
+            if _fam(_family_of(choice.family)) != fam:
+                refusals.append(Reason(f"with {eng['backend_arg']} {forced} {engine} {version} runs {choice.backend} "
+                                       f"({choice.family or 'no moedispatch backend'}), not {backend}", "failed", src))
+                continue
+            if choice.hidden and choice.intermediate_per_rank:
+                h, i = choice.hidden, choice.intermediate_per_rank
+        if h % p.hidden_multiple or i % p.intermediate_multiple:
+            src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
+                        and _match(r, version, layer)), eng["source"])
+            refusals.append(Reason(
+                f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; {backend} needs "
+                f"multiples of {p.hidden_multiple} × {p.intermediate_multiple} (the plan pads to {p.hidden} × "
+                f"{p.intermediate_per_rank}) — the engine's allocation does not meet the kernel's alignment",
+                "failed", src))
+        elif (h, i) != (p.hidden, p.intermediate_per_rank) and _fam(d.family) == "aiter":
+            warnings.append(Reason(
+                f"{engine} {version} allocates hidden {h} × intermediate/rank {i} (zero-filled); the plan's "
+                f"{p.hidden} × {p.intermediate_per_rank} is one valid choice of the kernel's alignment "
+                f"({p.hidden_multiple} × {p.intermediate_multiple}): both hold", "warning", None, None, "derived"))
+            # What the kernel meets is the engine's allocation, not the plan's: its known issues (and, with a
+            # runtime, AITER's dispatch of that shape) are checked again on it.
+            bad, said = _allocation_issues(plan, d, backend, h, i, kh, ki)
+            refusals += bad
+            warnings += said
+        if kh is not None and ki is not None and (h, i) == (p.hidden, p.intermediate_per_rank) \
+                and p.pad_semantics == "skip" and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad):
+            warnings.append(Reason(
+                f"{engine} {version} passes hidden_pad={kh}, intermediate_pad={ki} to aiter.fused_moe; the plan needs "
+                f"{p.kernel_hidden_pad}, {p.kernel_intermediate_pad} for {backend}", "warning",
+                "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py; "
+                "vllm-project/vllm#44679" if engine == "vllm" else
+                "sgl-project/sglang@v0.5.23:python/sglang/srt/layers/moe/moe_runner/aiter.py"))
+        for gate in eng.get("gate", []):
+            if _fam(d.family) in gate["families"] and _match(gate, version, layer, gfx) \
+                    and i % gate["intermediate_multiple"]:
+                refusals.append(Reason(f"{engine} {version} would not run {backend} for intermediate/rank {i}: "
+                                       f"{gate['what']}", "failed", gate["source"]))
+        for row in matching_issues(engine, version, layer, gfx, ep=plan.ep, family=fam, env=env, runner=runner):
+            if row["id"] in seen:
+                continue
+            seen.add(row["id"])
+            (refusals if row["severity"] == "error" else warnings).append(
+                _issue_reason(row, "failed" if row["severity"] == "error" else "warning"))
+    refusals = list(dict.fromkeys(refusals))
+    warnings = list(dict.fromkeys(warnings))
+    return refusals, rows, warnings
+
+
+def _allocation_issues(plan: Plan, d: Decision, backend: str, h: int, i: int, kh: int | None,
+                       ki: int | None) -> tuple[list[Reason], list[Reason]]:
+    """(refusals, warnings) of the known issues — the layer's (capability_db/known_issues.toml) and, when the plan
+    has a runtime, the kernel × bucket ones of AITER's dispatch — that the engine's allocation ``h`` × ``i`` meets
+    and the plan's own padding does not (e.g. the plan runs 384/rank natively, the engine allocates 512, where the
+    tuned bucket-4 kernel of ROCm/aiter#3933 is wrong)."""
+    import dataclasses
+
+    from moedispatch.core.backend import Padding
+    from moedispatch.selector.plugins import get_registry
+    from moedispatch.kit.rules import evaluate_issues
+
+    layer, p = d.layer, d.padding
+    hp, ip = h - layer.hidden, i - layer.intermediate_per_rank
+    alloc = Padding(hidden=h, intermediate_per_rank=i, hidden_pad=hp, intermediate_pad=ip,
+                    kernel_hidden_pad=hp if kh is None else min(kh, hp),
+                    kernel_intermediate_pad=ip if ki is None else min(ki, ip), zero_fill=bool(hp or ip),
+                    hidden_multiple=p.hidden_multiple, intermediate_multiple=p.intermediate_multiple,
+                    pad_semantics=p.pad_semantics)
+    b = get_registry().get(backend)
+    planned = {r.issue for r in (*d.reasons, *d.warnings) if r.issue}
+    where = f"at the engine's allocation ({h} × {i}, not the plan's {p.hidden} × {p.intermediate_per_rank}): "
+    refusals: list[Reason] = []
+    warnings: list[Reason] = []
+    outcome = evaluate_issues(b.name if b is not None else backend, layer, plan.caps, alloc)
+    refusals += [dataclasses.replace(r, text=where + r.text, kind="failed") for r in outcome.blocking
+                 if r.issue not in planned]
+    warnings += [dataclasses.replace(r, text=where + r.text, kind="warning") for r in outcome.notes
+                 if r.issue and r.issue not in planned and r.kind in ("caveat", "warning")]
+    if plan.runtime is not None and d.dispatch is not None:
+        from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons
+
+        dispatch = dispatch_for(layer, plan.caps, alloc, plan.runtime)
+        refusals += [dataclasses.replace(r, text=where + r.text) for r in blocking_reasons(dispatch)
+                     if r.issue not in planned]
+        warnings += [dataclasses.replace(r, text=where + r.text, kind="warning")
+                     for r in dispatch_reasons(dispatch, backend, d.family)
+                     if r.issue and r.issue not in planned and r.kind in ("warning", "caveat")]
+    return refusals, warnings
+
+
+def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alternatives: bool = True,
+                 switches: bool = True) -> Recipe:
+    """The best launch of ``plan`` that ``engine`` at ``version`` (default: newest known) can carry out.
+
+    When the engine cannot carry out the plan's first choice (e.g. it allocates 384 where the AITER plan pads to
+    512), the plan is re-made with each AITER environment switch that changes what AITER runs (the what-if
+    switches); a switch under which the engine realizes the first choice gives the recipe, with the switch exported.
+    """
+    if switches and plan.runtime is not None:
+        first = build_recipe(plan, engine, version, alternatives=alternatives, switches=False)
+        return _realized_with_switch(plan, engine, version, first) or first
+    data = engine_data(engine)
+    eng = data[engine]
+    version = _version(engine, version, eng)
+    recipe = Recipe(engine, version)
+    recipe.warnings += list(plan.warnings)
+    if Version(version) > Version(eng["newest"]):
+        recipe.warnings.append(Reason(f"{engine} {version} is newer than the newest release capability_db knows "
+                                      f"({eng['newest']}): its rules are assumed", "warning", None, None, "derived"))
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    missing = [d for d in moe if d.backend is None]
+    if missing:
+        recipe.refusals.append(Reason(f"{len(missing)} MoE layer(s) have no correct backend: no launch realizes "
+                                      "this plan", "failed"))
+    chosen, rows, extra_warnings = None, [], []
+    tried: list[Reason] = []
+    if moe and not missing:
+        for backend in _candidates(plan):
+            decisions = _forced(plan, backend)
+            if decisions is None:
+                continue
+            refusals, rows_b, warns = _try_backend(plan, engine, version, backend, decisions)
+            if not refusals:
+                chosen, rows, extra_warnings = backend, rows_b, warns
+                break
+            tried += [Reason(f"{backend}: {r.text}", "failed", r.source, r.issue, r.confidence) for r in refusals]
+        if chosen is None:
+            recipe.refusals += tried
+        elif tried:
+            recipe.warnings += [Reason(f"{engine} {version} cannot carry out the plan's first choice — recipe uses "
+                                       f"{chosen} instead. Not realizable: {r.text}", "warning", r.source, r.issue,
+                                       r.confidence) for r in tried]
+    elif not moe:
+        chosen = None
+    recipe.backend = chosen
+    recipe.warnings += extra_warnings
+    d0 = moe[0] if moe else None
+    alloc, bits, conv_what = None, None, None
+    if d0 is not None:
+        fam = None
+        if chosen is not None:
+            dd = (_forced(plan, chosen) or [d0])[0]
+            fam = dd.family
+            h, i, _, _ = engine_padding(engine, dd.layer, fam, version)
+            alloc = (h, i)
+        conv = conversion(engine, version, d0.layer, plan.caps.gfx)
+        if conv:
+            bits, conv_what = conv["holds_bits"], conv["what"]
+            recipe.caveats.append(Reason(conv["what"], "caveat", conv["source"], None,
+                                         conv.get("confidence", "confirmed")))
+    layout = realize_layout(plan, engine, eng, allocation=alloc, expert_bits=bits, conversion=conv_what)
+    recipe.layout = layout
+    recipe.refusals += layout.errors
+    recipe.warnings += layout.notes
+    env: dict[str, dict[str, str]] = {}
+    args: list[dict[str, str]] = []
+    for row in rows:
+        for e in row["env"]:
+            env[e["name"]] = dict(e)
+        by_weight = row.get("args_when_weight", {})
+        weights = {d.layer.weight.dtype for d in moe}
+        special = [w for w in sorted(weights) if w in by_weight]
+        args += [dict(a) for a in _row_args(row, special[0] if special else "")]
+    for cav in data.get("caveat", []):
+        if not _caveat_applies(cav, engine, plan, chosen, moe):
+            continue
+        for e in cav.get("env", []):
+            env[e["name"]] = dict(e)
+        args += [dict(a) for a in cav.get("args", [])]
+        if cav.get("note"):
+            recipe.caveats.append(Reason(cav["note"], "caveat", cav.get("source"), None,
+                                         cav.get("confidence", "confirmed")))
+    if chosen is not None and plan.runtime is not None:
+        _runtime_env(plan, chosen, env)
+    recipe.env = list(env.values())
+    recipe.args = layout.args + args
+    if recipe.refusals:
+        recipe.command = None
+        if alternatives:
+            recipe.alternatives = _alternatives(plan, engine, version)
+        return recipe
+    model_ref = plan.model.path or _hf_id(plan.model.name) or plan.model.name
+    parts = [eng["command"].format(model=model_ref)] + [a["arg"] for a in recipe.args]
+    recipe.command = " \\\n    ".join(parts)
+    return recipe
+
+
+def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> None:
+    """Export what the plan's AITER dispatch assumed (``--aiter-env`` / the shell's AITER variables) and the
+    environment workarounds of kernel × bucket bugs the chosen path would otherwise hit: the plan is correct only
+    with them."""
+    decisions = [d for d in plan.decisions if d.backend == chosen and d.dispatch is not None]
+    if not decisions:
+        return
+    for name, value in plan.runtime.env if plan.runtime is not None else ():
+        env.setdefault(name, {"name": name, "value": value,
+                              "why": "the plan's simulation of AITER's dispatch assumed it (--aiter-env / this shell)",
+                              "source": "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py"})
+    for d in decisions[:1]:
+        for hit in d.dispatch.issues:
+            if hit.severity != "error":
+                continue
+            for name, value in hit.workaround_env:
+                env.setdefault(name, {"name": name, "value": value,
+                                      "why": f"workaround of {hit.issue}: without it AITER runs {hit.kernel} for "
+                                             f"tokens {hit.tokens[0]}–{hit.tokens[1]} ({hit.effect})",
+                                      "source": hit.source})
+
+
+def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "Recipe") -> "Recipe | None":
+    """When ``first`` (the recipe of the plan as it is) does not realize the plan's first choice: a recipe that does
+    under one of the what-if AITER switches, or None."""
+    wanted = next((d.backend for d in plan.decisions if d.layer.kind == "moe" and d.backend), None)
+    if wanted is None or (first.ok and first.backend == wanted):
+        return None
+    from moedispatch.core.backend import FUSED_MOE_FAMILIES
+    from moedispatch.plan.plan import plan_model
+    from moedispatch.plan.whatif import switch_variants
+
+    if plan.runtime is None or not any(d.family in FUSED_MOE_FAMILIES for d in plan.decisions if d.backend == wanted):
+        return None
+    for switch, why, source, variant in switch_variants(plan.runtime):
+        try:
+            alt = plan_model(plan.model, plan.caps, plan.tp, plan.ep, warnings=[
+                w for w in plan.warnings], runtime=variant)
+        except MoedispatchError:
+            continue
+        r = build_recipe(alt, engine, version, alternatives=False, switches=False)
+        if r.ok and r.backend == wanted:
+            r.plan = alt
+            names = " ".join(f"{k}={v}" for k, v in switch)
+            r.warnings.insert(0, Reason(
+                f"{engine} {r.version} allocates what AITER runs natively only with {names} ({why}); the recipe "
+                f"exports it — `moedispatch explain … --aiter-env` with it shows that plan", "note", source))
+            return r
+    return None
+
+
+def _caveat_applies(cav: dict[str, Any], engine: str, plan: Plan, backend: str | None,
+                    moe: list[Decision]) -> bool:
+    if cav["engine"] != engine:
+        return False
+    if "models" in cav and plan.model.name not in cav["models"]:
+        return False
+    if "model_types" in cav and plan.model.model_type not in cav["model_types"]:
+        return False
+    if "gfx" in cav and plan.caps.gfx not in cav["gfx"]:
+        return False
+    if "when_backends" in cav and backend not in cav["when_backends"]:
+        return False
+    if "quant" in cav and not any(d.layer.weight.dtype in cav["quant"] for d in moe):
+        return False
+    return not (cav.get("min_ep", 1) > plan.ep or plan.ep > cav.get("max_ep", plan.ep))
+
+
+def _replan(plan: Plan, tp: int, ep: int) -> Plan | None:
+    from moedispatch.plan.plan import plan_model
+
+    try:
+        return plan_model(plan.model, plan.caps, tp, ep, warnings=[])
+    except UsageError:
+        return None
+
+
+def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]:
+    """The nearest safe launches: same engine release at another TP/EP, another release, the other engine."""
+    out: list[dict[str, Any]] = []
+    layouts = []
+    for tp in sorted({1, 2, 4, 8, plan.tp}):  # the plan's own TP too: at TP 64, EP 64 is the nearest change
+        for ep in sorted({1, tp}):
+            if (tp, ep) != (plan.tp, plan.ep):
+                layouts.append((abs(tp - plan.tp) + (ep != plan.ep), tp, ep))
+    for _, tp, ep in sorted(layouts):
+        alt = _replan(plan, tp, ep)
+        if alt is None or not alt.ok:
+            continue
+        r = build_recipe(alt, engine, version, alternatives=False)
+        if r.ok:
+            out.append({"change": f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else ""), "engine": engine,
+                        "engine_version": version, "backend": r.backend, "command": r.command})
+            break
+    eng = engine_data(engine)[engine]
+    for rel in reversed(eng.get("releases", [])):
+        if rel == version:
+            continue
+        r = build_recipe(plan, engine, rel, alternatives=False)
+        if r.ok:
+            out.append({"change": f"--engine-version {rel}", "engine": engine, "engine_version": rel,
+                        "backend": r.backend, "command": r.command})
+            break
+    other = next(e for e in ENGINES if e != engine)
+    r = build_recipe(plan, other, None, alternatives=False)
+    if r.ok:
+        out.append({"change": f"--recipe {other}", "engine": other, "engine_version": r.version,
+                    "backend": r.backend, "command": r.command})
+    return out
+
+
+def _hf_id(name: str) -> str | None:
+    from moedispatch.sources.models import builtin_models
+
+    for entry in builtin_models():
+        if entry["name"] == name:
+            return entry.get("hf_id")
+    return None
+
+
+def _fmt_line(item: dict[str, str]) -> str:
+    return f"{item['why']} ({item['source']})"
+
+
+def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str | None = None,
+                  recipe: Recipe | None = None) -> str:
+    recipe = recipe or build_recipe(plan, engine, version)
+    plan = recipe.plan or plan  # the plan the recipe realizes (re-made under an AITER env switch when needed)
+    if fmt == "json":
+        from moedispatch.plan.plan import plan_to_json
+
+        out = recipe.to_dict()
+        out["plan_fingerprint"] = plan.fingerprint
+        out["plan"] = plan_to_json(plan)
+        # --- issue 17 (engine_choice owner): per MoE layer group, what the engine does on its own (auto) and with the
+        # recipe's forced value, both with the recipe's env, and whether that differs from the plan.
+        from moedispatch.engines.choice import recipe_engine_groups
+
+        out.update(recipe_engine_groups(plan, recipe))
+        # --- end issue 17
+        return json.dumps(out, indent=2) + "\n"
+    caps = plan.caps
+    mode = capdb.partition_of(caps.gfx, caps.product, caps.compute_units)
+    lines = [f"# {engine} {recipe.version} recipe for {plan.model.name} on {caps.arch_label}"
+             + (f", {mode} partition ({caps.compute_units} CUs)" if mode else "")
+             + (f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER")
+             + f", tp={plan.tp} ep={plan.ep} (plan {plan.fingerprint})"]
+    if recipe.layout is not None:
+        lo = recipe.layout
+        mem = (f"; ~{lo.weights_gib:.0f} GiB weights/rank of {lo.budget_gib:.0f} GiB usable"
+               if lo.weights_gib is not None and lo.budget_gib is not None else "")
+        lines.append(f"# layout: world size {lo.world} (tp {lo.tp} × dp {lo.dp}, ep {lo.ep}){mem}")
+    lines.append(f"# MoE plan: {recipe.backend or 'no backend'}")
+    for w in recipe.warnings:
+        lines.append(f"# WARNING: {w.marked()}")
+    if not recipe.ok:
+        lines.append(f"# NO SAFE LAUNCH: {engine} {recipe.version} cannot carry out this plan:")
+        for r in recipe.refusals:
+            lines.append(f"#   - {r.marked()}")
+        if recipe.alternatives:
+            lines.append("# nearest safe alternatives:")
+            for a in recipe.alternatives:
+                lines.append(f"#   {a['change']}: {a['engine']} {a['engine_version']}, MoE on {a['backend']}")
+        else:
+            lines.append("# no safe alternative found (other TP/EP, releases, engine)")
+        return "\n".join(lines) + "\n"
+    for e in recipe.env:
+        lines.append(f"# {_fmt_line(e)}")
+        lines.append(f"export {e['name']}={e['value']}")
+    for a in recipe.args:
+        lines.append(f"# {a['arg']}: {_fmt_line(a)}")
+    lines.append(recipe.command or "")
+    for c in recipe.caveats:
+        lines.append(f"# caveat: {c.marked()}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,331 @@
+"""Plan a whole model: one :class:`~moedispatch.core.decision.Decision` per layer, the plan's warnings, its fingerprint
+and its JSON (schema ``moedispatch.explain/1``). Renderers live in :mod:`moedispatch.render.explain`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+from moedispatch._util.log import get_logger
+from moedispatch.core.backend import Backend
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.decision import Decision
+from moedispatch.core.errors import NoBackendError
+from moedispatch.core.layers import MoELayer
+from moedispatch.sources.models import ModelSpec, expand_layers
+from moedispatch.core.reason import Reason, texts
+from moedispatch.selector.pure import select
+
+if TYPE_CHECKING:  # pragma: no cover
+    from moedispatch.selector.runtime import Runtime
+
+__all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "group_entry", "layer_span", "cost_total",
+           "SCHEMA"]
+
+SCHEMA = "moedispatch.explain/1"
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: ModelSpec
+    caps: Capabilities
+    tp: int
+    ep: int
+    decisions: tuple[Decision, ...]
+    warnings: tuple[Reason, ...]
+    #: The token counts and AITER environment the plan assumed (None: planned without run-time simulation).
+    runtime: "Runtime | None" = None
+    #: ``((first layer index of a group, what-if reasons), …)`` when asked for (``explain --what-if``).
+    what_if: tuple[tuple[int, tuple[Reason, ...]], ...] = ()
+
+    def what_if_for(self, group: Sequence[Decision]) -> tuple[Reason, ...]:
+        first = group[0].layer.index
+        return next((r for i, r in self.what_if if i == first), ())
+
+    @property
+    def ok(self) -> bool:
+        return all(d.ok for d in self.decisions)
+
+    @property
+    def layers(self) -> tuple[Decision, ...]:
+        return self.decisions
+
+    def to_dict(self) -> dict[str, Any]:
+        """The explain JSON document (schema ``moedispatch.explain/1``)."""
+        return plan_to_json(self)
+
+    def groups(self) -> tuple[tuple[Decision, ...], ...]:
+        """Layers whose decisions are identical, across non-adjacent layers, in order of first appearance
+        (Llama-4-Maverick's 24 MoE layers alternate with dense ones: one group of 24)."""
+        by_key: dict[tuple, list[Decision]] = {}
+        for d in self.decisions:
+            by_key.setdefault(d.group_key(), []).append(d)
+        return tuple(tuple(g) for g in by_key.values())
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable hash of everything that must agree across ranks (target, parallelism, every decision)."""
+        payload = json.dumps({"target": self.caps.target_dict(), "parallel": [self.tp, self.ep],
+                              "layers": [layer_entry(d) for d in self.decisions]}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _target_entry(caps: Capabilities) -> dict[str, Any]:
+    """The JSON ``target``: ``caps.target_dict()`` plus ``partition`` for a compute-partition target."""
+    from moedispatch.data.capdb import target_entry
+
+    return target_entry(caps)
+
+
+def padded_bytes(layer: MoELayer, decision: Decision) -> tuple[int, int]:
+    """(bytes of routed-expert weights per rank as allocated, extra bytes the padding adds), scales included."""
+    if layer.kind != "moe":
+        return 0, 0
+
+    def weight_bytes(hidden: int, inter: int) -> int:
+        elems = layer.experts_per_rank * 3 * hidden * inter  # w13 [E, 2I, H] + w2 [E, H, I]
+        total = elems * layer.weight.bits / 8
+        if layer.weight.is_mx:
+            total += elems / 32  # one E8M0 byte per 32 elements
+        elif layer.weight.block:
+            bn, bk = layer.weight.block
+            total += layer.experts_per_rank * 4 * (-(-2 * inter // bn) * -(-hidden // bk)
+                                                   + -(-hidden // bn) * -(-inter // bk))
+        return int(total)
+
+    base = weight_bytes(layer.hidden, layer.intermediate_per_rank)
+    padded = weight_bytes(decision.padding.hidden, decision.padding.intermediate_per_rank)
+    return padded, padded - base
+
+
+def _pad_ratio_warnings(decisions: Sequence[Decision], caps: Capabilities, backends: Sequence[Backend],
+                        runtime: "Runtime | None") -> list[Reason]:
+    """``caveat [pad ratio]`` (moedispatch.kit.caveats.pad_ratio_caveat) once per group of layers padded to ≥ 4× their
+    TP shard, with the expert-parallel alternative re-planned by the selector itself (only for such groups)."""
+    from moedispatch.kit.caveats import PAD_RATIO_MIN, ep_alternative_layer, pad_ratio_caveat
+
+    groups: dict[tuple, list[Decision]] = {}
+    for d in decisions:
+        if (d.backend is not None and d.layer.kind == "moe"
+                and d.padding.intermediate_per_rank >= PAD_RATIO_MIN * d.layer.intermediate_per_rank):
+            groups.setdefault((d.layer.signature(), d.backend, d.padding), []).append(d)
+    out = []
+    for members in groups.values():
+        d = members[0]
+        alt_layer = ep_alternative_layer(d.layer)
+        alternative = None
+        if alt_layer is not None:
+            try:
+                alternative = select(alt_layer, caps, backends, runtime=runtime)
+            except NoBackendError:
+                alternative = None
+        reason = pad_ratio_caveat(d, padded_bytes(d.layer, d)[1], alternative)
+        if reason is not None:
+            idx = [m.layer.index for m in members]
+            out.append(Reason(f"{len(idx)} MoE layer(s) ({_ranges(idx)}): {reason.text}", "warning", reason.source,
+                              reason.issue, reason.confidence))
+    return out
+
+
+def plan_model(
+    model: ModelSpec,
+    caps: Capabilities,
+    tp: int = 1,
+    ep: int = 1,
+    *,
+    backends: Sequence[Backend] | None = None,
+    force: str | None = None,
+    strict: bool = False,
+    warnings: Sequence[Reason | str] = (),
+    runtime: "Runtime | None" = None,
+) -> Plan:
+    """One Decision per layer (layers no backend can run get ``backend=None`` and their rejections).
+
+    With a :class:`~moedispatch.selector.runtime.Runtime` every MoE decision also says what AITER's dispatcher runs per token
+    count and the predicted time (and correct backends are ordered by it); the plan gains ``tokens``,
+    ``aiter_env`` and ``cost_total``."""
+    if backends is None:
+        from moedispatch.selector.plugins import get_registry
+
+        registry = get_registry(strict=strict)
+        backends = registry.backends
+        warnings = (tuple(warnings) + tuple(Reason(f"plugin error: {e}", "warning") for e in registry.errors)
+                    + tuple(Reason(w, "warning") for w in registry.warnings))
+    from moedispatch._util.deadline import collect_plugin_notices
+
+    layers = expand_layers(model, tp, ep)
+    decisions = []
+    with collect_plugin_notices() as notices:  # what third-party plugins print, which were disabled after a timeout
+        for layer in layers:
+            try:
+                decisions.append(select(layer, caps, backends, force, strict=strict, runtime=runtime))
+            except NoBackendError as exc:
+                decisions.append(exc.decision)
+    out_warnings: list[Reason] = [Reason.coerce(w, "warning").with_kind("warning") for w in warnings]
+    out_warnings += [Reason(text, "warning") for text in notices.texts()]
+    out_warnings += [Reason.coerce(n, "warning").with_kind("warning") for n in (*caps.notes, *model.notes)]
+    unconfirmed = tuple(getattr(model, "unconfirmed", ()) or ())
+    if unconfirmed:
+        out_warnings.append(Reason(
+            f"{model.name}: unconfirmed model facts ({', '.join(unconfirmed)}) — taken from third-party copies, no "
+            "published primary config found; check the checkpoint's own config.json before trusting this plan",
+            "warning",
+            None, None, "unconfirmed"))
+    # Warnings the chosen backends raise (e.g. a slow reference path), once per distinct warning with its layers.
+    by_warning: dict[tuple[str | None, Reason], list[int]] = {}
+    for d in decisions:
+        for w in d.warnings:
+            by_warning.setdefault((d.backend, w), []).append(d.layer.index)
+    for (backend, w), indices in by_warning.items():
+        where = f" on {caps.arch_label}" + (f" with AITER {caps.aiter_version}" if caps.aiter_version
+                                             else " without AITER")
+        out_warnings.append(Reason(
+            f"{len(indices)} MoE layer(s) ({_ranges(indices)}) run on {backend}{where}: {w.text}", "warning",
+            w.source, w.issue, w.confidence))
+    if model.prepadded and model.stored_intermediate:
+        moe = [d for d in decisions if d.layer.kind == "moe"]
+        if moe:
+            d0 = moe[0]
+            stored = model.stored_intermediate // d0.layer.moe_tp
+            alloc = d0.padding.intermediate_per_rank
+            out_warnings.append(Reason(
+                f"pre-padded checkpoint: experts are stored {model.stored_intermediate} wide but the model is "
+                f"{d0.layer.intermediate} ({d0.layer.intermediate_per_rank}/rank); the plan allocates {alloc}/rank — "
+                + ("load only the first " f"{d0.layer.intermediate_per_rank} columns of each rank's slice (vLLM "
+                   "_load_w13/_load_w2 narrow with the unpadded size) and keep the rest zero"
+                   if stored != alloc else "the stored zeros fill the planned pad exactly"), "warning",
+                "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/routed_experts.py"))
+    # Run-time caveats of the chosen paths (scale-tile splits, token-count dependent bugs) travel as warnings.
+    out_warnings += [r.with_kind("warning") for d in decisions if d.backend for r in d.of_kind("caveat")]
+    out_warnings += _pad_ratio_warnings(decisions, caps, backends, runtime)
+    missing = [d.layer.index for d in decisions if not d.ok]
+    if missing:
+        out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))
+    plan = Plan(model, caps, tp, ep, tuple(decisions), tuple(dict.fromkeys(out_warnings)), runtime)
+    counts: dict[str, int] = {}
+    for d in decisions:
+        if d.layer.kind == "moe":
+            key = d.backend or "none"
+            counts[key] = counts.get(key, 0) + 1
+    log.info("dispatch_planned", model=model.name, target=caps.gfx, aiter=caps.aiter_version, tp=tp, ep=ep,
+             backends=counts, fingerprint=plan.fingerprint)
+    return plan
+
+
+# -- JSON ------------------------------------------------------------------------------------------------------
+
+def layer_entry(d: Decision) -> dict[str, Any]:
+    layer = d.layer
+    entry: dict[str, Any] = {
+        "index": layer.index,
+        "kind": layer.kind,
+        "shape": {
+            "hidden": layer.hidden,
+            "intermediate": layer.intermediate,
+            "intermediate_per_rank": layer.intermediate_per_rank,
+            "experts": layer.experts,
+            "experts_per_rank": layer.experts_per_rank,
+            "top_k": layer.top_k,
+        },
+        "quant": {
+            "weight": layer.weight.dtype,
+            "activation": layer.act.dtype,
+            "granularity": layer.weight.granularity,
+            "activation_granularity": layer.act.granularity,
+        },
+    }
+    entry.update(d.to_dict())
+    if layer.kind == "moe":
+        total, extra = padded_bytes(layer, d)
+        entry["padded_bytes"] = extra
+        entry["activation_fn"] = layer.activation
+    return entry
+
+
+def plan_to_json(plan: Plan, *, engine: str | None = None,
+                 engine_env: "dict[str, str] | None" = None) -> dict[str, Any]:
+    """The explain JSON. With ``engine`` (``vllm``, ``vllm@0.33.0``, ``sglang``) it also carries ``engine_auto``: per
+    MoE layer group, what that engine does on its own (``--moe-backend auto`` with ``engine_env``) and how that
+    compares with the plan (:func:`moedispatch.engines.choice.compare_plan`); computed only when asked."""
+    totals = [padded_bytes(d.layer, d) for d in plan.decisions]
+    engine_part: dict[str, Any] = {}
+    if engine is not None:
+        from moedispatch.engines.choice import compare_plan, parse_engine_spec
+
+        name, version = parse_engine_spec(engine)
+        engine_part["engine_auto"] = compare_plan(plan, name, version, env=engine_env or {},
+                                            quant_method=getattr(plan.model, "quant_method", None))
+    return {
+        "schema": SCHEMA,
+        "model": plan.model.to_dict(),
+        "target": _target_entry(plan.caps),
+        "parallel": {"tp": plan.tp, "ep": plan.ep},
+        "layers": [layer_entry(d) for d in plan.decisions],
+        "groups": [{**group_entry(g), **({"what_if": texts(plan.what_if_for(g))} if plan.what_if_for(g) else {})}
+                   for g in plan.groups()],
+        **_runtime_entries(plan),
+        "warnings": texts(plan.warnings),
+        "warning_details": [w.to_dict() for w in plan.warnings],
+        "padded_bytes": sum(extra for _, extra in totals),
+        "fingerprint": plan.fingerprint,
+        **engine_part,
+    }
+
+
+
+
+def cost_total(plan: Plan) -> tuple[Any, ...]:
+    """The model's MoE time per token count (sum over MoE layers), or ``()`` when some MoE layer has no prediction."""
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    if not moe or any(not d.cost for d in moe):
+        return ()
+    from moedispatch.cost.model import total
+
+    return total(d.cost for d in moe)
+
+
+def _runtime_entries(plan: Plan) -> dict[str, Any]:
+    if plan.runtime is None:
+        return {}
+    return {"tokens": list(plan.runtime.tokens), "aiter_env": dict(plan.runtime.env),
+            "cost_total": [c.to_dict(with_basis=False) for c in cost_total(plan)]}
+
+
+def group_entry(group: Sequence[Decision]) -> dict[str, Any]:
+    """The JSON ``groups`` entry: the layers that share one decision, and that decision's headline fields."""
+    d = group[0]
+    return {"layers": [g.layer.index for g in group], "kind": d.layer.kind, "backend": d.backend,
+            "padding": d.padding.to_dict() if d.layer.kind == "moe" else None,
+            "warnings": texts(d.warnings)}
+
+
+def layer_span(indices: Sequence[int]) -> str:
+    """``layer 3`` / ``layers 3–59`` / ``layers 1,3,…,47`` (an arithmetic progression) / ``layers 0–2, 7, 9``."""
+    idx = list(indices)
+    if len(idx) == 1:
+        return f"layer {idx[0]}"
+    step = idx[1] - idx[0]
+    if len(idx) > 3 and step > 1 and all(b - a == step for a, b in zip(idx, idx[1:])):
+        return f"layers {idx[0]},{idx[1]},…,{idx[-1]}"
+    return f"layers {_ranges(idx)}"
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    parts, start, prev = [], None, None
+    for i in indices:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            parts.append(f"{start}–{prev}" if start != prev else str(start))
+            start = prev = i
+    if start is not None:
+        parts.append(f"{start}–{prev}" if start != prev else str(start))
+    return ", ".join(parts)
+
+

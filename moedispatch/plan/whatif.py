@@ -1,0 +1,137 @@
+"""What-if: per layer group, the cheapest change that unlocks a faster correct path, with its predicted gain; and the
+tuning work-list (the shapes AITER runs on heuristics, in AITER's untuned-CSV format).
+
+Changes are tried cheapest first — an AITER environment switch, then a newer AITER release — by re-planning the
+layer with the selector itself (so the alternative is as correct as the plan) and comparing predicted times at the
+largest planned token count. Off explain's default path: ``moedispatch explain --what-if`` / ``--tuning-list``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from moedispatch.core.errors import NoBackendError
+from moedispatch.core.reason import Reason
+
+if TYPE_CHECKING:  # pragma: no cover
+    from moedispatch.core.backend import Backend
+    from moedispatch.core.capabilities import Capabilities
+    from moedispatch.core.decision import Decision
+    from moedispatch.plan.plan import Plan
+    from moedispatch.selector.runtime import Runtime
+
+__all__ = ["what_if", "plan_what_if", "tuning_list", "switch_variants", "MIN_GAIN"]
+
+#: A change is worth naming when it saves at least this share of the layer's predicted time.
+MIN_GAIN = 0.05
+
+_FM = "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py"
+#: Environment switches that change what AITER runs (cheapest changes: no new software), with their source.
+_SWITCHES: tuple[tuple[tuple[tuple[str, str], ...], str, str], ...] = (
+    ((("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "0"),),
+     "keep MXFP4 activations at every batch size (AITER's Swiglu policy otherwise runs bf16 below 256 tokens)",
+     f"{_FM} (fused_moe_)"),
+    ((("VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS", "1"),),
+     "fold the shared expert into the routed AITER call (the key AITER's model rows are tuned for)",
+     "https://github.com/vllm-project/vllm/pull/46474"),
+    ((("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "0"), ("VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS", "1")),
+     "MXFP4 activations at every batch size and the shared expert folded into the routed call",
+     f"{_FM} (fused_moe_); https://github.com/vllm-project/vllm/pull/46474"),
+)
+
+
+def switch_variants(runtime: "Runtime") -> list[tuple[tuple[tuple[str, str], ...], str, str, "Runtime"]]:
+    """``[(switch, why, source, runtime with the switch)]`` for each AITER switch not already set in ``runtime``,
+    cheapest first — shared by --what-if and by recipes that need the engine's allocation to be native."""
+    from moedispatch.selector.runtime import Runtime
+
+    env = runtime.env_dict
+    return [(switch, why, source, Runtime(runtime.tokens, tuple(sorted({**env, **dict(switch)}.items()))))
+            for switch, why, source in _SWITCHES if not all(env.get(k) == v for k, v in switch)]
+
+
+def _us(decision: "Decision") -> float | None:
+    return decision.cost[-1].us if decision.cost else None
+
+
+def _padding_text(d: "Decision") -> str:
+    p, layer = d.padding, d.layer
+    if not p.padded:
+        return f"{d.backend} runs hidden {layer.hidden} × intermediate/rank {layer.intermediate_per_rank} unpadded"
+    return f"{d.backend} with intermediate/rank {layer.intermediate_per_rank}→{p.intermediate_per_rank}"
+
+
+def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Backend"],
+            runtime: "Runtime") -> tuple[Reason, ...]:
+    """For one planned MoE decision: what its padding costs, and the cheapest change that makes the layer faster
+    (correct by the same rules), as Reasons of kind ``note``."""
+    from moedispatch.data import capdb
+    from moedispatch.core.backend import FUSED_MOE_FAMILIES
+    from moedispatch.cost.model import format_cost, padding_overhead
+    from moedispatch.selector.runtime import Runtime
+    from moedispatch.selector.pure import select
+
+    out: list[Reason] = []
+    layer, tokens = decision.layer, max(runtime.tokens)
+    if decision.backend is None or layer.kind != "moe":
+        return ()
+    if decision.padding.padded:
+        over = padding_overhead(layer, caps, backend_family=decision.backend, padding=decision.padding,
+                                tokens=(tokens,))
+        if over and over[0][1] > 0.005:
+            out.append(Reason(f"what-if: the pad {layer.intermediate_per_rank}→{decision.padding.intermediate_per_rank}"
+                              f" (intermediate/rank) costs +{over[0][1]:.0%} at {tokens} tokens (roofline estimate)",
+                              "note", confidence="derived"))
+    base = _us(decision)
+    if base is None:
+        return tuple(out)
+    trials: list[tuple[str, str, Runtime, Any]] = []
+    if decision.family in FUSED_MOE_FAMILIES:
+        for switch, why, source, variant in switch_variants(runtime):
+            trials.append((f"set {' '.join(f'{k}={v}' for k, v in switch)} ({why})", source, variant, caps))
+    newest = capdb.default_aiter_version()
+    if caps.aiter_version and caps.aiter_version != newest and caps.gfx:
+        try:
+            newer = capdb.target_capabilities(capdb.target_spec(caps) or caps.gfx, newest)
+        except Exception:  # noqa: BLE001 - a target the DB cannot rebuild: no AITER what-if
+            newer = None
+        if newer is not None:
+            trials.append((f"upgrade AITER {caps.aiter_version} → {newest}", "https://github.com/ROCm/aiter/tags",
+                           runtime, newer))
+    for change, source, variant, target in trials:
+        try:
+            alt = select(layer, target, backends, runtime=variant)
+        except NoBackendError:
+            continue
+        alt_us = _us(alt)
+        if alt_us is None or alt_us >= base * (1 - MIN_GAIN):
+            continue
+        out.append(Reason(
+            f"what-if: {change}: {_padding_text(alt)}, {format_cost(alt.cost[-1])} vs {format_cost(decision.cost[-1])} "
+            f"at {tokens} tokens ({alt_us / base - 1:+.0%})", "note", source, None, "derived"))
+        break  # the cheapest change that helps
+    return tuple(out)
+
+
+def plan_what_if(plan: "Plan", backends: Sequence["Backend"]) -> tuple[tuple[int, tuple[Reason, ...]], ...]:
+    """``((first layer of the group, what-if reasons), …)`` for every MoE group of a plan made with a Runtime."""
+    if plan.runtime is None:
+        return ()
+    out = []
+    for group in plan.groups():
+        d = group[0]
+        if d.layer.kind == "moe" and d.backend is not None:
+            reasons = what_if(d, plan.caps, backends, plan.runtime)
+            if reasons:
+                out.append((d.layer.index, reasons))
+    return tuple(out)
+
+
+def tuning_list(plan: "Plan") -> tuple[str, int]:
+    """(AITER untuned-CSV text, number of shapes): the model's shapes that fall to AITER heuristics, highest
+    predicted time × layers first (what tuning could save)."""
+    from moedispatch.cost.model import tuning_worklist, untuned_csv
+
+    entries = [(g[0].dispatch, g[0].cost, len(g)) for g in plan.groups() if g[0].dispatch is not None and g[0].cost]
+    rows = tuning_worklist(entries)
+    return untuned_csv(rows), len(rows)

@@ -1,0 +1,2 @@
+"""The machine as it is: GPUs, the installed AITER (read from its files), package versions.
+"""

@@ -1,0 +1,402 @@
+"""``moedispatch compare``: one model under several targets, AITER versions or TP/EP layouts, side by side.
+
+Each variant is planned exactly as ``explain`` plans it (:func:`moedispatch.plan.plan.plan_model`); layers whose
+decisions are identical in every variant form one group. Per group and variant: the backend, the padding, and — read
+from the plan's own JSON entries when they are there (``aiter_dispatch``, ``cost``) — what AITER runs per token
+bucket and the predicted time. Nothing here decides or predicts anything: a group that differs says why with the
+differing decisions' own reasons, picked by kind (``decision``, ``failed``, ``outranked``, ``padding``), never by
+reading their text.
+
+JSON (schema ``moedispatch.compare/1``)::
+
+    {"schema", "model", "axes": [str],
+     "variants": [{label, target, product, compute_units, aiter_version, tp, ep, fingerprint, ok, warnings,
+                   cost_total?}],
+     "groups": [{layers: [int], kind, decisions: [{backend, padding, aiter_dispatch?, cost?} per variant],
+                 differs: bool, differs_in: [str], why: [str]}]}
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from moedispatch.core.errors import UsageError
+
+__all__ = ["SCHEMA", "Variant", "Comparison", "parse_variants", "compare_plans", "compare_to_json", "render_table",
+           "run_cli"]
+
+SCHEMA = "moedispatch.compare/1"
+#: At most this many variants in one comparison (a product of axes grows fast).
+MAX_VARIANTS = 12
+_AXES = ("target", "aiter_version", "tp", "ep")
+_FLAGS = {"target": "--target", "aiter_version": "--aiter-version", "tp": "--tp", "ep": "--ep"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the model: a target (None: probe or default), an AITER version (None: the target's), TP, EP."""
+
+    target: str | None = None
+    aiter_version: str | None = None
+    tp: int = 1
+    ep: int = 1
+
+
+def _split(text: str | None, flag: str) -> list[str] | None:
+    if text is None:
+        return None
+    items = [item.strip() for item in str(text).split(",")]
+    if not items or any(not item for item in items):
+        raise UsageError(f"{flag} takes a comma-separated list without empty items, got {text!r}")
+    if len(set(items)) != len(items):
+        raise UsageError(f"{flag} lists a value twice: {text!r}")
+    return items
+
+
+def _ints(items: list[str] | None, flag: str) -> list[int] | None:
+    if items is None:
+        return None
+    out = []
+    for item in items:
+        try:
+            value = int(item)
+        except ValueError:
+            raise UsageError(f"{flag} takes comma-separated positive integers, got {item!r}") from None
+        if value < 1:
+            raise UsageError(f"{flag} takes comma-separated positive integers, got {value}")
+        out.append(value)
+    return out
+
+
+def parse_variants(target: str | None = None, aiter_version: str | None = None, tp: str | None = None,
+                   ep: str | None = None) -> tuple[list[Variant], list[str]]:
+    """The variants the flags describe (the product of every comma-separated list) and the axes that vary.
+
+    One-line :class:`UsageError` for fewer than two variants, empty or repeated items, non-integer TP/EP, or more
+    than :data:`MAX_VARIANTS`.
+    """
+    values: dict[str, list[Any]] = {
+        "target": _split(target, "--target") or [None],
+        "aiter_version": _split(aiter_version, "--aiter-version") or [None],
+        "tp": _ints(_split(tp, "--tp"), "--tp") or [1],
+        "ep": _ints(_split(ep, "--ep"), "--ep") or [1],
+    }
+    axes = [axis for axis in _AXES if len(values[axis]) > 1]
+    if not axes:
+        raise UsageError("compare needs at least two variants: give two or more comma-separated values to --target, "
+                         "--aiter-version, --tp or --ep (e.g. --target MI300X,MI355X)")
+    variants = [Variant(*combo) for combo in itertools.product(*(values[a] for a in _AXES))]
+    if len(variants) > MAX_VARIANTS:
+        raise UsageError(f"compare takes at most {MAX_VARIANTS} variants; "
+                         + " × ".join(f"{_FLAGS[a]} {len(values[a])}" for a in axes) + f" = {len(variants)}")
+    return variants, axes
+
+
+# -- the comparison ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """Plans of one model, one per variant, and the axes that vary between them."""
+
+    variants: tuple[Variant, ...]
+    plans: tuple[Any, ...]  # moedispatch.plan.plan.Plan, one per variant
+    axes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.plans)
+
+    def label(self, i: int) -> str:
+        """``gfx942 (MI300X)`` / ``AITER 0.1.15.post3`` / ``TP8`` — the varying axes of variant ``i``."""
+        plan = self.plans[i]
+        parts = []
+        for axis in self.axes:
+            if axis == "target":
+                from moedispatch.data.capdb import target_label
+
+                parts.append(target_label(plan.caps))
+            elif axis == "aiter_version":
+                parts.append(f"AITER {plan.caps.aiter_version}" if plan.caps.aiter_version else "no AITER")
+            elif axis == "tp":
+                parts.append(f"TP{plan.tp}")
+            else:
+                parts.append(f"EP{plan.ep}")
+        return " ".join(parts)
+
+    def groups(self) -> list[list[int]]:
+        """Layer indices whose decisions are identical within every variant (across non-adjacent layers), in order
+        of first appearance."""
+        by_key: dict[tuple, list[int]] = {}
+        for i in range(len(self.plans[0].decisions)):
+            key = tuple(p.decisions[i].group_key() for p in self.plans)
+            by_key.setdefault(key, []).append(i)
+        return list(by_key.values())
+
+
+def compare_plans(model: Any, variants: Sequence[Variant], axes: Sequence[str], *,
+                  plan_variant: Callable[[Any, Variant], Any]) -> Comparison:
+    """Plan ``model`` once per variant with ``plan_variant(model, variant) -> Plan``."""
+    plans = tuple(plan_variant(model, v) for v in variants)
+    sizes = {len(p.decisions) for p in plans}
+    if len(sizes) != 1:  # pragma: no cover - one model always expands to the same layer count
+        raise UsageError("the variants plan different layer counts; compare needs one model")
+    return Comparison(tuple(variants), plans, tuple(axes))
+
+
+def _decision_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A layer entry of the explain JSON cut to what compare shows: backend, padding, and when the plan has them
+    the AITER dispatch per token bucket and the predicted cost."""
+    out: dict[str, Any] = {"backend": entry.get("backend"),
+                           "padding": entry.get("padding") if entry.get("kind") == "moe" else None}
+    for key in ("aiter_dispatch", "cost"):
+        if key in entry:
+            out[key] = entry[key]
+    return out
+
+
+def _why_items(cmp: Comparison, index: int, differs_in: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
+    """Why a group differs, from the decisions' reasons by kind: each variant's ``decision`` reason (or its
+    absence), why it did not choose what another variant chose (the rejection's ``failed`` reasons, else
+    ``outranked``); with one backend everywhere, the ``padding`` reasons that are not the same in every variant."""
+    decisions = [p.decisions[index] for p in cmp.plans]
+    out: list[tuple[str, tuple[Any, ...]]] = []
+    if "backend" in differs_in:
+        chosen = {d.backend for d in decisions if d.backend}
+        for i, d in enumerate(decisions):
+            label = cmp.label(i)
+            head = d.of_kind("decision")
+            out.append((f"{label}: ", head[:1]) if d.backend and head else (f"{label}: no correct backend", ()))
+            for other in sorted(chosen - {d.backend}):
+                rej = d.rejection(other)
+                if rej is None:
+                    out.append((f"{label}: {other} is not registered", ()))
+                    continue
+                picked = tuple(r for r in rej.reasons if r.kind == "failed") or tuple(
+                    r for r in rej.reasons if r.kind == "outranked")
+                if picked:
+                    out.append((f"{label}: not {other}: ", picked))
+    if differs_in == ["padding"]:  # same backend, other padding (a changed backend explains its own padding)
+        per_variant = [tuple(r for r in d.reasons if r.kind == "padding") for d in decisions]
+        everywhere = set.intersection(*(set(p) for p in per_variant)) if per_variant else set()
+        for i, reasons in enumerate(per_variant):
+            out += [(f"{cmp.label(i)}: padding: ", (r,)) for r in reasons if r not in everywhere]
+    return list(dict.fromkeys(out))
+
+
+def _why_text(item: tuple[str, tuple[Any, ...]], cite: Callable[[Any], str] = str) -> str:
+    prefix, reasons = item
+    return prefix + "; ".join(cite(r) for r in reasons)
+
+
+def compare_to_json(cmp: Comparison) -> dict[str, Any]:
+    """The ``moedispatch.compare/1`` document."""
+    from moedispatch.plan.plan import plan_to_json
+
+    docs = [plan_to_json(p) for p in cmp.plans]
+    variants = []
+    for i, (plan, doc) in enumerate(zip(cmp.plans, docs)):
+        target = doc["target"]
+        entry: dict[str, Any] = {
+            "label": cmp.label(i), "target": target.get("gfx"), "product": target.get("product"),
+            "compute_units": target.get("compute_units"), "aiter_version": target.get("aiter_version"),
+            "tp": plan.tp, "ep": plan.ep, "fingerprint": doc["fingerprint"], "ok": plan.ok,
+            "warnings": doc["warnings"],
+        }
+        if target.get("partition"):
+            entry["partition"] = target["partition"]
+        if "cost_total" in doc:
+            entry["cost_total"] = doc["cost_total"]
+        variants.append(entry)
+    groups = []
+    for indices in cmp.groups():
+        first = indices[0]
+        decisions = [_decision_entry(doc["layers"][first]) for doc in docs]
+        differs_in = [key for key in ("backend", "padding") if len({json.dumps(d[key], sort_keys=True)
+                                                                     for d in decisions}) > 1]
+        groups.append({"layers": indices, "kind": docs[0]["layers"][first]["kind"], "decisions": decisions,
+                       "differs": bool(differs_in), "differs_in": differs_in,
+                       "why": [_why_text(item) for item in _why_items(cmp, first, differs_in)] if differs_in
+                       else []})
+    return {"schema": SCHEMA, "model": docs[0]["model"], "axes": list(cmp.axes), "variants": variants,
+            "groups": groups}
+
+
+# -- table -----------------------------------------------------------------------------------------------------
+
+def _us(value: float) -> str:
+    if value >= 10_000:
+        return f"{value / 1000:,.1f} ms"
+    return f"{value:,.0f} µs" if value >= 10 else f"{value:.1f} µs"
+
+
+def _costs(costs: Sequence[dict[str, Any]]) -> str:
+    return " · ".join(f"{c['tokens']} tok {_us(c['us'])}" for c in costs if "tokens" in c and "us" in c)
+
+
+def _dispatch(steps: Sequence[dict[str, Any]]) -> str:
+    parts = []
+    for s in steps:
+        lo, hi = (s.get("tokens") or [None, None])[:2]
+        span = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        parts.append(f"{span} tok {s.get('family')} {s.get('stages')}-stage block_m {s.get('block_m')} "
+                     f"({s.get('basis')})")
+    return "; ".join(parts)
+
+
+def _padding(p: dict[str, Any] | None) -> str:
+    if not p:
+        return ""
+    if not (p.get("hidden_pad") or p.get("intermediate_pad")):
+        return "no padding"
+    hidden = p["hidden"] - p.get("hidden_pad", 0)
+    inter = p["intermediate_per_rank"] - p.get("intermediate_pad", 0)
+    sem = f" ({p['pad_semantics']})" if p.get("pad_semantics") else ""
+    return f"pad hidden {hidden}→{p['hidden']}, intermediate/rank {inter}→{p['intermediate_per_rank']}{sem}"
+
+
+def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent,
+                         subsequent_indent=" " * len(indent) + "  ") or [indent]
+
+
+def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
+    from moedispatch.plan.plan import layer_span
+
+    doc = doc or compare_to_json(cmp)
+    numbers: dict[str, int] = {}
+
+    def cite(reason: Any) -> str:
+        """``text [3]``: sources are numbered and listed once at the end (the JSON keeps them on each line)."""
+        text = reason.text
+        if reason.source:
+            text += f" [{numbers.setdefault(reason.source, len(numbers) + 1)}]"
+        return text if reason.confidence == "confirmed" else f"{text} ({reason.confidence})"
+
+    model = cmp.plans[0].model
+    letters = [chr(ord("A") + i) for i in range(len(cmp.plans))]
+    lines = [f"model   {model.name} ({model.source}" + (f", {model.architecture}" if model.architecture else "")
+             + f") across {', '.join(_FLAGS[a] for a in cmp.axes)}"]
+    width = max(len(cmp.label(i)) for i in range(len(cmp.plans)))
+    for i, (plan, v) in enumerate(zip(cmp.plans, doc["variants"])):
+        caps = plan.caps
+        from moedispatch.data.capdb import target_label
+
+        detail = target_label(caps) + (f", {caps.compute_units} CUs" if caps.compute_units else "")
+        detail += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
+        lines.append(f"  {letters[i]}  {detail}; tp={plan.tp} ep={plan.ep}; fingerprint {v['fingerprint']}")
+    lines.append("")
+    differ = 0
+    for g in doc["groups"]:
+        idx = g["layers"]
+        count = f"{len(idx)} {'MoE' if g['kind'] == 'moe' else 'dense'}"
+        span = layer_span(idx)
+        if g["kind"] != "moe":
+            lines.append(f"{span} ({count}) → dense MLP in every variant")
+            continue
+        differ += len(idx) if g["differs"] else 0
+        state = f"DIFFERS in {' and '.join(g['differs_in'])}" if g["differs"] else "same backend and padding"
+        lines.append(f"{span} ({count}): {state}")
+        bw = max(len(d["backend"] or "NO BACKEND") for d in g["decisions"])
+        for i, d in enumerate(g["decisions"]):
+            lines.append(f"    {letters[i]}  {cmp.label(i):<{width}}  {d['backend'] or 'NO BACKEND':<{bw}}  "
+                         f"{_padding(d['padding'])}")
+            if d.get("aiter_dispatch"):
+                lines += _wrap(_dispatch(d["aiter_dispatch"]), f"       {' ' * width}  aiter ")
+            if d.get("cost"):
+                lines += _wrap(_costs(d["cost"]), f"       {' ' * width}  cost  ")
+        whys = [_why_text(item, cite) for item in _why_items(cmp, idx[0], g["differs_in"])] if g["differs"] else []
+        for n, why in enumerate(whys):
+            lines += _wrap(why, "    why " if n == 0 else "        ")
+    totals = [(i, v["cost_total"]) for i, v in enumerate(doc["variants"]) if v.get("cost_total")]
+    if totals:
+        lines.append("")
+        lines.append("predicted MoE time per forward pass on one rank:")
+        for i, costs in totals:
+            lines += _wrap(_costs(costs), f"  {letters[i]}  {cmp.label(i):<{width}}  ")
+    lines.append("")
+    moe = sum(1 for d in cmp.plans[0].decisions if d.layer.kind == "moe")
+    lines.append(f"summary {differ} of {moe} MoE layers differ between the variants")
+    for i, plan in enumerate(cmp.plans):
+        missing = [d.layer.index for d in plan.decisions if not d.ok]
+        if missing:
+            lines.append(f"        {letters[i]} {cmp.label(i)}: {len(missing)} MoE layer(s) have no correct backend")
+    warnings = sorted({w for v in doc["variants"] for w in v["warnings"]},
+                      key=lambda w: min(n for n, v in enumerate(doc["variants"]) if w in v["warnings"]))
+    if warnings:
+        lines.append("")
+        for w in warnings:
+            where = [letters[i] for i, v in enumerate(doc["variants"]) if w in v["warnings"]]
+            scope = "" if len(where) == len(letters) else f"[{','.join(where)}] "
+            lines += _wrap(scope + w, "warning ")
+    if numbers:
+        lines.append("")
+        for source, n in numbers.items():
+            lines += _wrap(source, f"[{n}]".ljust(8))
+    return "\n".join(lines) + "\n"
+
+
+# -- CLI -------------------------------------------------------------------------------------------------------
+
+def _runtime(args: Any) -> Any:
+    """The explain run-time assumptions (token counts, AITER env) when this install plans them, else None."""
+    try:
+        from moedispatch.selector.runtime import Runtime, parse_tokens
+    except ImportError:  # pragma: no cover - an install without the run-time model
+        if getattr(args, "tokens", None) or getattr(args, "aiter_env", None):
+            raise UsageError("--tokens/--aiter-env need moedispatch's run-time model (moedispatch.selector.runtime)") from None
+        return None
+    overrides = {}
+    for item in getattr(args, "aiter_env", None) or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--aiter-env takes KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    tokens = parse_tokens(args.tokens) if getattr(args, "tokens", None) else None
+    return Runtime.build(tokens, overrides=overrides)
+
+
+def run_cli(args: Any, emit: Callable[[str], None]) -> int:
+    """``moedispatch compare``: exit 0; 3 when some variant has a MoE layer with no backend (all still printed)."""
+    import inspect
+    import sys
+
+    from moedispatch.api import resolve_capabilities
+    from moedispatch.sources.models import load_model
+    from moedispatch.plan.plan import plan_model
+    from moedispatch.selector.plugins import get_registry
+
+    variants, axes = parse_variants(args.target, args.aiter_version, args.tp, args.ep)
+    model = load_model(args.model)
+    strict = bool(getattr(args, "strict_plugins", False))
+    registry = get_registry(strict=strict)
+    runtime = _runtime(args)
+    extra = {"runtime": runtime} if runtime is not None and "runtime" in inspect.signature(plan_model).parameters \
+        else {}
+    resolved = [resolve_capabilities(v.target, v.aiter_version) for v in variants]  # bad targets fail before planning
+
+    def plan_variant(model: Any, variant: Variant) -> Any:
+        caps, first_line = resolved[variants.index(variant)]
+        warnings = (([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
+                    + list(registry.warnings))
+        return plan_model(model, caps, variant.tp, variant.ep, backends=registry.backends, strict=strict,
+                          warnings=warnings, **extra)
+
+    cmp = compare_plans(model, variants, axes, plan_variant=plan_variant)
+    doc = compare_to_json(cmp)
+    if args.format == "json":
+        emit(json.dumps(doc, indent=2))
+    else:
+        emit(render_table(cmp, doc))
+    if not cmp.ok:
+        for i, plan in enumerate(cmp.plans):
+            missing = [d for d in plan.decisions if not d.ok]
+            if missing:
+                sys.stderr.write(f"moedispatch: {cmp.label(i)}: {len(missing)} MoE layer(s) have no correct backend; "
+                                 f"layer {missing[0].layer.index}: {missing[0].reasons[0]}\n")
+        return 3
+    return 0

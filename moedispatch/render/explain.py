@@ -1,0 +1,214 @@
+"""Render a plan: JSON (schema ``moedispatch.explain/1``) and a table.
+
+Renderers only format Decisions and read reasons by kind; they never re-derive selection logic. Planning itself
+(:class:`Plan`, :func:`plan_model`) lives in :mod:`moedispatch.plan.plan` and is re-exported here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from moedispatch.core.decision import Decision
+from moedispatch.plan.plan import SCHEMA, Plan, cost_total, layer_span, padded_bytes, plan_model, plan_to_json
+from moedispatch.plan.plan import _ranges  # noqa: F401 - re-exported for older callers
+from moedispatch.core.reason import Reason
+
+__all__ = ["Plan", "plan_model", "plan_to_json", "render_json", "render_table", "padded_bytes", "SCHEMA",
+           "LEGEND"]
+
+#: The table's one-line legend for confidence markers.
+LEGEND = ("(derived) = moedispatch's inference from the cited sources, not verified upstream; (unconfirmed) = no "
+          "primary source found")
+
+
+def render_json(plan: Plan) -> str:
+    return json.dumps(plan_to_json(plan), indent=2, sort_keys=False) + "\n"
+
+
+# -- table -----------------------------------------------------------------------------------------------------
+
+def _human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent,
+                         subsequent_indent=" " * len(indent) + "  ") or [indent]
+
+
+#: Why the plan assumes its AITER version (the provenance of ``aiter_version``), for the target line.
+_AITER_WHY = {"default": "default: the newest capability_db knows", "flag": "--aiter-version",
+              "env": "MOEDISPATCH_TARGET", "probe": "installed", "installed": "installed in this Python"}
+
+
+def _step_line(step: Any) -> str:
+    lo, hi = step.tokens
+    toks = f"{lo}" if lo == hi else f"{lo}–{hi}"
+    why = f"tuned row {step.config}" if step.basis == "tuned" else "AITER heuristic"
+    kernels = " + ".join(step.kernels)
+    return (f"tokens {toks}: {step.family} {step.stages}-stage {kernels}, block_m {step.block_m}, "
+            f"{step.activation_dtype} activations — {why}")
+
+
+def _costs_line(costs: Sequence[Any], *, basis: bool = True) -> str:
+    from moedispatch.cost.model import format_cost
+
+    parts = []
+    for c in costs:
+        unit = "token" if c.tokens == 1 else "tokens"
+        parts.append(f"{c.tokens} {unit} {format_cost(c)}" + (f" {c.basis}" if basis else ""))
+    return " · ".join(parts)
+
+
+def _pad_ratio_text(layer: Any, p: Any) -> str:
+    """`` (8× the shard, see the pad-ratio caveat)`` when the allocation is ≥ caveats.PAD_RATIO_MIN × the shard."""
+    from moedispatch.kit.caveats import PAD_RATIO_MIN
+
+    shard = layer.intermediate_per_rank
+    if shard > 0 and p.intermediate_per_rank >= PAD_RATIO_MIN * shard:
+        return f" ({p.intermediate_per_rank / shard:g}× the shard: see caveat [pad ratio])"
+    return ""
+
+
+def _brief_line(d: Decision, span: str, count: str) -> str:
+    layer, p = d.layer, d.padding
+    if layer.kind == "dense":
+        return f"{span} ({count}) → dense MLP"
+    dims = ([f"hidden {layer.hidden}→{p.hidden}"] if p.hidden_pad else []) + \
+        ([f"intermediate/rank {layer.intermediate_per_rank}→{p.intermediate_per_rank}"] if p.intermediate_pad else [])
+    pad = f"pad {', '.join(dims)} ({p.pad_semantics})" if p.padded else "no padding"
+    extra = f"; {len(d.warnings)} warning(s)" if d.warnings else ""
+    return f"{span} ({count}) → {d.backend or 'NO BACKEND'}: {pad}{extra}"
+
+
+class _Sources:
+    """Numbered sources for the table: a reason prints ``text [3]`` and the sources are listed once at the end, so
+    the 57 identical layers' citations do not drown the decision (the JSON keeps every source on its reason)."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def __call__(self, reason: Reason) -> str:
+        text = reason.text
+        if reason.source:
+            n = self.numbers.setdefault(reason.source, len(self.numbers) + 1)
+            text += f" [{n}]"
+        return text if reason.confidence == "confirmed" else f"{text} ({reason.confidence})"
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        for source, n in self.numbers.items():
+            out += _wrap(source, f"[{n}]".ljust(8))
+        return out
+
+
+def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = False) -> str:
+    caps = plan.caps
+    cite = _Sources()
+    lines: list[str] = []
+    if first_line:
+        lines.append(first_line)
+    from moedispatch.data.capdb import partition_of, partitions_for
+
+    target = f"{caps.arch_label}"
+    mode = partition_of(caps.gfx, caps.product, caps.compute_units)
+    if mode and caps.compute_units:
+        n = partitions_for(caps.gfx, caps.product)[mode]
+        target += f", {mode} partition: {caps.compute_units} CUs (1/{n} of {caps.compute_units * n}; derived)"
+    elif caps.compute_units:
+        target += f", {caps.compute_units} CUs"
+    target += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
+    target += f" ({_AITER_WHY.get(caps.source_of('aiter_version') or '', caps.source_of('aiter_version') or '?')})"
+    lines.append(f"model   {plan.model.name} ({plan.model.source}"
+                 + (f", {plan.model.architecture}" if plan.model.architecture else "") + ")")
+    lines.append(f"target  {target} [{caps.source}]")
+    lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
+                 f" plan fingerprint {plan.fingerprint}")
+    lines.append("")
+    for group in plan.groups():
+        d = group[0]
+        layer = d.layer
+        idx = [g.layer.index for g in group]
+        span = layer_span(idx)
+        count = f"{len(idx)} {'MoE' if layer.kind == 'moe' else 'dense'}"
+        if brief:
+            lines.append(_brief_line(d, span, count))
+            continue
+        if layer.kind == "dense":
+            lines.append(f"{span} ({count}) → dense MLP, no MoE backend "
+                         f"(hidden {layer.hidden}, intermediate {layer.intermediate})")
+            continue
+        head = f"{span} ({count}) → {d.backend or 'NO BACKEND'}"
+        lines.append(head)
+        lines.append(f"    shape   hidden {layer.hidden}, intermediate {layer.intermediate} → "
+                     f"{layer.intermediate_per_rank}/rank, experts {layer.experts} → {layer.experts_per_rank}/rank, "
+                     f"top-{layer.top_k}, {layer.activation}")
+        lines.append(f"    quant   weights {layer.weight.describe()}, activations {layer.act.describe()}")
+        p = d.padding
+        if d.backend:
+            if p.padded:
+                _, extra = padded_bytes(layer, d)
+                lines += _wrap(
+                    f"hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
+                    f"{p.intermediate_per_rank}{_pad_ratio_text(layer, p)}; kernel pads hidden={p.kernel_hidden_pad} "
+                    f"intermediate={p.kernel_intermediate_pad} ({p.pad_semantics}); zero-fill {'yes' if p.zero_fill else 'no'}; "
+                    f"+{_human_bytes(extra)}/rank per layer", "    padding ")
+            else:
+                lines.append("    padding none needed")
+        if d.dispatch is not None:
+            for n, step in enumerate(d.dispatch.steps):
+                lines += _wrap(_step_line(step), "    aiter   " if n == 0 else "            ")
+            for assumption in d.dispatch.assumptions:
+                lines += _wrap(f"assumes {assumption}", "            ")
+        if d.cost:
+            lines += _wrap(_costs_line(d.cost), "    cost    ")
+        for reason in plan.what_if_for(group):
+            lines += _wrap(cite(reason).removeprefix("what-if: "), "    what-if ")
+        why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
+        for n, reason in enumerate(why):
+            lines += _wrap(cite(reason), "    why     " if n == 0 else "            ")
+        for reason in d.of_kind("caveat"):
+            lines += _wrap(cite(reason), "    caveat  ")
+        for reason in d.of_kind("warning"):
+            lines += _wrap(cite(reason), "    warning ")
+        for rej in d.rejected:
+            lines += _wrap(f"{rej.backend}: " + "; ".join(cite(r) for r in rej.reasons), "    not     ")
+    totals = cost_total(plan)
+    if totals and not brief:
+        lines.append("")
+        moe = sum(1 for d in plan.decisions if d.layer.kind == "moe")
+        lines += _wrap(f"predicted MoE time per forward pass on one rank ({moe} MoE layers): "
+                       + _costs_line(totals, basis=False), "total   ")
+    total = sum(padded_bytes(d.layer, d)[1] for d in plan.decisions)
+    if total:
+        lines.append("")
+        lines.append(f"padding adds {_human_bytes(total)} of expert weights per rank over the whole model")
+    if plan.warnings:
+        lines.append("")
+        for w in plan.warnings:
+            lines += _wrap(cite(w), "warning ")
+    if cite.numbers:
+        lines.append("")
+        lines.append("sources")
+        lines += cite.lines()
+    if any(r.confidence != "confirmed" for r in _all_reasons(plan)):
+        lines.append("")
+        lines.append(f"legend  {LEGEND}")
+    return "\n".join(lines) + "\n"
+
+
+def _all_reasons(plan: Plan) -> list[Reason]:
+    out = list(plan.warnings)
+    for d in plan.decisions:
+        out += d.reasons
+        for rej in d.rejected:
+            out += rej.reasons
+    return out

@@ -1,0 +1,395 @@
+"""The selector: one pure function from (layer, capabilities, backends) to a :class:`Decision`.
+
+Every output (table, JSON, logs, errors, engine API, recipes) renders the same ``Decision``; nothing re-derives it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from moedispatch._util.log import get_logger
+from moedispatch.core.backend import Backend, Padding, Verdict
+from moedispatch.core.capabilities import Capabilities
+from moedispatch.kit.caveats import shard_caveats
+from moedispatch.core.decision import Decision, Rejection
+from moedispatch.core.errors import CapabilityDBError, NoBackendError, PluginError, UsageError
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.reason import Reason, texts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from moedispatch.selector.runtime import Runtime
+
+__all__ = ["Rejection", "Decision", "select", "select_uncached", "clear_cache", "is_builtin"]
+
+log = get_logger(__name__)
+
+
+def _order(backend: Backend) -> tuple[int, str]:
+    return (-backend.preference, backend.name)
+
+
+def _fmt_exc(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_TRUSTED_PREFIXES = ("moedispatch_plugins.", "moedispatch.")
+_trusted_types: dict[type, bool] = {}
+
+
+def is_builtin(backend: Backend) -> bool:
+    """True for the built-in backends (package ``moedispatch_plugins``): called directly, no deadline thread."""
+    cls = type(backend)
+    trusted = _trusted_types.get(cls)
+    if trusted is None:
+        trusted = _trusted_types[cls] = (cls.__module__ + ".").startswith(_TRUSTED_PREFIXES)
+    return trusted
+
+
+def _call(backend: Backend, method: str, layer: MoELayer, caps: Capabilities) -> Any:
+    """``backend.<method>(layer, caps)``: directly for built-ins; for third-party plugins on a worker thread with a
+    deadline (:func:`moedispatch.selector.plugins.call_with_deadline`), so a plugin that hangs cannot hang selection; one that
+    timed out once is disabled for the rest of the run, and what it prints is captured as a plugin warning."""
+    fn = getattr(backend, method)
+    if is_builtin(backend):
+        return fn(layer, caps)
+    from moedispatch._util.deadline import call_with_deadline
+
+    return call_with_deadline(fn, (layer, caps), what=f"{method}()", owner=backend, where=f"layer {layer.index}")
+
+
+def _plugin_failure(backend: Backend, message: str, strict: bool, exc: BaseException | None = None) -> Reason:
+    """``plugin error: <message>`` (kind failed), or :class:`PluginError` under ``strict``."""
+    if strict:
+        raise PluginError(f"backend {backend.name!r}: {message}") from exc
+    return Reason(f"plugin error: {message}", "failed")
+
+
+def _failure_text(method: str, exc: BaseException) -> str:
+    from moedispatch._util.deadline import PluginTimeout
+
+    if isinstance(exc, PluginTimeout):
+        return str(exc)
+    return f"{method}() raised {_fmt_exc(exc)}"
+
+
+def _check(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -> Verdict:
+    try:
+        verdict = _call(backend, "check", layer, caps)
+    except CapabilityDBError:
+        raise  # the installation's data is broken, not the plugin: one clear line for every caller
+    except Exception as exc:
+        return Verdict(False, (_plugin_failure(backend, _failure_text("check", exc), strict, exc),))
+    problem = None
+    if not isinstance(verdict, Verdict):
+        problem = f"check() returned {type(verdict).__name__}, not a Verdict"
+    elif not isinstance(verdict.supported, bool):
+        problem = f"check() returned a Verdict whose supported is {type(verdict.supported).__name__}, not a bool"
+    elif not isinstance(verdict.reasons, tuple) or not all(isinstance(r, Reason) for r in verdict.reasons):
+        problem = "check() returned a Verdict whose reasons are not a tuple of str or Reason"
+    elif not verdict.supported and not verdict.reasons:
+        problem = "check() returned an unsupported Verdict with no reason"
+    if problem:
+        return Verdict(False, (_plugin_failure(backend, problem, strict),))
+    return verdict
+
+
+def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -> Padding | Reason:
+    """The backend's padding plan, or a failed Reason when the plugin failed or broke the Padding contract."""
+    try:
+        padding = _call(backend, "plan_padding", layer, caps)
+    except CapabilityDBError:
+        raise
+    except Exception as exc:
+        return _plugin_failure(backend, _failure_text("plan_padding", exc), strict, exc)
+    problem = None
+    if not isinstance(padding, Padding):
+        problem = f"plan_padding() returned {type(padding).__name__}, not a Padding"
+    elif padding.hidden - padding.hidden_pad != layer.hidden or \
+            padding.intermediate_per_rank - padding.intermediate_pad != layer.intermediate_per_rank:
+        problem = (f"plan_padding() returned sizes inconsistent with the layer (hidden {padding.hidden} - pad "
+                   f"{padding.hidden_pad} != {layer.hidden} or intermediate {padding.intermediate_per_rank} - pad "
+                   f"{padding.intermediate_pad} != {layer.intermediate_per_rank})")
+    elif not isinstance(padding.notes, tuple) or not all(isinstance(n, Reason) for n in padding.notes):
+        problem = "plan_padding() returned a Padding whose notes are not strings or Reasons"
+    if problem:
+        return _plugin_failure(backend, problem, strict)
+    return padding
+
+
+def select_uncached(
+    layer: MoELayer,
+    caps: Capabilities,
+    backends: Sequence[Backend],
+    force: str | None = None,
+    strict: bool = False,
+    runtime: "Runtime | None" = None,
+) -> Decision:
+    """Ask every backend, keep the correct ones, order by preference, plan padding for the winner.
+
+    With a :class:`~moedispatch.selector.runtime.Runtime` (token counts, AITER env), every correct backend's plan also goes
+    through AITER's simulated dispatch (AITER families: a kernel × token-bucket bug with no workaround rejects the
+    path) and gets a predicted cost; correct backends are then ordered by predicted time where the error bars
+    separate them, preference breaking ties.
+
+    Raises :class:`NoBackendError` (carrying the Decision) when nothing can run the layer or the forced backend
+    cannot; :class:`UsageError` for a forced name that is not registered.
+    """
+    names = [b.name for b in backends]
+    if force is not None and force not in names:
+        raise UsageError(f"unknown backend {force!r}; registered: {', '.join(sorted(names)) or 'none'}")
+    if layer.kind == "dense":
+        return Decision(layer, None, Padding.none(layer),
+                        (Reason("dense MLP layer: not a MoE layer, no MoE backend is selected", "decision"),),
+                        caps=caps)
+
+    verdicts = {b.name: _check(b, layer, caps, strict) for b in backends}
+    ranked = sorted(backends, key=_order)
+    candidates = [b for b in ranked if verdicts[b.name].supported]
+    if force is not None:
+        candidates = [b for b in candidates if b.name == force]
+
+    failed_plans: dict[str, Reason] = {}
+    winner: Backend | None = None
+    padding: Padding | None = None
+    plans: dict[str, Padding] = {}
+    dispatch: dict[str, Any] = {}
+    costs: dict[str, tuple] = {}
+    slower: dict[str, str] = {}
+    blocked: dict[str, tuple[Reason, ...]] = {}
+    replaced: dict[str, tuple[Reason, ...]] = {}  # known-issue notes of a plan replaced by an unpadded native one
+    for candidate in candidates:
+        plan = _plan(candidate, layer, caps, strict)
+        if isinstance(plan, Reason):
+            failed_plans[candidate.name] = plan
+            continue
+        if runtime is None:
+            winner, padding = candidate, plan
+            break
+        plans[candidate.name] = plan
+    if runtime is not None and plans:
+        winner, padding = _by_runtime(layer, caps, [c for c in candidates if c.name in plans], plans, runtime,
+                                      blocked, dispatch, costs, slower, replaced)
+
+    rejected: list[Rejection] = []
+    for b in ranked:
+        if winner is not None and b is winner:
+            continue
+        verdict = verdicts[b.name]
+        if b.name in blocked:
+            # Correct by its rules, but AITER's dispatcher would run a known-wrong kernel for some token count.
+            rejected.append(Rejection(b.name, blocked[b.name]))
+        elif b.name in failed_plans:
+            rejected.append(Rejection(b.name, (failed_plans[b.name],)))
+        elif not verdict.supported:
+            rejected.append(Rejection(b.name, verdict.reasons))
+        elif winner is None:
+            # Only reachable when another backend was forced and failed.
+            rejected.append(Rejection(b.name, (Reason(f"supported, not considered: --backend {force} was forced",
+                                                      "outranked"),) + verdict.reasons, supported=True))
+        elif force is not None:
+            rejected.append(Rejection(b.name, (Reason(f"supported, not chosen: --backend {force} was forced",
+                                                      "outranked"),) + verdict.reasons, supported=True))
+        elif b.name in slower:
+            rejected.append(Rejection(b.name, (Reason(f"supported, slower: {slower[b.name]}", "outranked"),)
+                                      + verdict.reasons, supported=True, cost=costs.get(b.name, ())))
+        else:
+            cmp = ">" if winner.preference > b.preference else "=" if winner.preference == b.preference else "<"
+            tie = ", name order" if cmp == "=" else ""
+            rejected.append(Rejection(
+                b.name,
+                (Reason(f"supported, outranked by {winner.name} (preference {winner.preference} {cmp} "
+                        f"{b.preference}{tie})", "outranked"),)
+                + verdict.reasons,
+                supported=True,
+                cost=costs.get(b.name, ()),
+            ))
+
+    if winner is None or padding is None:
+        # The reason names no layer index, so consecutive identical layers still group; the exception text does.
+        if force is not None:
+            why = "; ".join(texts(blocked.get(force) or ([failed_plans[force]] if force in failed_plans
+                                                         else verdicts[force].reasons)))
+            message = f"forced backend {force!r} cannot run this layer: {why}"
+        elif not backends:
+            message = ("no backends are registered (check MOEDISPATCH_LOAD_PLUGINS / MOEDISPATCH_DISABLE_PLUGINS, "
+                       "or that moedispatch is installed so its entry points exist)")
+        else:
+            message = f"no backend can run this layer correctly on {caps.arch_label}: " + "; ".join(
+                f"{r.backend}: {r.reasons[0]}" for r in rejected)
+        decision = Decision(layer, None, Padding.none(layer), (Reason(message, "failed"),), tuple(rejected),
+                            forced=force is not None, caps=caps)
+        _log_decision(decision)
+        raise NoBackendError(f"layer {layer.index}: {message}", decision)
+
+    supported_names = [b.name for b in candidates if b.name not in failed_plans and b.name not in blocked]
+    top = max((b for b in candidates if b.name in supported_names), key=lambda b: (b.preference, [-ord(c) for c in b.name]))
+    if force is not None:
+        head = f"forced with --backend {winner.name}; its checks pass"
+    elif len(supported_names) > 1 and winner is not top:
+        head = (f"{winner.name}: correct for this layer and predicted faster than the higher-preference "
+                f"{top.name}: {_cost_reason(winner.name, costs, top.name)}")
+    elif len(supported_names) > 1:
+        head = (f"{winner.name}: correct for this layer, highest preference ({winner.preference}) among supported "
+                f"[{', '.join(supported_names)}]")
+        runner = next((n for n in supported_names if n != winner.name and costs.get(n)), None)
+        if costs.get(winner.name) and runner is not None:
+            head += f"; {_cost_reason(winner.name, costs, runner)}"
+    else:
+        head = f"{winner.name}: the only backend that is correct for this layer"
+    runtime_reasons: tuple[Reason, ...] = ()
+    if winner.name in dispatch:
+        from moedispatch.selector.runtime import dispatch_reasons
+
+        runtime_reasons = dispatch_reasons(dispatch[winner.name], winner.name, winner.family)
+    verdict_reasons = verdicts[winner.name].reasons
+    if winner.name in replaced:  # the padded plan's known-issue notes no longer apply to the unpadded one
+        verdict_reasons = tuple(r for r in verdict_reasons if not (r.kind == "note" and r.issue is not None)) \
+            + replaced[winner.name]
+    reasons = ((Reason(head, "decision"),) + verdict_reasons + padding.notes + shard_caveats(layer)
+               + runtime_reasons)
+    warnings = tuple(r for r in reasons if r.kind == "warning")
+    decision = Decision(
+        layer, winner.name, padding, reasons, tuple(rejected), family=winner.family,
+        preference=winner.preference, forced=force is not None, warnings=warnings, caps=caps,
+        dispatch=dispatch.get(winner.name), cost=costs.get(winner.name, ()),
+    )
+    _log_decision(decision)
+    return decision
+
+
+def _cost_reason(a: str, costs: dict[str, tuple], b: str) -> str:
+    from moedispatch.cost.model import reason
+
+    return reason(a, costs[a], b, costs[b])
+
+
+def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], plans: dict[str, Padding],
+                runtime: "Runtime", blocked: dict[str, tuple[Reason, ...]], dispatch: dict[str, Any],
+                costs: dict[str, tuple], slower: dict[str, str],
+                replaced: dict[str, tuple[Reason, ...]]) -> tuple[Backend | None, Padding | None]:
+    """Simulate AITER's dispatch of each correct plan, drop paths that hit a known-wrong kernel with no
+    workaround, predict costs, and order by predicted time (preference breaks ties). Fills the dicts in place."""
+    from moedispatch.core.backend import FUSED_MOE_FAMILIES
+    from moedispatch.cost.model import rank
+    from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, native_padding
+
+    alive: list[Backend] = []
+    for b in candidates:
+        if b.family in FUSED_MOE_FAMILIES and is_builtin(b):
+            native = native_padding(b, layer, caps, plans[b.name], runtime)
+            if native is not None:
+                plans[b.name] = native[0]
+                replaced[b.name] = native[1]
+            dp = dispatch_for(layer, caps, plans[b.name], runtime)
+            why = blocking_reasons(dp)
+            if why:
+                blocked[b.name] = why
+                continue
+            dispatch[b.name] = dp
+        alive.append(b)
+    for b in alive:
+        if is_builtin(b):
+            costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, dispatch.get(b.name))
+        else:  # a third-party backend: its plugin's moe_cost hook, else a roofline with the wide "other" band
+            from moedispatch.selector.plugins import plugin_manager_for
+
+            costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, None, plugin_manager_for(b))
+    order = rank([(b.name, b.preference, costs[b.name]) for b in alive])
+    if not order:
+        return None, None
+    by_name = {b.name: b for b in alive}
+    for name, why in order[1:]:
+        if why is not None:
+            slower[name] = why
+    winner = by_name[order[0][0]]
+    return winner, plans[winner.name]
+
+
+def _log_decision(decision: Decision) -> None:
+    """``backend_rejected`` (debug, one per failed backend) and ``backend_selected`` (info) events; free when the
+    ``moedispatch`` logger's level filters them (checked before any event dict is built)."""
+    if not log.is_enabled(logging.INFO):
+        return
+    layer = decision.layer
+    if log.is_enabled(logging.DEBUG):
+        for rej in decision.rejected:
+            if not rej.supported:
+                log.debug("backend_rejected", layer=layer.index, backend=rej.backend, reasons=texts(rej.reasons))
+    if decision.backend is None:
+        log.info("backend_selected", layer=layer.index, backend=None, reasons=texts(decision.reasons))
+    else:
+        log.info("backend_selected", layer=layer.index, backend=decision.backend, reasons=texts(decision.reasons),
+                 padding=decision.padding.to_dict())
+
+
+# -- caching ---------------------------------------------------------------------------------------------------
+#
+# Two levels, both plain dicts (thread-safe under the GIL; two threads racing on one key compute equal Decisions):
+#   * exact: (layer, caps, backends, force, strict) -> Decision | NoBackendError
+#   * shape: the same with the layer's index-free signature, used only when every backend is built-in (built-ins
+#     never look at the layer index), so the 57 identical MoE layers of a model are selected once and re-indexed.
+# Bounded: a full cache is cleared (decisions are cheap to recompute; engines ask a handful of shapes).
+
+_CACHE_MAX = 4096
+_exact: dict[tuple, Decision | NoBackendError] = {}
+_shape: dict[tuple, Decision] = {}
+
+
+def clear_cache() -> None:
+    """Forget every cached decision (tests, benchmarks of the uncached path)."""
+    _exact.clear()
+    _shape.clear()
+
+
+def _select_cached(layer: MoELayer, caps: Capabilities, backends: tuple[Backend, ...], force: str | None,
+                   strict: bool, runtime: "Runtime | None" = None) -> Decision | NoBackendError:
+    key = (layer, caps, backends, force, strict, runtime)
+    try:
+        return _exact[key]
+    except KeyError:
+        pass
+    result: Decision | NoBackendError
+    shape_key = None
+    if layer.kind == "moe" and all(is_builtin(b) for b in backends):
+        shape_key = (layer.signature(), caps, backends, force, strict, runtime)
+        hit = _shape.get(shape_key)
+        if hit is not None:
+            result = replace(hit, layer=layer)
+            _log_decision(result)
+            _store(_exact, key, result)
+            return result
+    try:
+        result = select_uncached(layer, caps, backends, force, strict, runtime)
+    except NoBackendError as exc:
+        result = exc  # its message names the layer index: not shared through the shape cache
+    else:
+        if shape_key is not None:
+            _store(_shape, shape_key, result)
+    _store(_exact, key, result)
+    return result
+
+
+def _store(cache: dict, key: tuple, value: Any) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+
+
+def select(
+    layer: MoELayer,
+    caps: Capabilities,
+    backends: Sequence[Backend],
+    force: str | None = None,
+    *,
+    strict: bool = False,
+    runtime: "Runtime | None" = None,
+) -> Decision:
+    """Cached :func:`select_uncached` (inputs are hashable frozen values; backends by identity)."""
+    result = _select_cached(layer, caps, backends if type(backends) is tuple else tuple(backends), force, strict,
+                            runtime)
+    if type(result) is NoBackendError:
+        raise NoBackendError(str(result), result.decision)
+    return result

@@ -1,0 +1,2 @@
+"""Where a layer comes from: model references, quantization dialects, checkpoint headers.
+"""
