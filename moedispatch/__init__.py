@@ -10,11 +10,11 @@ Importing moedispatch does no work: no probing, no plugin loading, no logging co
 from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.reason import Reason
 from moedispatch.core.capabilities import Capabilities, GpuInfo
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.errors import (
     CapabilityDBError,
     ModelError,
     MoedispatchError,
-    NoBackendError,
     PluginError,
     TargetError,
     UsageError,

@@ -13,7 +13,8 @@ import sys
 from typing import Sequence
 
 from moedispatch._util.suggest import did_you_mean
-from moedispatch.core.errors import MoedispatchError, NoBackendError, PluginError, UsageError
+from moedispatch.core.errors import MoedispatchError, PluginError, UsageError
+from moedispatch.core.decision import NoBackendError
 
 __all__ = ["main"]
 
@@ -239,13 +240,13 @@ def _print(text: str) -> None:
 # -- commands --------------------------------------------------------------------------------------------------
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from moedispatch.api import resolve_capabilities
+    from moedispatch.probe.targets import resolve_capabilities
     from moedispatch.render.explain import plan_model, render_json, render_table
     from moedispatch.sources.models import load_model
     from moedispatch.selector.plugins import get_registry
 
     model = load_model(args.model)
-    from moedispatch.api import cli_aiter_version
+    from moedispatch.probe.targets import cli_aiter_version
 
     # Accepted (as before) but never silently: say what a flag without its partner does — nothing.
     if getattr(args, "engine_version", None) and not getattr(args, "recipe", None):
@@ -257,12 +258,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     registry = get_registry(strict=args.strict_plugins)
     _check_backend(args.backend, registry)
-    from moedispatch.api import installed_aiter_warning
+    from moedispatch.probe.targets import installed_aiter_warning
 
-    from moedispatch.api import _default_target_warning
+    from moedispatch.probe.targets import default_target_warning
 
     # The same default-target warning plan_model() carries (the engine API and the CLI JSON agree word for word).
-    warnings = (list(_default_target_warning(caps)) + [f"plugin error: {e}" for e in registry.errors]
+    warnings = (list(default_target_warning(caps)) + [f"plugin error: {e}" for e in registry.errors]
                 + list(registry.warnings) + list(installed_aiter_warning(caps)))
     from moedispatch.selector.runtime import Runtime, parse_tokens
 
@@ -312,12 +313,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         from moedispatch.plan.plan import plan_to_json
 
         engine_env = _env_pairs(args.engine_env, "--engine-env")
+        name, version = parse_engine_spec(args.engine)
+        comparisons = compare_plan(plan, name, version, env=engine_env,
+                                   quant_method=getattr(plan.model, "quant_method", None))
         if args.format == "json":
-            _print(json.dumps(plan_to_json(plan, engine=args.engine, engine_env=engine_env), indent=2))
+            _print(json.dumps({**plan_to_json(plan), "engine_auto": comparisons}, indent=2))
         else:
-            name, version = parse_engine_spec(args.engine)
-            comparisons = compare_plan(plan, name, version, env=engine_env,
-                                       quant_method=getattr(plan.model, "quant_method", None))
             _print(render_table(plan, first_line=first_line, brief=args.brief).rstrip("\n") + "\n"
                    + "\n".join(render_comparison(comparisons, env=engine_env)))
     elif args.format == "json":
@@ -393,7 +394,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from moedispatch.api import resolve_capabilities
+    from moedispatch.probe.targets import resolve_capabilities
     from moedispatch.sources.models import expand_layers, load_model
     from moedispatch.selector.plugins import get_registry
     from moedispatch.selector.pure import select
@@ -405,7 +406,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from moedispatch.numerics.verify import run_verify
 
     model = load_model(args.model)
-    from moedispatch.api import cli_aiter_version
+    from moedispatch.probe.targets import cli_aiter_version
 
     caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     layers = expand_layers(model, args.tp, args.ep)

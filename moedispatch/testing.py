@@ -102,7 +102,7 @@ def layer(**fields: Any) -> MoELayer:
 
     :raises moedispatch.UsageError: for a missing or unknown field, or a shape that does not shard.
     """
-    from moedispatch.api import _layer_from_fields  # one parser for the engine API and for tests
+    from moedispatch.core.fields import layer_from_fields as _layer_from_fields  # one parser for the engine API and for tests
 
     return _layer_from_fields(dict(fields))
 

@@ -11,7 +11,7 @@ import pytest
 
 from moedispatch.data.capdb import target_capabilities
 from moedispatch.api import select_moe_backend
-from moedispatch.core.errors import NoBackendError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.selector.pure import clear_cache, select_uncached
 from moedispatch.selector.plugins import get_registry
 

@@ -190,8 +190,8 @@ def test_compare_plan_classifies_each_group(caps):
     assert on["engine"]["intermediate_per_rank"] == 384 and on["moedispatch"]["intermediate_per_rank"] == 512
     [off] = compare_plan(m3, "vllm", env={})
     assert off["verdict"] == "slower" and off["engine"]["backend"] == "EMULATION"
-    j = plan_to_json(m3, engine="vllm@0.33.0", engine_env=ON)
-    assert j["engine_auto"][0]["layers"][0] == 3 and "engine_auto" not in plan_to_json(m3)
+    auto = compare_plan(m3, "vllm", "0.33.0", env=ON, quant_method=m3.model.quant_method)
+    assert auto[0]["layers"][0] == 3 and "engine_auto" not in plan_to_json(m3)
     m8 = plan_model(load_model("MiniMax-M3-MXFP8"), caps["gfx950"], tp=8)
     assert compare_plan(m8, "sglang", env={"SGLANG_USE_AITER": "1"})[0]["verdict"] == "unmodelled"
     layer = next(d.layer for d in m3.decisions if d.layer.kind == "moe")

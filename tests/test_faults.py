@@ -15,7 +15,8 @@ import pytest
 
 from moedispatch.core.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.core.errors import NoBackendError, PluginError
+from moedispatch.core.errors import PluginError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import MoELayer
 from moedispatch.selector.plugins import build_registry, call_with_deadline, PluginTimeout
 from moedispatch.selector.pure import is_builtin, select_uncached

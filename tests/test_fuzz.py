@@ -22,7 +22,8 @@ from moedispatch.core.reason import texts
 from moedispatch.data import capdb
 from moedispatch.kit import rules
 from moedispatch.data.capdb import target_capabilities
-from moedispatch.core.errors import MoedispatchError, NoBackendError
+from moedispatch.core.errors import MoedispatchError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.render.explain import plan_model, render_json, render_table
 from moedispatch.sources.models import builtin_models, expand_layers, parse_config
 from moedispatch.selector.plugins import build_registry

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from moedispatch.core.errors import NoBackendError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import QuantSpec
 from moedispatch.sources.models import expand_layers, load_model
 from moedispatch.engines.recipes import build_recipe

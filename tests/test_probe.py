@@ -638,6 +638,7 @@ def test_malformed_installed_tuned_csv_is_a_probe_warning_with_file_and_line(mon
     (AITER's merge would choke on it; moedispatch's dispatch model falls back to heuristics for it)."""
     site = make_aiter(tmp_path / "site")
     import moedispatch.data.aiter_configs as ac
+    from moedispatch.data import aiter_install
 
     header = ("cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,"
               "doweight_stage1,block_m,ksplit,us1,kernelName1,err1,us2,kernelName2,err2,us,run_1stage,tflops,bw\n")
@@ -645,7 +646,7 @@ def test_malformed_installed_tuned_csv_is_a_probe_warning_with_file_and_line(mon
             "32,0,10.0,k1,0%,10.0,k2,0%,20.0,0,1.0,1.0\n")
     (site / "aiter/configs/tuned_fmoe.csv").write_text(header + good + "80,not-a-number,2304\n")
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(ac, "_installed_memo", {})
+    monkeypatch.setattr(aiter_install, "_installed_memo", {})
     monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi([MI355X]))
     report = probe(refresh=True, try_import=False)
     problems = [n for n in report.aiter.notes if n.startswith("tuned CSV problem:")]

@@ -15,7 +15,7 @@ import pytest
 
 from moedispatch import Backend, Padding, Verdict
 from moedispatch.selector import pure as selector
-from moedispatch.core.errors import NoBackendError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import texts
 from moedispatch.testing import fake_capabilities

@@ -12,7 +12,8 @@ import pytest
 
 from moedispatch.core.reason import texts
 from moedispatch import Backend, Padding, Verdict, hookimpl
-from moedispatch.core.errors import NoBackendError, PluginError, UsageError
+from moedispatch.core.errors import PluginError, UsageError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import MoELayer
 from moedispatch.selector.plugins import build_registry
 from moedispatch.selector.pure import select, select_uncached

@@ -11,6 +11,7 @@ from typing import Any
 
 from moedispatch.core.backend import Padding
 from moedispatch.core.capabilities import Capabilities
+from moedispatch.core.errors import MoedispatchError
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import Reason, texts
 
@@ -96,3 +97,15 @@ class Decision:
     def group_key(self) -> tuple:
         """Layers with equal keys render as one group."""
         return (self.layer.signature(), self.backend, self.padding, self.reasons, self.rejected, self.warnings)
+
+
+class NoBackendError(MoedispatchError):
+    """No registered backend can run a layer correctly (or a forced backend cannot).
+
+    ``decision`` holds the full :class:`Decision` (``backend`` is ``None``) with every
+    rejection and its reasons.
+    """
+
+    def __init__(self, message: str, decision: Decision) -> None:
+        super().__init__(message)
+        self.decision = decision

@@ -1,15 +1,11 @@
 """The project's error types.
 
 Every error a user can cause derives from :class:`MoedispatchError`; its ``str()`` is one clear line. The CLI turns
-:class:`UsageError` (bad input) into exit code 2 and :class:`NoBackendError` into exit code 3.
+:class:`UsageError` (bad input) into exit code 2 and :class:`~moedispatch.core.decision.NoBackendError` (it
+carries a Decision, so it lives beside it) into exit code 3.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from moedispatch.core.decision import Decision
 
 __all__ = [
     "MoedispatchError",
@@ -17,7 +13,6 @@ __all__ = [
     "ModelError",
     "TargetError",
     "CapabilityDBError",
-    "NoBackendError",
     "PluginError",
 ]
 
@@ -44,15 +39,3 @@ class CapabilityDBError(MoedispatchError):
 
 class PluginError(MoedispatchError):
     """A plugin failed and strict plugin handling is on."""
-
-
-class NoBackendError(MoedispatchError):
-    """No registered backend can run a layer correctly (or a forced backend cannot).
-
-    ``decision`` holds the full :class:`~moedispatch.selector.pure.Decision` (``backend`` is ``None``) with every
-    rejection and its reasons.
-    """
-
-    def __init__(self, message: str, decision: "Decision") -> None:
-        super().__init__(message)
-        self.decision = decision

@@ -36,6 +36,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
+from moedispatch.data.aiter_install import installed_aiter
+
 __all__ = [
     "TunedRow",
     "ConfigSet",
@@ -44,7 +46,6 @@ __all__ = [
     "config_set_for",
     "tuned_rows",
     "snapshots",
-    "installed_aiter",
     "installed_config_warnings",
     "gfx_from_cu_num",
     "parse_csv",
@@ -358,42 +359,7 @@ def snapshots() -> dict[str, dict[str, Any]]:
     return snaps
 
 
-_installed_memo: dict[tuple[str, ...], tuple[str | None, str | None]] = {}
 
-
-def installed_aiter() -> tuple[str | None, str | None]:
-    """(version, ``aiter`` package directory) of the AITER this Python would import, read from files only.
-
-    ``importlib.util.find_spec('aiter')`` locates the package without executing it (a top-level name); the version
-    is the ``amd-aiter`` distribution's metadata, else ``aiter/_version.py`` read as text. Memoised per ``sys.path``
-    (explain asks once per planned shape; walking the distribution's RECORD cost ~100 ms).
-    """
-    import sys
-
-    key = tuple(sys.path)
-    hit = _installed_memo.get(key)
-    if hit is not None:
-        return hit
-    import importlib.util
-    from pathlib import Path
-
-    from moedispatch.probe import aiter as _probe_aiter
-
-    version = _probe_aiter.dist_version(_probe_aiter.DIST)
-    try:
-        spec = importlib.util.find_spec("aiter")
-    except (ImportError, ValueError):
-        spec = None
-    pkg = Path(next(iter(spec.submodule_search_locations))) if spec is not None and \
-        spec.submodule_search_locations else None
-    if pkg is None or not (pkg / "fused_moe.py").is_file():
-        result: tuple[str | None, str | None] = (version, None)
-    else:
-        result = (version or _probe_aiter._version_file(pkg), str(pkg))
-    if len(_installed_memo) > 8:
-        _installed_memo.clear()
-    _installed_memo[key] = result
-    return result
 
 
 def _dispatch_model_for(version: str | None) -> str:

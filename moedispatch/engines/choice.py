@@ -497,7 +497,7 @@ def engine_choice(engine: str, engine_version: str | None = None, *, caps: "Capa
         raise UsageError("engine_choice(): moe_backend must be a string")
     layer = layer_from_fields(fields)
     if caps is None:
-        from moedispatch.api import resolve_capabilities
+        from moedispatch.probe.targets import resolve_capabilities
 
         caps, _ = resolve_capabilities()
     return choice_for_layer(layer, caps, engine, engine_version, env=env, moe_backend=moe_backend,

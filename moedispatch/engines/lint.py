@@ -285,7 +285,7 @@ def _gate_fails(engine: str, version: str, plan: Any) -> Any:
 def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str | None = None,
                 model: str | None = None, engine_version: str | None = None) -> dict[str, Any]:
     """Findings for one launch (the ``moedispatch.lint/1`` document)."""
-    from moedispatch.api import resolve_capabilities
+    from moedispatch.probe.targets import resolve_capabilities
     from moedispatch.sources.models import load_model
     from moedispatch.plan.plan import plan_model
     from moedispatch.engines.recipes import (_forced, _try_backend, _version, build_recipe, conversion, engine_data,

@@ -157,10 +157,8 @@ def modelled_choice(engine: str, version: str, layer: MoELayer, caps: Any, env: 
                     moe_backend: str, quant_method: str | None = None) -> Any:
     """:func:`moedispatch.engines.choice.choice_for_layer` where that module models this exact release (checked
     against the engine's real code by tests/peers/), else None: the recipe then uses this file's rows."""
-    try:
-        from moedispatch.engines import choice as ec
-    except ImportError:  # pragma: no cover - the module ships with moedispatch
-        return None
+    from moedispatch.engines import choice as ec
+
     if version not in ec.ENGINES.get(engine, {}):
         return None
     try:
@@ -214,7 +212,7 @@ def _candidates(plan: Plan) -> list[str]:
 
 def _forced(plan: Plan, backend: str) -> list[Decision] | None:
     """Every MoE layer's decision with ``backend`` forced (None when it cannot run some layer)."""
-    from moedispatch.core.errors import NoBackendError
+    from moedispatch.core.decision import NoBackendError
     from moedispatch.selector.plugins import get_registry
     from moedispatch.selector.pure import select
 

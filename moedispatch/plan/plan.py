@@ -13,7 +13,7 @@ from moedispatch._util.log import get_logger
 from moedispatch.core.backend import Backend
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.decision import Decision
-from moedispatch.core.errors import NoBackendError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import MoELayer
 from moedispatch.sources.models import ModelSpec, expand_layers
 from moedispatch.core.reason import Reason, texts
@@ -246,19 +246,9 @@ def layer_entry(d: Decision) -> dict[str, Any]:
     return entry
 
 
-def plan_to_json(plan: Plan, *, engine: str | None = None,
-                 engine_env: "dict[str, str] | None" = None) -> dict[str, Any]:
-    """The explain JSON. With ``engine`` (``vllm``, ``vllm@0.33.0``, ``sglang``) it also carries ``engine_auto``: per
-    MoE layer group, what that engine does on its own (``--moe-backend auto`` with ``engine_env``) and how that
-    compares with the plan (:func:`moedispatch.engines.choice.compare_plan`); computed only when asked."""
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The explain JSON (``explain --engine`` adds ``engine_auto``: :func:`moedispatch.engines.choice.engine_auto`)."""
     totals = [padded_bytes(d.layer, d) for d in plan.decisions]
-    engine_part: dict[str, Any] = {}
-    if engine is not None:
-        from moedispatch.engines.choice import compare_plan, parse_engine_spec
-
-        name, version = parse_engine_spec(engine)
-        engine_part["engine_auto"] = compare_plan(plan, name, version, env=engine_env or {},
-                                            quant_method=getattr(plan.model, "quant_method", None))
     return {
         "schema": SCHEMA,
         "model": plan.model.to_dict(),
@@ -272,7 +262,6 @@ def plan_to_json(plan: Plan, *, engine: str | None = None,
         "warning_details": [w.to_dict() for w in plan.warnings],
         "padded_bytes": sum(extra for _, extra in totals),
         "fingerprint": plan.fingerprint,
-        **engine_part,
     }
 
 

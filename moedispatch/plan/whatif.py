@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from moedispatch.core.errors import NoBackendError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.reason import Reason
 
 if TYPE_CHECKING:  # pragma: no cover

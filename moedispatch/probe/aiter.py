@@ -19,9 +19,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from moedispatch.data import capdb
+from moedispatch.data import aiter_install
+from moedispatch.data.aiter_install import DIST, dist_version
 from moedispatch.probe.util import ProbeTimeout, describe, last_error_line, run_python
 
-DIST = "amd-aiter"
 FILES = "files:amd-aiter"
 
 # Modules whose presence matters for MoE dispatch (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py,
@@ -93,15 +94,6 @@ class AiterInfo:
         return counts
 
 
-def dist_version(name: str) -> str | None:
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - broken metadata must not break the probe
-        return None
-
-
 def _package_dir(dist: md.Distribution | None) -> tuple[Path | None, str]:
     """The ``aiter`` package directory: from the dist's RECORD when it lists aiter/ files, else
     ``importlib.util.find_spec('aiter')`` — on a top-level name find_spec does not execute the package
@@ -119,19 +111,6 @@ def _package_dir(dist: md.Distribution | None) -> tuple[Path | None, str]:
     if spec is None or not spec.submodule_search_locations:
         return None, "no 'aiter' package on sys.path"
     return Path(next(iter(spec.submodule_search_locations))), "find_spec('aiter')"
-
-
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.MULTILINE)
-
-
-def _version_file(pkg: Path) -> str | None:
-    """``aiter/_version.py`` written by setuptools_scm at build time (ROCm/aiter@v0.1.15.post3:setup.py); read as
-    text, never imported."""
-    try:
-        m = _VERSION_RE.search((pkg / "_version.py").read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
-    return m.group(1) if m else None
 
 
 def fused_moe_params(path: Path) -> tuple[tuple[str, str | None], ...]:
@@ -325,7 +304,7 @@ def inspect_aiter(flydsl_version: str | None, *, do_import: bool, timeout: float
     notes: list[str] = []
     unknown: list[tuple[str, str]] = []
     version = dist.version if dist is not None else None
-    version_file = _version_file(pkg) if pkg is not None else None
+    version_file = aiter_install.version_file(pkg) if pkg is not None else None
     version_source = "amd-aiter dist metadata" if version else "aiter/_version.py text"
     if version is None:
         version = version_file

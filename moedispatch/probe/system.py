@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from moedispatch.data import capdb
-from moedispatch.probe.aiter import AiterInfo, dist_version, inspect_aiter
+from moedispatch.data.aiter_install import dist_version
+from moedispatch.probe.aiter import AiterInfo, inspect_aiter
 from moedispatch.probe.gpu import (
     RawGpu,
     SourceFailed,

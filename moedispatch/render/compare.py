@@ -344,12 +344,8 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
 
 def _runtime(args: Any) -> Any:
     """The explain run-time assumptions (token counts, AITER env) when this install plans them, else None."""
-    try:
-        from moedispatch.selector.runtime import Runtime, parse_tokens
-    except ImportError:  # pragma: no cover - an install without the run-time model
-        if getattr(args, "tokens", None) or getattr(args, "aiter_env", None):
-            raise UsageError("--tokens/--aiter-env need moedispatch's run-time model (moedispatch.selector.runtime)") from None
-        return None
+    from moedispatch.selector.runtime import Runtime, parse_tokens
+
     overrides = {}
     for item in getattr(args, "aiter_env", None) or ():
         key, sep, value = item.partition("=")
@@ -365,7 +361,7 @@ def run_cli(args: Any, emit: Callable[[str], None]) -> int:
     import inspect
     import sys
 
-    from moedispatch.api import resolve_capabilities
+    from moedispatch.probe.targets import resolve_capabilities
     from moedispatch.sources.models import load_model
     from moedispatch.plan.plan import plan_model
     from moedispatch.selector.plugins import get_registry

@@ -50,9 +50,12 @@ def _layer(weight: QuantSpec, act: QuantSpec, activation: str, params: tuple) ->
 
 
 def _backends() -> list[Any]:
-    from moedispatch.testing import builtin_plugins
+    """The built-in backends only (the moedispatch distribution's own entry points), whatever else is installed."""
+    from moedispatch.selector.plugins import build_registry
 
-    found = [b for _, module in builtin_plugins() for b in module.register_backends()]
+    registry = build_registry()
+    builtin = {name for p in registry.plugins if p.builtin for name in p.backends}
+    found = [b for b in registry.backends if b.name in builtin]
     return sorted(found, key=lambda b: (-b.preference, b.name))
 
 

@@ -14,7 +14,8 @@ from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.kit.caveats import shard_caveats
 from moedispatch.core.decision import Decision, Rejection
-from moedispatch.core.errors import CapabilityDBError, NoBackendError, PluginError, UsageError
+from moedispatch.core.errors import CapabilityDBError, PluginError, UsageError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import Reason, texts
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from moedispatch import select_moe_backend
-from moedispatch.core.errors import NoBackendError
+from moedispatch.core.decision import NoBackendError
 from moedispatch.sources.models import expand_layers, load_model
 from moedispatch.testing import fake_capabilities, layer as make_layer
 
