@@ -10,7 +10,9 @@ Importing moedispatch does no work: no probing, no plugin loading, no logging co
 from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.reason import Reason
 from moedispatch.core.capabilities import Capabilities, GpuInfo
-from moedispatch.core.decision import NoBackendError
+from moedispatch._util.caches import clear_all as clear_caches
+from moedispatch.core.costs import Cost
+from moedispatch.core.decision import NoBackendError, Rejection
 from moedispatch.core.errors import (
     CapabilityDBError,
     ModelError,
@@ -44,6 +46,11 @@ __all__ = [
     "CapabilityDBError",
     "NoBackendError",
     "PluginError",
+    "clear_caches",
+    "Cost",
+    "Rejection",
+    "Plan",
+    "Runtime",
 ]
 
 
@@ -56,6 +63,14 @@ def __getattr__(name: str):  # lazy: keep `import moedispatch` cheap
         from moedispatch.api import plan_model
 
         return plan_model
+    if name == "Plan":
+        from moedispatch.plan.plan import Plan
+
+        return Plan
+    if name == "Runtime":
+        from moedispatch.core.workload import Runtime
+
+        return Runtime
     if name == "Decision":
         from moedispatch.core.decision import Decision
 

@@ -11,6 +11,7 @@ import os
 import threading
 from typing import Any
 
+from moedispatch._util.caches import register
 from moedispatch.data import capdb
 from moedispatch._util.log import get_logger
 from moedispatch.core.capabilities import Capabilities
@@ -19,12 +20,15 @@ from moedispatch.core.decision import NoBackendError
 from moedispatch.core.fields import layer_from_fields as _layer_from_fields
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import Reason
-from moedispatch.selector.runtime import Runtime
+from moedispatch.core.workload import Runtime
 from moedispatch.core.decision import Decision
 from moedispatch.selector.pure import select
 
 from moedispatch.probe.targets import (default_target_warning, installed_aiter_warning,  # noqa: F401 - API
                                        resolve_capabilities)
+from moedispatch.plan.plan import plan_model as _plan
+from moedispatch.selector import plugins
+from moedispatch.sources.models import ModelSpec, load_model
 
 __all__ = ["select_moe_backend", "plan_model", "default_capabilities", "resolve_capabilities"]
 
@@ -127,6 +131,8 @@ def _with_target_warning(decision: Decision, caps: Capabilities) -> Decision:
 # id(caps) -> (caps, registry, {(raw fields, force, strict): Decision | NoBackendError}); the stored caps/registry
 # objects keep the ids valid and are compared by identity, so a new registry (reset_registry) or caps starts over.
 _fast: dict[int, tuple[Capabilities, Any, dict]] = {}
+register(_fast.clear, "engine API decisions")
+register(_runtime_once.clear, "engine API run-time assumptions")
 
 
 def _remember(memo: dict, key: tuple, value: Any) -> None:
@@ -136,9 +142,7 @@ def _remember(memo: dict, key: tuple, value: Any) -> None:
 
 
 def _registry(strict: bool) -> Any:
-    from moedispatch.selector.plugins import get_registry
-
-    return get_registry(strict=strict)
+    return plugins.get_registry(strict=strict)
 
 
 def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: int = 1, *,
@@ -153,14 +157,10 @@ def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: in
     ``model`` is a reference (built-in name, checkpoint folder, config.json) or a ModelSpec. Ranks of a multi-node
     deployment can all-gather ``plan.fingerprint`` and refuse to start when they disagree.
     """
-    from moedispatch.plan.plan import plan_model as _plan
-    from moedispatch.sources.models import ModelSpec, load_model
-    from moedispatch.selector.plugins import get_registry
-
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     if caps is None:
         caps = default_capabilities()
-    registry = get_registry(strict=strict)
+    registry = plugins.get_registry(strict=strict)
     return _plan(spec, caps, tp, ep, backends=registry.backends, force=force, strict=strict,
                  warnings=default_target_warning(caps) + tuple(f"plugin error: {e}" for e in registry.errors)
                  + tuple(registry.warnings) + installed_aiter_warning(caps),

@@ -265,7 +265,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     # The same default-target warning plan_model() carries (the engine API and the CLI JSON agree word for word).
     warnings = (list(default_target_warning(caps)) + [f"plugin error: {e}" for e in registry.errors]
                 + list(registry.warnings) + list(installed_aiter_warning(caps)))
-    from moedispatch.selector.runtime import Runtime, parse_tokens
+    from moedispatch.core.workload import Runtime, parse_tokens
 
     runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens is not None else None,
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
@@ -453,21 +453,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from moedispatch.render.compare import run_cli
+    from moedispatch.render import compare
 
-    return run_cli(args, _print)
+    return compare.run_cli(args, _print)
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    from moedispatch.engines.lint import run_cli
+    from moedispatch.engines import lint
 
-    return run_cli(args, _print)
+    return lint.run_cli(args, _print)
 
 
 def _cmd_aiter_configs(args: argparse.Namespace) -> int:
-    from moedispatch.aiter.lint import run_cli
+    from moedispatch.aiter import lint as aiter_lint
 
-    return run_cli(args, _print)
+    return aiter_lint.run_cli(args, _print)
 
 
 _COMMANDS = {"explain": _cmd_explain, "probe": _cmd_probe, "backends": _cmd_backends, "models": _cmd_models,

@@ -41,6 +41,7 @@ from moedispatch.core.capabilities import Capabilities
 from moedispatch.data.capdb import target_capabilities
 from moedispatch.core.layers import MoELayer
 from moedispatch.selector.plugins import Registry
+from moedispatch.core.fields import layer_from_fields as _layer_from_fields
 
 __all__ = [
     "fake_capabilities",
@@ -102,8 +103,6 @@ def layer(**fields: Any) -> MoELayer:
 
     :raises moedispatch.UsageError: for a missing or unknown field, or a shape that does not shard.
     """
-    from moedispatch.core.fields import layer_from_fields as _layer_from_fields  # one parser for the engine API and for tests
-
     return _layer_from_fields(dict(fields))
 
 

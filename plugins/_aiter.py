@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from moedispatch._util.caches import memoize
 from moedispatch.data import capdb
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.layers import MoELayer
@@ -119,7 +119,7 @@ class AiterFamily(RuleBackend):
         return [*tuned_coverage_note(caps), *version_floor_notes(layer, caps)]
 
 
-@functools.lru_cache(maxsize=256)
+@memoize(maxsize=256)
 def _satisfies(version: str, spec: str) -> bool:
     try:
         return Version(version) in SpecifierSet(spec, prereleases=True)

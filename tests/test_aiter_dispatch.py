@@ -19,6 +19,7 @@ import pytest
 
 from moedispatch.data import aiter_configs as ac
 from moedispatch.aiter import dispatch as ad
+from moedispatch.core.workload import AITER_ENV, DEFAULT_TOKENS, aiter_env, parse_env_args, parse_tokens
 from moedispatch.sources import models
 from moedispatch.aiter.dispatch import Assumptions, plan_dispatch, simulate
 from moedispatch.data.capdb import target_capabilities
@@ -519,7 +520,7 @@ def test_bad_input_is_one_line_usage_error(head):
     with pytest.raises(UsageError):
         simulate(layer(), caps, configs=head, tokens=())
     with pytest.raises(UsageError):
-        ad.parse_env_args(["NOEQUALS"])
+        parse_env_args(["NOEQUALS"])
     with pytest.raises(UsageError):
         ac.load_config_set("/no/such/dir")
 
@@ -688,13 +689,13 @@ def test_compute_floor():
     ("1,4,64,512,8192", (1, 4, 64, 512, 8192)), ("8192,1,1", (1, 8192)), ("3-20", (3, 4, 8, 16, 20)),
 ])
 def test_parse_tokens(text, expected):
-    assert ad.parse_tokens(text) == expected
+    assert parse_tokens(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "a", "0", "5-2", "1,,x"])
 def test_parse_tokens_rejects(text):
     with pytest.raises(UsageError):
-        ad.parse_tokens(text)
+        parse_tokens(text)
 
 
 def test_assumptions_from_vllm_env():

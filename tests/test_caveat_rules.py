@@ -146,7 +146,7 @@ def test_pad_ratio_names_expert_parallelism_with_predicted_costs():
 def test_glm51_mxfp4_cpx_tp64_plan_carries_the_pad_ratio_caveat_once_per_group():
     from moedispatch.sources.models import load_model
     from moedispatch.plan.plan import plan_model
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
     from moedispatch.testing import fake_capabilities
 
     plan = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X:CPX", "0.1.20.post1"), 64, 1,

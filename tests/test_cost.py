@@ -21,7 +21,7 @@ from moedispatch.data import capdb
 from moedispatch.cost import model as cost
 from moedispatch.core import hookspecs
 from moedispatch.core.backend import Padding
-from moedispatch.cost.model import Cost
+from moedispatch.core.costs import Cost
 from moedispatch.core.errors import CapabilityDBError, UsageError
 from moedispatch.core.layers import MoELayer
 from moedispatch.testing import fake_capabilities
@@ -641,7 +641,7 @@ def test_every_builtin_models_decode_cost_is_at_or_above_its_hbm_roofline(target
     speed on that product."""
     from moedispatch.sources.models import builtin_models, load_model
     from moedispatch.plan.plan import plan_model
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
     caps = fake_capabilities(target)
     peaks = capdb.product_peaks(caps.product)

@@ -224,7 +224,7 @@ def recipe_table(case, backends) -> list[str]:
 def entries(backend_names: list[str]) -> list[tuple[str, str, object]]:
     """Every golden entry: (section, key, make(backends) -> record)."""
     from moedispatch.core.layers import MoELayer
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
     out: list[tuple[str, str, object]] = []
     for c in CASES:

@@ -24,7 +24,7 @@ import pytest
 from moedispatch.sources.models import load_model
 from moedispatch.plan.plan import plan_model
 from moedispatch.engines.recipes import build_recipe, render_recipe
-from moedispatch.selector.runtime import Runtime
+from moedispatch.core.workload import Runtime
 from moedispatch.testing import fake_capabilities
 
 GOLDEN = Path(__file__).parent / "golden" / "recipes.json"

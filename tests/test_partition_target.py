@@ -12,7 +12,7 @@ from moedispatch.data import capdb
 from moedispatch.core.errors import TargetError
 from moedispatch.sources.models import load_model
 from moedispatch.plan.plan import plan_model
-from moedispatch.selector.runtime import Runtime
+from moedispatch.core.workload import Runtime
 from moedispatch.testing import fake_capabilities
 
 

@@ -365,7 +365,7 @@ def test_the_recipe_exports_the_workaround_env_of_a_kernel_bucket_bug_on_the_cho
     import dataclasses
 
     import moedispatch.aiter.dispatch as ad
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
     real = ad.plan_dispatch
 
@@ -409,7 +409,7 @@ def render_table(plan, r):
 
 
 def test_a_runtime_plan_with_no_backend_for_some_layer_is_refused_not_crashed():
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
     plan = plan_model(load_model("Qwen3-30B-A3B"), fake_capabilities("MI355X", A3), 8, 1, backends=(),
                       runtime=Runtime.build((1,), env={}))

@@ -60,7 +60,7 @@ def test_vllm_033_w4a4_allocation_is_not_printed_as_aiter_where_the_kernel_needs
     from moedispatch.plan.plan import plan_model
     from moedispatch.sources.models import load_model
     from moedispatch.engines.recipes import build_recipe
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
     plan = plan_model(load_model("MiniMax-M3-MXFP4"), caps("gfx950", "0.1.15.post3"), 8, 1,
                       runtime=Runtime.build(env={}))

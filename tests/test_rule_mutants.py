@@ -518,7 +518,7 @@ def test_emulation_runner_is_built_for_the_layer():
 def test_third_party_backend_is_costed_with_the_runtime(caps, builtins):
     """With a Runtime, a correct third-party backend (no moe_cost hook) is costed on the roofline like the built-ins
     and its decision says how it compares; the AITER winner's dispatch is not asked of it."""
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
     acme = _Plugin("acme", preference=1000)
     acme.family = "acme"

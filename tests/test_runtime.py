@@ -16,11 +16,11 @@ import pytest
 
 from moedispatch import Backend, Padding, Verdict, hookimpl
 from moedispatch.data.capdb import target_capabilities
-from moedispatch.cost.model import Cost
+from moedispatch.core.costs import Cost
 from moedispatch.core.errors import UsageError
 from moedispatch.core.layers import MoELayer
 from moedispatch.sources.models import expand_layers, load_model
-from moedispatch.selector.runtime import Runtime, parse_tokens
+from moedispatch.core.workload import Runtime, parse_tokens
 from moedispatch.selector.pure import select, select_uncached
 
 MI355X = ("MI355X", "0.1.20.post1")

@@ -25,6 +25,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
+from moedispatch._util.log import get_logger
 
 __all__ = ["DEFAULT_PLUGIN_TIMEOUT_S", "PluginTimeout", "PluginDisabled", "plugin_timeout", "call_with_deadline",
            "register_owner", "owner_name", "reset_disabled", "disabled_reason", "collect_plugin_notices",
@@ -266,8 +267,6 @@ def _notice_disabled(message: str, plugin: str) -> None:
 
 
 def _log() -> Any:
-    from moedispatch._util.log import get_logger
-
     return get_logger(__name__)
 
 

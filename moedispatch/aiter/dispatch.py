@@ -35,14 +35,18 @@ activation dtype of Swiglu MXFP4 layers.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from moedispatch._util.caches import memoize
 from moedispatch.data import aiter_configs as _cfg
 from moedispatch.data.aiter_configs import ConfigSet, TunedRow
+from moedispatch.core.errors import CapabilityDBError, UsageError
+from moedispatch.data import capdb
+from moedispatch.core.families import BACKEND_OF_FAMILY
+from moedispatch.core.workload import DEFAULT_TOKENS, PADDED_M_TIERS, aiter_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.backend import Padding
@@ -50,8 +54,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.layers import MoELayer
 
 __all__ = [
-    "DEFAULT_TOKENS",
-    "AITER_ENV",
     "Assumptions",
     "DispatchKey",
     "DispatchStep",
@@ -67,11 +69,7 @@ __all__ = [
     "lookup_rules",
     "activation_dtype",
     "kernel_family",
-    "BACKEND_OF_FAMILY",
     "native_inter_dims",
-    "aiter_env",
-    "parse_env_args",
-    "parse_tokens",
     "dispatch_issues",
     "evaluate_issues",
     "pad_hazards",
@@ -81,89 +79,8 @@ __all__ = [
     "parse_info_line",
 ]
 
-#: Token counts planned when none are given: decode (1, 4), a small batch (64), chunked prefill (512, 8192).
-DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
-
 _H = "https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879"
 SRC_FUSED_MOE = f"{_H}/aiter/fused_moe.py"
-SRC_LEGACY = "amd-aiter 0.1.7.post2.dev18 (PyPI wheel) aiter/fused_moe.py"
-
-#: The environment AITER's fused-MoE dispatch reads (HEAD), with what each does. Values are strings as in
-#: ``os.environ``.
-AITER_ENV: dict[str, str] = {
-    "AITER_BYPASS_TUNE_CONFIG": "non-zero: ignore tuned rows, always use the heuristics (get_2stage_cfgs)",
-    "AITER_CONFIG_FMOE": "os.pathsep-separated tuned CSVs that REPLACE the default set (aiter/jit/core.py)",
-    "AITER_ONLINE_TUNE": "1: on a miss, append the shape to untuned_fmoe.csv and tune it under a file lock",
-    "AITER_FLYDSL_FORCE": "default 1: per_1x32 fp4/fp8 layers without a FlyDSL row take the FlyDSL heuristic",
-    "AITER_BF16_FP8_MOE_BOUND": "default 256: Swiglu/INTERLEAVE MXFP4 layers use bf16 activations below this M",
-    "GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "default 256: Swiglu SEPARATED MXFP4 layers use bf16 activations below this M",
-    "AITER_SITUV2_A8W4": "1: SiTUv2 MXFP4 layers use fp8 activations (a8w4)",
-    "AITER_SITUV2_A4W4": "1: SiTUv2 MXFP4 layers use fp4 activations (a4w4)",
-    "AITER_KSPLIT": "non-zero: split-K for heuristic per_1x128/per_1x32 paths; -1: ignore the tuned ksplit",
-    "AITER_XBFLOAT16": "1: gfx950 per_1x128 heuristic 1-stage runs the xbf16 (bf16-input) ASM variant",
-    "AITER_USE_NT": "non-temporal loads override (-1 auto)",
-    "AITER_FORCE_A8W4": "gfx1250 only: fp8 activations instead of fp4",
-    "AITER_MOE_A8W4_BYPASS_QUANT": "1 (debug): a8w4/mxfp8 paths skip activation quantization and use unit scales",
-    "CU_NUM": "overrides the CU count AITER keys its lookup on (aiter/jit/utils/chip_info.py get_cu_num)",
-}
-_ENV_PREFIXES = ("AITER_",)
-
-
-def aiter_env(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The AITER dispatch env: the known keys of ``environ`` (default ``os.environ``), then ``overrides``
-    (``--aiter-env K=V``) on top. Unknown ``AITER_*`` keys are kept (they cannot change the model but are shown)."""
-    source = os.environ if environ is None else environ
-    env = {k: v for k, v in source.items() if k in AITER_ENV or k.startswith(_ENV_PREFIXES)}
-    env.pop("AITER_LOG_LEVEL", None)
-    env.update(dict(overrides or {}))
-    return dict(sorted(env.items()))
-
-
-def parse_env_args(items: Iterable[str]) -> dict[str, str]:
-    """``--aiter-env KEY=VALUE`` (repeatable) → dict; a malformed item raises UsageError (one line)."""
-    from moedispatch.core.errors import UsageError
-
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = str(item).partition("=")
-        key = key.strip()
-        if not sep or not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise UsageError(f"--aiter-env {item!r}: expected KEY=VALUE (e.g. AITER_BYPASS_TUNE_CONFIG=1)")
-        out[key] = value.strip()
-    return out
-
-
-def parse_tokens(text: str) -> tuple[int, ...]:
-    """``--tokens 1,4,64,512,8192`` → sorted unique positive ints; ``lo-hi`` expands to AITER's buckets in that
-    range (powers of two, then the 32768/131072 tiers). Bad input raises UsageError (one line)."""
-    from moedispatch.core.errors import UsageError
-
-    out: set[int] = set()
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo_s, dash, hi_s = part.partition("-")
-        try:
-            lo = int(lo_s)
-            hi = int(hi_s) if dash else lo
-        except ValueError:
-            raise UsageError(f"--tokens {text!r}: expected comma-separated positive integers or ranges lo-hi") from None
-        if lo < 1 or hi < lo:
-            raise UsageError(f"--tokens {text!r}: {part!r} is not a positive count or an increasing range")
-        if not dash:
-            out.add(lo)
-            continue
-        out.update({lo, hi})
-        b = 1
-        while b <= hi:
-            if b >= lo:
-                out.add(b)
-            b *= 2
-        out.update(t for t in _TIERS if lo <= t <= hi)
-    if not out:
-        raise UsageError("--tokens needs at least one token count")
-    return tuple(sorted(out))
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
@@ -251,8 +168,6 @@ class Assumptions:
     def resolve(self, layer: "MoELayer") -> "Assumptions":
         gate = self.gate_mode or ("interleave" if layer.activation == "swigluoai" else "separated")
         if gate not in ("separated", "interleave"):
-            from moedispatch.core.errors import UsageError
-
             raise UsageError(f"gate_mode must be 'separated' or 'interleave', got {gate!r}")
         fake = self.ep_fake_slot if self.ep_fake_slot is not None else (self.fused_shared_expert and layer.ep > 1)
         doweight = self.doweight_stage1 if self.doweight_stage1 is not None else \
@@ -315,8 +230,6 @@ class DispatchKey:
 
 def _quant(layer: "MoELayer", gfx: str) -> tuple[str, str]:
     """(q_type, q_dtype_w) for the layer's weight QuantSpec; UsageError for schemes AITER's fused_moe lacks."""
-    from moedispatch.core.errors import UsageError
-
     w = layer.weight
     gran = w.granularity or ""
     if w.dtype in ("bf16", "fp16"):
@@ -340,8 +253,6 @@ def dispatch_key(layer: "MoELayer", caps: "Capabilities", *, padding: "Padding |
                  assumptions: Assumptions | None = None, env: Mapping[str, str] | None = None,
                  model: "str | Rules" = "head") -> DispatchKey:
     """The lookup key for ``layer`` on ``caps`` (padded dims from ``padding`` when given)."""
-    from moedispatch.core.errors import UsageError
-
     if layer.kind != "moe":
         raise UsageError(f"layer {layer.index} is a dense MLP: AITER's fused_moe does not run it")
     if not caps.gfx:
@@ -448,7 +359,7 @@ def lookup_rules(version: "str | Rules | None") -> Rules:
 
 # -- token buckets and the activation-dtype policy -------------------------------------------------------------
 
-_TIERS = (32768, 131072)  # _PADDED_M_TIERS (HEAD)
+_TIERS = PADDED_M_TIERS  # _PADDED_M_TIERS (HEAD)
 
 
 def _pow2(M: int) -> int:
@@ -548,7 +459,6 @@ def kernel_family(name: str) -> str:
 
 
 #: AITER kernel family → moedispatch backend name (the built-in plugins' names).
-BACKEND_OF_FAMILY = {"ck": "aiter-ck", "cktile": "aiter-cktile", "flydsl": "aiter-flydsl", "asm": "aiter-asm"}
 
 
 def _family(kernels: tuple[str, ...]) -> str:
@@ -980,8 +890,6 @@ def dispatch_token(M: int, key: DispatchKey, config_set: ConfigSet | None, *, en
                    assumptions: Assumptions | None = None, model: "str | Rules | None" = None) -> DispatchStep:
     """What AITER runs for exactly ``M`` tokens (one ungrouped step)."""
     if not isinstance(M, int) or isinstance(M, bool) or M < 1:
-        from moedispatch.core.errors import UsageError
-
         raise UsageError(f"token counts must be positive integers, got {M!r}")
     rules = lookup_rules(model if model is not None else
                          (config_set.version if config_set is not None and config_set.version else None))
@@ -1137,8 +1045,6 @@ class DispatchPlan:
 
 
 def _tokens(tokens: Iterable[int]) -> tuple[int, ...]:
-    from moedispatch.core.errors import UsageError
-
     out = []
     for t in tokens:
         if isinstance(t, bool) or not isinstance(t, int) or t < 1:
@@ -1259,12 +1165,9 @@ _ISSUE_FIELDS = {"id": str, "title": str, "source": str, "status": str, "kernel"
                  "workaround": str, "confidence": str, "severity": str}
 
 
-@functools.lru_cache(maxsize=1)
+@memoize(maxsize=1)
 def dispatch_issues() -> tuple[DispatchIssue, ...]:
     """capability_db/dispatch_issues.toml, checked at load (a broken entry raises CapabilityDBError naming it)."""
-    from moedispatch.data import capdb
-    from moedispatch.core.errors import CapabilityDBError
-
     where = "capability_db/dispatch_issues.toml"
     data = capdb.load_toml("dispatch_issues.toml")
     items = data.get("issue")

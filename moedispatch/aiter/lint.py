@@ -30,6 +30,10 @@ from typing import Any, Callable, Mapping
 
 from moedispatch.data import aiter_configs as _cfg
 from moedispatch.data.aiter_configs import ConfigSet, TunedRow
+from moedispatch.aiter.dispatch import get_padded_M
+from moedispatch.core.workload import parse_env_args
+from moedispatch.core.errors import UsageError
+from moedispatch.data import capdb
 
 __all__ = ["Finding", "LintReport", "lint", "render", "run_cli", "HBM_TB_S", "PEAK_TFLOPS", "physical_floor_us",
            "compute_floor_us"]
@@ -86,8 +90,6 @@ class LintReport:
 
 def _peaks() -> dict[str, dict[str, Any]]:
     """capability_db/gpus.toml ``[peak.<product>]`` (hbm_tbps, *_tflops, source, confidence) when present."""
-    from moedispatch.data import capdb
-
     peak = capdb.gpus().get("peak", {})
     return peak if isinstance(peak, dict) else {}
 
@@ -95,8 +97,6 @@ def _peaks() -> dict[str, dict[str, Any]]:
 def _products_by_cu() -> dict[tuple[str, int], list[tuple[str, float | None, str, str]]]:
     """(gfx, cu_num) -> [(product, TB/s or None, source, confidence)]: gpus.toml ``[peak.*]`` first (the cost
     model's table), then a product-level bandwidth key, then :data:`HBM_TB_S`."""
-    from moedispatch.data import capdb
-
     peaks = _peaks()
     out: dict[tuple[str, int], list[tuple[str, float | None, str, str]]] = defaultdict(list)
     for gfx, entry in capdb.gpus()["arch"].items():
@@ -238,8 +238,6 @@ def _shared_cu(cs: ConfigSet) -> list[Finding]:
 
 
 def _shadowed(cs: ConfigSet, env: Mapping[str, str]) -> list[Finding]:
-    from moedispatch.aiter.dispatch import get_padded_M
-
     out: list[Finding] = []
     model = cs.dispatch
     valid = {get_padded_M(m, model) for m in (1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097, 8193,
@@ -356,9 +354,6 @@ def render(report: LintReport, fmt: str = "table") -> str:
 
 def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     """``moedispatch aiter-configs``: bad input raises UsageError (the CLI prints one line, exit 2)."""
-    from moedispatch.aiter.dispatch import parse_env_args
-    from moedispatch.core.errors import UsageError
-
     env = parse_env_args(getattr(args, "aiter_env", None) or [])
     version = getattr(args, "aiter_version", None)
     directory = getattr(args, "configs", None)

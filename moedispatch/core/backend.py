@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from moedispatch.core.reason import Reason
 
-__all__ = ["Backend", "Verdict", "Padding", "round_up", "PAD_SEMANTICS", "AITER_FAMILIES", "FUSED_MOE_FAMILIES"]
+__all__ = ["Backend", "Verdict", "Padding", "round_up", "PAD_SEMANTICS"]
 
 #: How a kernel reads padded weights (``Padding.pad_semantics``):
 #:   compute  computes over the whole padded extent, so every pad must hold zeros (AITER classic CK, ASM);
@@ -19,11 +19,6 @@ __all__ = ["Backend", "Verdict", "Padding", "round_up", "PAD_SEMANTICS", "AITER_
 #:   trim     takes ``K = shape - pad`` and never reads the pad (Triton).
 PAD_SEMANTICS = ("compute", "skip", "trim")
 
-#: ``Backend.family`` values of AITER's kernels (the engine's AITER path and its master switch).
-AITER_FAMILIES = frozenset({"ck", "cktile", "flydsl", "asm", "aiter-triton"})
-#: The AITER families reached through ``aiter.fused_moe`` (its own per-token dispatcher picks among them); AITER's
-#: Triton MoE GEMMs are called directly, outside that dispatcher.
-FUSED_MOE_FAMILIES = frozenset({"ck", "cktile", "flydsl", "asm"})
 
 
 def _coerce(obj: object, name: str, kind: str) -> None:
@@ -194,7 +189,7 @@ class Backend:
     #: One line for ``moedispatch backends``.
     description: str = ""
     #: Kernel family in the AITER sense (``ck``, ``cktile``, ``flydsl``, ``asm``, ``triton``, ``emulation``).
-    #: Recipes use it to know which engine path realizes the backend (:data:`AITER_FAMILIES`).
+    #: Recipes use it to know which engine path realizes the backend (:data:`moedispatch.core.families.AITER_FAMILIES`).
     family: str | None = None
     #: True for a slow reference path (dequantize on the fly): a plan that uses it carries a warning.
     reference_only: bool = False

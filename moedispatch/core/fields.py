@@ -10,6 +10,7 @@ from typing import Any
 
 from moedispatch.core.errors import UsageError
 from moedispatch.core.layers import MoELayer, QuantSpec
+from moedispatch.core.layers import moe_tp_size
 
 __all__ = ["normalize_fields", "layer_from_fields"]
 
@@ -62,8 +63,6 @@ def normalize_fields(fields: dict[str, Any]) -> dict[str, Any]:
         out[name] = value
     if per_partition is not None:
         # vLLM's FusedMoE holds the per-rank size; the full size is per-rank × MoE TP degree.
-        from moedispatch.core.layers import moe_tp_size
-
         full = per_partition * moe_tp_size(int(out.get("tp_size", 1)), int(out.get("ep_size", 1)))
         if out.setdefault("intermediate_size", full) != full:
             raise UsageError(f"select_moe_backend(): intermediate_size {out['intermediate_size']} disagrees with "

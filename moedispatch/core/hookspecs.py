@@ -12,7 +12,7 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.backend import Backend
     from moedispatch.core.capabilities import Capabilities
-    from moedispatch.cost.model import Cost
+    from moedispatch.core.costs import Cost
     from moedispatch.core.layers import MoELayer
 
 __all__ = ["hookspec", "hookimpl", "PROJECT", "ENTRY_POINT_GROUP", "register_backends", "moe_cost"]

@@ -41,18 +41,23 @@ faster than the datasheet roofline, is not used (AITER still dispatches on it; i
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from moedispatch._util.caches import memoize
+from moedispatch.core.costs import BASES, Cost, format_cost
 from moedispatch.core.errors import CapabilityDBError, UsageError
+from moedispatch.core.families import kind_of
+from moedispatch._util.log import get_logger
+from moedispatch.core.workload import DEFAULT_TOKENS
+from moedispatch.aiter import dispatch as aiter_dispatch
+from moedispatch.data import aiter_configs, capdb
 
 __all__ = [
     "Cost",
     "Geometry",
     "BASES",
-    "DEFAULT_TOKENS",
     "predict",
     "total",
     "compare",
@@ -73,53 +78,11 @@ __all__ = [
     "Priors",
 ]
 
-#: The contract's ``basis`` values.
-BASES = ("tuned", "interpolated", "roofline", "plugin")
-#: Token counts predicted when the caller gives none — the project's default (moedispatch.selector.runtime,
-#: moedispatch.aiter.dispatch): decode (1, 4), a small batch (64), chunked prefill (512, 8192).
-DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
 _PRIORS_FILE = "cost_priors.toml"
 _PRIORS_SCHEMA = "moedispatch.cost_priors/1"
 
 
 # -- values ----------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Cost:
-    """Predicted time of one fused-MoE call at ``tokens`` tokens: ``us`` within ``[low, high]`` microseconds.
-
-    ``basis`` is one of :data:`BASES`; ``detail`` says how it was computed (row ``file:line``, prior used, …) and is
-    not part of the contract dict.
-    """
-
-    tokens: int
-    us: float
-    low: float
-    high: float
-    basis: str
-    detail: str = field(default="", compare=False)
-
-    def __post_init__(self) -> None:
-        if self.basis not in BASES:
-            raise ValueError(f"Cost.basis must be one of {', '.join(BASES)}, got {self.basis!r}")
-        if not (0 < self.low <= self.us <= self.high) or not all(map(math.isfinite, (self.low, self.us, self.high))):
-            raise ValueError(f"Cost needs 0 < low <= us <= high (finite), got {self.low}, {self.us}, {self.high}")
-
-    def to_dict(self, *, with_basis: bool = True) -> dict[str, Any]:
-        """The contract's ``{tokens, us, low, high, basis}`` (``with_basis=False``: a ``cost_total`` entry)."""
-        out: dict[str, Any] = {"tokens": self.tokens, "us": round(self.us, 4), "low": round(self.low, 4),
-                               "high": round(self.high, 4)}
-        if with_basis:
-            out["basis"] = self.basis
-        return out
-
-
-def format_cost(c: Cost) -> str:
-    """``41 µs (35–48)``; one decimal below 10 µs."""
-    def f(x: float) -> str:
-        return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
-    return f"{f(c.us)} µs ({f(c.low)}–{f(c.high)})"
-
 
 # -- geometry and roofline -------------------------------------------------------------------------------------
 
@@ -445,11 +408,9 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
                   backend=backend, provenance=dict(data["provenance"]))
 
 
-@functools.lru_cache(maxsize=1)
+@memoize(maxsize=1)
 def load_priors() -> Priors:
     """capability_db/cost_priors.toml, validated and indexed (cached; CapabilityDBError if broken)."""
-    from moedispatch.data import capdb
-
     return parse_priors(capdb.load_toml(_PRIORS_FILE))
 
 
@@ -458,8 +419,6 @@ def load_priors() -> Priors:
 def _target_peaks(caps: Any) -> tuple[Mapping[str, Any] | None, str | None]:
     """(datasheet peaks, product) of the target: its product's ``[peak.*]``, else the arch's first listed product
     with the same CU count."""
-    from moedispatch.data import capdb
-
     product = getattr(caps, "product", None)
     peaks = capdb.product_peaks(product)
     facts = capdb.arch_facts(caps.gfx) if getattr(caps, "gfx", None) else None
@@ -501,14 +460,12 @@ def _plan(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
         return _plan_uncached(layer, caps, padding, tokens)
 
 
-@functools.lru_cache(maxsize=256)
+@memoize(maxsize=256)
 def _plan_cached(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
     return _plan_uncached(layer, caps, padding, tokens)
 
 
 def _plan_uncached(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
-    from moedispatch.aiter import dispatch as aiter_dispatch
-
     try:
         return aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env={}, padding=padding)
     except UsageError:
@@ -524,14 +481,12 @@ def _shape_rows(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
         return _shape_rows_uncached(key, caps, q_dtype_a)
 
 
-@functools.lru_cache(maxsize=256)
+@memoize(maxsize=256)
 def _shape_rows_cached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
     return _shape_rows_uncached(key, caps, q_dtype_a)
 
 
 def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
-    from moedispatch.data import aiter_configs
-
     rows = aiter_configs.tuned_rows(
         config_set=aiter_configs.config_set_for(caps, model_dims=frozenset({key.model_dim})),
         model_dim=key.model_dim, inter_dim=key.inter_dim,
@@ -567,8 +522,6 @@ def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
                 row = config if "us" in config else None
             elif isinstance(config, str) and ":" in config:
                 if by_where is None:
-                    from moedispatch.data import aiter_configs
-
                     by_where = {r.where: r for r in aiter_configs.config_set_for(caps).rows}
                 row = by_where.get(config)
         if row is not None:
@@ -578,18 +531,7 @@ def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
 
 # -- prediction --------------------------------------------------------------------------------------------------
 
-def backend_kind(name: str) -> str:
-    """``aiter`` (backends reached through ``aiter.fused_moe``: aiter-ck/-cktile/-flydsl/-asm and those families),
-    ``aiter-triton`` (AITER's Triton MoE GEMMs, called by the engine directly: no tuned fused_moe rows), ``triton``,
-    ``emulation`` or ``other``."""
-    n = (name or "").strip().lower()
-    if n == "aiter-triton":
-        return n
-    if n in ("aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-asm", "ck", "cktile", "flydsl", "asm"):
-        return "aiter"  # the built-in names only: a third-party "aiter-foo" is not AITER's tuned fused_moe
-    if n in ("triton", "emulation"):
-        return n
-    return "other"
+backend_kind = kind_of  # the cost model's name for it (moedispatch.core.families.kind_of)
 
 
 def _check_tokens(tokens: Iterable[int] | int) -> tuple[int, ...]:
@@ -632,8 +574,6 @@ def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapp
     Priors are per token bucket, so the prediction at ``m`` is also kept at or above the prediction at every lower
     power of two: more tokens never take less time.
     """
-    from moedispatch.data import capdb
-
     gfx, cu = getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0
     ref_product = priors.reference.get((gfx, cu)) if gfx else None
     ref = (capdb.product_peaks(ref_product) if ref_product else None) or peaks
@@ -684,8 +624,6 @@ def interpolate(m: int, lo: tuple[int, float], hi: tuple[int, float],
 
 
 def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[int, ...]) -> tuple[Cost, ...] | None:
-    from moedispatch._util.log import get_logger
-
     log = get_logger(__name__)
     try:
         if callable(pm) and not hasattr(pm, "hook"):
@@ -851,8 +789,6 @@ def _no_faster_than_the_whole_device(costs: tuple[Cost, ...], layer: Any, caps: 
     which can undercut the whole device's."""
     import dataclasses
 
-    from moedispatch.data import capdb
-
     gfx, cu, product = getattr(caps, "gfx", None), getattr(caps, "compute_units", None), getattr(caps, "product", None)
     if not costs or not dataclasses.is_dataclass(caps) or not capdb.partition_of(gfx, product, cu):
         return costs
@@ -1001,8 +937,6 @@ def tuning_worklist(entries: Iterable[tuple[Any, Sequence[Cost], int]]) -> tuple
         first. Tuning cannot make a call faster than its roofline, so the time spent there is the most tuning
         could save, and the order is the order of expected saving when heuristic kernels lose a similar share.
     """
-    from moedispatch.aiter import dispatch as aiter_dispatch
-
     merged: dict[tuple, dict[str, Any]] = {}
     for plan, costs, layers in entries:
         by_tokens = {c.tokens: c for c in costs}

@@ -31,12 +31,14 @@ in the PyPI wheel amd-aiter 0.1.7.post2.dev18 (``aiter/jit/core.py``, ``aiter/fu
 from __future__ import annotations
 
 import csv
-import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
+from moedispatch._util.caches import memoize
 from moedispatch.data.aiter_install import installed_aiter
+from moedispatch.core.errors import CapabilityDBError, UsageError
+from moedispatch.data import capdb
 
 __all__ = [
     "TunedRow",
@@ -338,23 +340,17 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head",
 
 # -- where the files are -------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def _db_dir() -> str:
-    from moedispatch.data import capdb
-
     return os.path.join(capdb._package_dir("moedispatch.capability_db"), "aiter_configs")
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def snapshots() -> dict[str, dict[str, Any]]:
     """``capability_db/aiter_configs/manifest.toml`` ``[snapshot.*]`` (commit, date, applies_to, files)."""
-    from moedispatch.data import capdb
-
     data = capdb.load_toml("aiter_configs/manifest.toml")
     snaps = data.get("snapshot")
     if not isinstance(snaps, dict) or not snaps:
-        from moedispatch.core.errors import CapabilityDBError
-
         raise CapabilityDBError("capability_db/aiter_configs/manifest.toml: no [snapshot.*] tables")
     return snaps
 
@@ -452,7 +448,7 @@ def _merge(files: list[tuple[str, str]], dispatch: str,
     return rows, warnings, broken, merge_error
 
 
-@functools.lru_cache(maxsize=32)
+@memoize(maxsize=32)
 def _load_cached(files: tuple[tuple[str, str], ...], stamps: tuple, dispatch: str, label: str, origin: str,
                  version: str | None, commit: str | None, notes: tuple[str, ...],
                  model_dims: frozenset[int] | None = None) -> ConfigSet:
@@ -529,8 +525,6 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
     Raises :class:`~moedispatch.core.errors.UsageError` only for a ``source`` that names nothing (bad input); file
     problems are warnings on the returned set.
     """
-    from moedispatch.core.errors import UsageError
-
     env = dict(env or {})
     override = (env.get("AITER_CONFIG_FMOE") or "").strip()
     if override:

@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from moedispatch._util.caches import register
+
 __all__ = ["DIST", "dist_version", "version_file", "installed_aiter", "clear_cache"]
 
 #: AITER's distribution name on PyPI and in ROCm images.
@@ -41,6 +43,7 @@ def version_file(pkg: Path) -> str | None:
 
 
 _installed_memo: dict[tuple[str, ...], tuple[str | None, str | None]] = {}
+register(_installed_memo.clear, "installed AITER")
 
 
 def installed_aiter() -> tuple[str | None, str | None]:

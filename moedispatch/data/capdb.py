@@ -5,7 +5,6 @@ Loading is lazy and cached; a broken file raises :class:`CapabilityDBError` nami
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import sys
@@ -16,8 +15,10 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from moedispatch._util.caches import memoize
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.errors import CapabilityDBError, TargetError
+from moedispatch._util.suggest import did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,7 +45,7 @@ __all__ = [
 _PACKAGE = "moedispatch.capability_db"
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def _package_dir(package: str) -> str:
     # The data ships as plain files inside the installed package (wheel or editable), so reading them from the
     # package's folder is enough; importlib.resources would add ~6 ms to explain's start-up.
@@ -60,7 +61,7 @@ def _read(package: str, name: str) -> bytes:
         raise CapabilityDBError(f"capability_db/{name}: file missing from the installation") from None
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def load_toml(name: str) -> dict[str, Any]:
     """A capability_db TOML file, parsed; every ``*confidence`` value in it (at any depth) is checked at load."""
     raw = _read(_PACKAGE, name)
@@ -87,7 +88,7 @@ def _check_confidences(node: Any, where: str, path: str) -> None:
             _check_confidences(item, where, f"{path}[{n}]")
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def load_json(name: str) -> Any:
     package, _, leaf = name.rpartition("/")
     pkg = _PACKAGE + ("." + package.replace("/", ".") if package else "")
@@ -98,7 +99,7 @@ def load_json(name: str) -> Any:
         raise CapabilityDBError(f"capability_db/{name}: not valid JSON: {exc}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def list_model_files() -> tuple[str, ...]:
     root = _package_dir(_PACKAGE + ".models")
     return tuple(sorted(n for n in os.listdir(root) if n.endswith(".json")))
@@ -146,7 +147,7 @@ def _str_list(value: Any, where: str, key: str) -> list[str]:
     return value
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def gpus() -> dict[str, Any]:
     """gpus.toml, checked at load: a broken entry raises CapabilityDBError naming file, key and problem."""
     where = "capability_db/gpus.toml"
@@ -367,8 +368,6 @@ def resolve_partitioned_target(target: str) -> tuple[str, str | None, int | None
         return gfx, product, cus, None
     modes = partitions_for(gfx, product)
     if mode not in modes:
-        from moedispatch._util.suggest import did_you_mean
-
         listing = ", ".join(f"{k} ({cus // n} CUs)" for k, n in modes.items())
         raise TargetError(f"unknown compute partition {mode!r} for {product or gfx}{did_you_mean(mode, modes)}; "
                           + (f"modes: {listing}" if modes else f"{product or gfx} has no compute partition modes "
@@ -381,8 +380,6 @@ def _resolve_base(text: str) -> tuple[str, str | None, int | None]:
     if text.lower().startswith(("gfx", "amdgcn")):
         gfx = normalize_gfx(text)
         if gfx not in arch:
-            from moedispatch._util.suggest import did_you_mean
-
             raise TargetError(f"unknown GPU arch {text!r}{did_you_mean(text, arch)}; known: {', '.join(sorted(arch))}")
         product = arch[gfx]["products"][0]
         return gfx, product["name"], product["compute_units"]
@@ -390,8 +387,6 @@ def _resolve_base(text: str) -> tuple[str, str | None, int | None]:
     found = _product_index().get(key)
     if found is None:
         names = sorted(p["name"] for e in arch.values() for p in e["products"])
-        from moedispatch._util.suggest import did_you_mean
-
         raise TargetError(f"unknown target {text!r}{did_you_mean(text, [*arch, *names])}; use a gfx name ({', '.join(sorted(arch))}) or a product "
                           f"({', '.join(names)}), optionally with a compute partition (MI355X:CPX)")
     gfx, product = found
@@ -433,7 +428,7 @@ def _specifier(text: Any, where: str, key: str) -> SpecifierSet:
         raise CapabilityDBError(f"{where}: {key} = {text!r} is not a PEP 440 specifier") from None
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def aiter_db() -> dict[str, Any]:
     """aiter.toml, checked at load: a broken entry raises CapabilityDBError naming file, key and problem."""
     where = "capability_db/aiter.toml"
@@ -511,7 +506,7 @@ def feature_info(name: str) -> dict[str, Any]:
     return {**feat, "confidence": feat.get("confidence", "confirmed")}
 
 
-@functools.lru_cache(maxsize=256)
+@memoize(maxsize=256)
 def flydsl_pin(aiter_version: str) -> tuple[str, str] | None:
     v = Version(parse_aiter_version(aiter_version).public)
     for pin in aiter_db().get("flydsl_pins", []):

@@ -18,6 +18,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 from moedispatch.data import capdb
 from moedispatch.core.errors import UsageError
 from moedispatch.core.reason import Reason, texts
+from moedispatch.aiter import dispatch as aiter_dispatch
+from moedispatch.core.backend import Padding
+from moedispatch.core.families import FUSED_MOE_BACKENDS, FUSED_MOE_FAMILIES, family_of
+from moedispatch.core.capabilities import parse_version
+from moedispatch.core.fields import layer_from_fields
+from moedispatch.plan.plan import layer_span
+from moedispatch.probe.targets import resolve_capabilities
+from moedispatch.core.workload import SERVING_BUCKETS
 
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.capabilities import Capabilities
@@ -29,7 +37,6 @@ __all__ = ["EngineChoice", "engine_choice", "choice_for_layer", "compare_plan", 
 
 #: Engine → {release: capability_db file}. The newest release is the default.
 ENGINES = {"vllm": {"0.33.0": "engines/vllm.toml"}, "sglang": {"0.5.23": "engines/sglang.toml"}}
-_AITER_FAMILIES = ("aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-asm")
 
 
 @dataclass(frozen=True)
@@ -146,8 +153,6 @@ def _vllm_gates(caps: "Capabilities", env: Mapping[str, str]) -> dict[str, bool]
     moe = _env_flag(env, "VLLM_ROCM_USE_AITER_MOE", True)
     gate_mode = True
     if caps.aiter_version is not None:
-        from moedispatch.core.capabilities import parse_version
-
         try:
             gate_mode = parse_version(caps.aiter_version) >= parse_version("0.1.14")
         except Exception:  # noqa: BLE001 - an unparsable local version: assume the signature is there
@@ -487,8 +492,6 @@ def engine_choice(engine: str, engine_version: str | None = None, *, caps: "Capa
     for MX schemes and ``fp8`` for FP8), because engines route MX checkpoints through different code by it. ``caps``
     is the target as elsewhere (``None``: this machine's GPU, else the capability_db default target).
     """
-    from moedispatch.core.fields import layer_from_fields
-
     fields = dict(layer_fields)
     quant_method = fields.pop("quant_method", None)
     if env is not None and not isinstance(env, Mapping):
@@ -497,8 +500,6 @@ def engine_choice(engine: str, engine_version: str | None = None, *, caps: "Capa
         raise UsageError("engine_choice(): moe_backend must be a string")
     layer = layer_from_fields(fields)
     if caps is None:
-        from moedispatch.probe.targets import resolve_capabilities
-
         caps, _ = resolve_capabilities()
     return choice_for_layer(layer, caps, engine, engine_version, env=env, moe_backend=moe_backend,
                             quant_method=None if quant_method is None else str(quant_method))
@@ -517,7 +518,7 @@ def findings(engine: str = "vllm", engine_version: str | None = None) -> list[di
 def _same_family(engine_family: str | None, ours: str | None) -> bool:
     if engine_family is None or ours is None:
         return False
-    if engine_family in _AITER_FAMILIES and ours in _AITER_FAMILIES:
+    if engine_family in FUSED_MOE_BACKENDS and ours in FUSED_MOE_BACKENDS:
         return True  # aiter.fused_moe: AITER's own dispatcher picks CK / CK-Tile / FlyDSL / ASM
     return engine_family == ours
 
@@ -565,10 +566,10 @@ def compare_decision(decision: Any, choice: EngineChoice, *, quant_method: str |
         elif rej is not None:
             verdict = "wrong"
             why += [r for r in rej.reasons if r.kind != "supports"]
-        elif choice.family in _AITER_FAMILIES and decision.backend is not None:
+        elif choice.family in FUSED_MOE_BACKENDS and decision.backend is not None:
             # aiter.fused_moe: correct when moedispatch accepts any AITER family for the layer.
-            ok = [r for r in decision.rejected if r.backend in _AITER_FAMILIES and r.supported]
-            bad = [r for r in decision.rejected if r.backend in _AITER_FAMILIES and not r.supported]
+            ok = [r for r in decision.rejected if r.backend in FUSED_MOE_BACKENDS and r.supported]
+            bad = [r for r in decision.rejected if r.backend in FUSED_MOE_BACKENDS and not r.supported]
             if ok:
                 verdict = "slower"
                 why.append(Reason(f"aiter.fused_moe can run this layer ({ok[0].backend}) but moedispatch prefers "
@@ -608,24 +609,18 @@ def compare_decision(decision: Any, choice: EngineChoice, *, quant_method: str |
 def _engine_allocation_hits(decision: Any, choice: EngineChoice) -> list[Reason]:
     """Known wrong-output kernels AITER's dispatcher would run for some serving token count at the sizes the engine
     allocates (its default AITER environment), as failed Reasons; [] when not an aiter.fused_moe path."""
-    from moedispatch.core.backend import FUSED_MOE_FAMILIES, Padding
-
     layer, caps = decision.layer, decision.caps
-    fam = {"aiter-ck": "ck", "aiter-cktile": "cktile", "aiter-flydsl": "flydsl", "aiter-asm": "asm"}.get(
-        choice.family or "")
+    fam = family_of(choice.family)
     if caps is None or fam not in FUSED_MOE_FAMILIES or choice.hidden is None or choice.intermediate_per_rank is None:
         return []
     if choice.hidden < layer.hidden or choice.intermediate_per_rank < layer.intermediate_per_rank:
         return []
-    from moedispatch.aiter.dispatch import plan_dispatch
-    from moedispatch.selector.runtime import SERVING_BUCKETS
-
     alloc = Padding(hidden=choice.hidden, intermediate_per_rank=choice.intermediate_per_rank,
                     hidden_pad=choice.hidden - layer.hidden,
                     intermediate_pad=choice.intermediate_per_rank - layer.intermediate_per_rank,
                     zero_fill=True)
     try:
-        dp = plan_dispatch(layer, caps, tokens=SERVING_BUCKETS, env={}, padding=alloc)
+        dp = aiter_dispatch.plan_dispatch(layer, caps, tokens=SERVING_BUCKETS, env={}, padding=alloc)
     except Exception:  # noqa: BLE001 - a shape the dispatch model cannot key: no claim either way
         return []
     return [Reason(f"at the {choice.hidden} × {choice.intermediate_per_rank} the engine allocates, AITER's dispatcher "
@@ -686,8 +681,6 @@ _VERDICT_TEXT = {"same": "same kernel family as moedispatch", "slower": "correct
 
 def render_comparison(comparisons: list[dict[str, Any]], *, env: Mapping[str, str] | None = None) -> list[str]:
     """Text lines for explain's table: per MoE group, what the engine does on its own and how it compares."""
-    from moedispatch.plan.plan import layer_span
-
     lines = []
     for c in comparisons:
         e = c.get("engine")

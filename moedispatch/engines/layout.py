@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moedispatch.core.reason import Reason
+from moedispatch.data import capdb
+from moedispatch.sources.models import builtin_models
 
 __all__ = ["Layout", "realize_layout", "attention_heads", "weight_bytes_per_rank", "product_memory_gib"]
 
@@ -52,8 +54,6 @@ def _raw_config(model: Any) -> dict[str, Any] | None:
     """The config.json dict behind a ModelSpec (built-in entry, or the folder's config.json), text part only."""
     cfg = None
     if model.source == "builtin":
-        from moedispatch.sources.models import builtin_models
-
         for entry in builtin_models():
             if entry["name"] == model.name:
                 cfg = entry["config"]
@@ -87,8 +87,6 @@ def attention_heads(model: Any) -> tuple[int, int] | None:
 
 def product_memory_gib(caps: Any) -> tuple[str, float] | None:
     """(product, HBM GiB per GPU) of the target from capability_db/gpus.toml, or None when unknown."""
-    from moedispatch.data import capdb
-
     target = caps.target_dict()
     product, gfx = target.get("product"), target.get("gfx")
     arch = capdb.load_toml("gpus.toml").get("arch", {}).get(gfx, {})

@@ -19,6 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from moedispatch.core.errors import MoedispatchError, UsageError
+from moedispatch.core.workload import parse_env_args
+from moedispatch.engines.recipes import _forced, _match, _try_backend, _version, build_recipe, conversion, engine_data, matching_issues, modelled_choice
+from moedispatch.plan.plan import plan_model
+from moedispatch.probe.targets import resolve_capabilities
+from moedispatch.selector import plugins
+from moedispatch.core.workload import Runtime
+from moedispatch.sources.models import load_model
 
 __all__ = ["Launch", "Finding", "parse_launch", "lint_launch", "render_lint", "SCHEMA"]
 
@@ -225,14 +232,10 @@ class _EngineRefuses(Exception):
 
 def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
     """The MoE path family the engine runs for this launch ("aiter", "triton", "emulation"), before conversions."""
-    from moedispatch.engines.recipes import engine_data
-
     eng = engine_data(launch.engine)[launch.engine]
     on = launch.env.get(eng["aiter_switch"], eng["aiter_switch_default"]).lower() in _TRUE
     backend = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
     if launch.engine == "vllm":
-        from moedispatch.engines.recipes import modelled_choice
-
         d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
         choice = modelled_choice("vllm", version, d0.layer, plan.caps, dict(launch.env), backend,
                                  plan.model.quant_method)
@@ -270,8 +273,6 @@ def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
 
 def _gate_fails(engine: str, version: str, plan: Any) -> Any:
     """The engine's own AITER gate row that this plan's first MoE layer fails (or None)."""
-    from moedispatch.engines.recipes import _match, engine_data
-
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
     if not moe:
         return None
@@ -285,12 +286,6 @@ def _gate_fails(engine: str, version: str, plan: Any) -> Any:
 def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str | None = None,
                 model: str | None = None, engine_version: str | None = None) -> dict[str, Any]:
     """Findings for one launch (the ``moedispatch.lint/1`` document)."""
-    from moedispatch.probe.targets import resolve_capabilities
-    from moedispatch.sources.models import load_model
-    from moedispatch.plan.plan import plan_model
-    from moedispatch.engines.recipes import (_forced, _try_backend, _version, build_recipe, conversion, engine_data,
-                                     matching_issues)
-
     engine = launch.engine
     data = engine_data(engine)
     eng = data[engine]
@@ -308,8 +303,6 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     findings: list[Finding] = []
     warnings = [first_line] if first_line else []
     try:
-        from moedispatch.selector.runtime import Runtime
-
         # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
         plan = plan_model(spec, caps, tp, ep, warnings=warnings, runtime=Runtime.build(env=launch.env))
     except UsageError as exc:
@@ -393,9 +386,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
 
 
 def _fam_of(backend: str, plan: Any) -> str | None:
-    from moedispatch.selector.plugins import get_registry
-
-    b = get_registry().get(backend)
+    b = plugins.get_registry().get(backend)
     fam = getattr(b, "family", None) if b is not None else None
     return "aiter" if fam in ("ck", "cktile", "flydsl", "asm") else fam
 
@@ -441,8 +432,6 @@ def render_lint(doc: dict[str, Any], fmt: str = "table") -> str:
 
 def run_cli(args: Any, out: Any) -> int:
     """The ``lint`` subcommand: exit 0 no error finding, 3 an error finding (2 is raised as UsageError)."""
-    from moedispatch.aiter.dispatch import parse_env_args
-
     env = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "SGLANG_", "AITER_"))}
     text = None
     if args.file:

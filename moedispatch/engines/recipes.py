@@ -21,13 +21,26 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from moedispatch.data import capdb
-from moedispatch.core.backend import AITER_FAMILIES, round_up
+from moedispatch.core.backend import round_up
+from moedispatch.core.families import AITER_FAMILIES, family_of
 from moedispatch.core.decision import Decision
 from moedispatch.core.errors import MoedispatchError, UsageError
 from moedispatch.core.layers import MoELayer
 from moedispatch.engines.layout import Layout, realize_layout
 from moedispatch.plan.plan import Plan
 from moedispatch.core.reason import Reason, texts
+from moedispatch.core.backend import Padding
+from moedispatch.core.families import FUSED_MOE_FAMILIES
+from moedispatch.core.decision import NoBackendError
+from moedispatch.engines import choice as ec
+from moedispatch.engines.choice import recipe_engine_groups
+from moedispatch.kit.rules import evaluate_issues
+from moedispatch.plan.plan import plan_model, plan_to_json
+from moedispatch.plan.whatif import switch_variants
+from moedispatch.selector import plugins
+from moedispatch.selector.pure import select
+from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons
+from moedispatch.sources.models import builtin_models
 
 __all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding", "engine_data", "matching_issues",
            "path_family", "ENGINES"]
@@ -99,12 +112,10 @@ def _match(row: dict[str, Any], version: str, layer: MoELayer, gfx: str | None =
     return True
 
 
-#: The built-in AITER backends' names, accepted where a family is expected (round 1's engine_padding took a name).
-_AITER_NAMES = frozenset({"aiter-ck", "aiter-cktile", "aiter-flydsl", "aiter-asm"})
-
-
 def _fam(family: str | None) -> str | None:
-    return "aiter" if family in AITER_FAMILIES or family in _AITER_NAMES else family
+    """``aiter`` for an AITER family or a built-in AITER backend's name (engine rows key on the engine path), else
+    the family itself."""
+    return "aiter" if family in AITER_FAMILIES or family_of(family) in FUSED_MOE_FAMILIES else family
 
 
 def conversion(engine: str, version: str, layer: MoELayer, gfx: str) -> dict[str, Any] | None:
@@ -157,8 +168,6 @@ def modelled_choice(engine: str, version: str, layer: MoELayer, caps: Any, env: 
                     moe_backend: str, quant_method: str | None = None) -> Any:
     """:func:`moedispatch.engines.choice.choice_for_layer` where that module models this exact release (checked
     against the engine's real code by tests/peers/), else None: the recipe then uses this file's rows."""
-    from moedispatch.engines import choice as ec
-
     if version not in ec.ENGINES.get(engine, {}):
         return None
     try:
@@ -212,12 +221,8 @@ def _candidates(plan: Plan) -> list[str]:
 
 def _forced(plan: Plan, backend: str) -> list[Decision] | None:
     """Every MoE layer's decision with ``backend`` forced (None when it cannot run some layer)."""
-    from moedispatch.core.decision import NoBackendError
-    from moedispatch.selector.plugins import get_registry
-    from moedispatch.selector.pure import select
-
     out = []
-    registry = get_registry()
+    registry = plugins.get_registry()
     for d in plan.decisions:
         if d.layer.kind != "moe":
             continue
@@ -235,9 +240,7 @@ def _family_of(backend: str | None) -> str | None:
     """``Backend.family`` of a registered backend name (``aiter-ck`` → ``ck``), or the name itself."""
     if backend is None:
         return None
-    from moedispatch.selector.plugins import get_registry
-
-    b = get_registry().get(backend)
+    b = plugins.get_registry().get(backend)
     return getattr(b, "family", None) or backend
 
 
@@ -345,10 +348,6 @@ def _allocation_issues(plan: Plan, d: Decision, backend: str, h: int, i: int, kh
     tuned bucket-4 kernel of ROCm/aiter#3933 is wrong)."""
     import dataclasses
 
-    from moedispatch.core.backend import Padding
-    from moedispatch.selector.plugins import get_registry
-    from moedispatch.kit.rules import evaluate_issues
-
     layer, p = d.layer, d.padding
     hp, ip = h - layer.hidden, i - layer.intermediate_per_rank
     alloc = Padding(hidden=h, intermediate_per_rank=i, hidden_pad=hp, intermediate_pad=ip,
@@ -356,7 +355,7 @@ def _allocation_issues(plan: Plan, d: Decision, backend: str, h: int, i: int, kh
                     kernel_intermediate_pad=ip if ki is None else min(ki, ip), zero_fill=bool(hp or ip),
                     hidden_multiple=p.hidden_multiple, intermediate_multiple=p.intermediate_multiple,
                     pad_semantics=p.pad_semantics)
-    b = get_registry().get(backend)
+    b = plugins.get_registry().get(backend)
     planned = {r.issue for r in (*d.reasons, *d.warnings) if r.issue}
     where = f"at the engine's allocation ({h} × {i}, not the plan's {p.hidden} × {p.intermediate_per_rank}): "
     refusals: list[Reason] = []
@@ -367,8 +366,6 @@ def _allocation_issues(plan: Plan, d: Decision, backend: str, h: int, i: int, kh
     warnings += [dataclasses.replace(r, text=where + r.text, kind="warning") for r in outcome.notes
                  if r.issue and r.issue not in planned and r.kind in ("caveat", "warning")]
     if plan.runtime is not None and d.dispatch is not None:
-        from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons
-
         dispatch = dispatch_for(layer, plan.caps, alloc, plan.runtime)
         refusals += [dataclasses.replace(r, text=where + r.text) for r in blocking_reasons(dispatch)
                      if r.issue not in planned]
@@ -503,10 +500,6 @@ def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "
     wanted = next((d.backend for d in plan.decisions if d.layer.kind == "moe" and d.backend), None)
     if wanted is None or (first.ok and first.backend == wanted):
         return None
-    from moedispatch.core.backend import FUSED_MOE_FAMILIES
-    from moedispatch.plan.plan import plan_model
-    from moedispatch.plan.whatif import switch_variants
-
     if plan.runtime is None or not any(d.family in FUSED_MOE_FAMILIES for d in plan.decisions if d.backend == wanted):
         return None
     for switch, why, source, variant in switch_variants(plan.runtime):
@@ -544,8 +537,6 @@ def _caveat_applies(cav: dict[str, Any], engine: str, plan: Plan, backend: str |
 
 
 def _replan(plan: Plan, tp: int, ep: int) -> Plan | None:
-    from moedispatch.plan.plan import plan_model
-
     try:
         return plan_model(plan.model, plan.caps, tp, ep, warnings=[])
     except UsageError:
@@ -587,8 +578,6 @@ def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]
 
 
 def _hf_id(name: str) -> str | None:
-    from moedispatch.sources.models import builtin_models
-
     for entry in builtin_models():
         if entry["name"] == name:
             return entry.get("hf_id")
@@ -604,15 +593,11 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
     recipe = recipe or build_recipe(plan, engine, version)
     plan = recipe.plan or plan  # the plan the recipe realizes (re-made under an AITER env switch when needed)
     if fmt == "json":
-        from moedispatch.plan.plan import plan_to_json
-
         out = recipe.to_dict()
         out["plan_fingerprint"] = plan.fingerprint
         out["plan"] = plan_to_json(plan)
         # --- issue 17 (engine_choice owner): per MoE layer group, what the engine does on its own (auto) and with the
         # recipe's forced value, both with the recipe's env, and whether that differs from the plan.
-        from moedispatch.engines.choice import recipe_engine_groups
-
         out.update(recipe_engine_groups(plan, recipe))
         # --- end issue 17
         return json.dumps(out, indent=2) + "\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import Reason
+from moedispatch.core.costs import format_cost
 
 __all__ = ["shard_caveats", "pad_ratio_caveat", "ep_alternative_layer", "SCALE_TILES", "SCALE_GROUPS", "PAD_RATIO",
            "PAD_RATIO_MIN"]
@@ -97,8 +98,6 @@ def pad_ratio_caveat(decision, extra_bytes: int = 0, alternative=None) -> Reason
             text += (f". Expert parallelism (--ep {layer.tp}) keeps every expert whole: {alternative.layer.experts_per_rank} "
                      f"experts × intermediate {alternative.layer.intermediate} per rank on {alternative.backend}, {what}")
             if decision.cost and alternative.cost:
-                from moedispatch.cost.model import format_cost
-
                 pairs = [(a, b) for a, b in zip(decision.cost, alternative.cost) if a.tokens == b.tokens]
                 picks = [pairs[0], pairs[-1]] if len(pairs) > 1 else pairs
                 text += " (predicted per layer " + "; ".join(

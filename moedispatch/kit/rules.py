@@ -8,19 +8,18 @@ plan applies is reported as avoided, and one it does not fix rejects (wrong outp
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from moedispatch._util.caches import memoize
 from moedispatch.data import capdb
 from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.errors import CapabilityDBError
 from moedispatch.core.layers import MoELayer
-from moedispatch.kit.caveats import shard_caveats  # noqa: F401 - moved to caveats.py; still importable here
 from moedispatch.core.reason import Reason
 
 #: The OCP Microscaling Formats (MX) v1.0 specification (E8M0 0xFF is NaN).
@@ -185,7 +184,7 @@ def _freeze(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def known_issues() -> tuple[KnownIssue, ...]:
     data = capdb.load_toml("known_issues.toml")
     issues = []
@@ -230,7 +229,7 @@ def known_issues() -> tuple[KnownIssue, ...]:
     return tuple(issues)
 
 
-@functools.lru_cache(maxsize=1024)  # pure; parsing PEP 440 specifiers dominated uncached selection
+@memoize(maxsize=1024)  # pure; parsing PEP 440 specifiers dominated uncached selection
 def _version_in(spec: str, version: str | None) -> bool:
     if not spec:
         return True
@@ -512,7 +511,7 @@ class RuleBackend(Backend):
                                pad_semantics=self.pad_semantics_for(layer, caps, kh, ki))
 
 
-@functools.lru_cache(maxsize=4096)
+@memoize(maxsize=4096)
 def _planned(backend: RuleBackend, layer: MoELayer, caps: Capabilities) -> Padding:
     return backend._plan_padding(layer, caps)
 

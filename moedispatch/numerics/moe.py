@@ -55,6 +55,7 @@ import torch
 
 from moedispatch.numerics.fp8 import ScaledTensor, dequantize_scaled, qdq_float, qdq_scaled, quantize_scaled
 from moedispatch.numerics.mx import MXTensor, dequantize_mx, qdq_mx, quantize_mx
+from moedispatch.core.layers import QuantSpec
 
 __all__ = [
     "ACTIVATIONS", "DEFAULT_SWIGLU", "DequantTracker", "GateUp", "fused_moe", "resolve_scheme", "quantize_weight",
@@ -108,8 +109,6 @@ class DequantTracker:
 # -- schemes -----------------------------------------------------------------------------------------------------
 def resolve_scheme(scheme: Any, *, activation: bool = False):
     """A :class:`moedispatch.core.layers.QuantSpec` from a spec or a label (``"mxfp4"``, ``"fp8"``, ``"bf16"``)."""
-    from moedispatch.core.layers import QuantSpec  # noqa: PLC0415 - plain data module
-
     if scheme is None:
         return QuantSpec("bf16")
     return QuantSpec.parse(scheme, dynamic=activation)

@@ -40,6 +40,7 @@ import time
 from typing import Any, Callable
 
 from moedispatch.core.errors import UsageError
+from moedispatch.selector import plugins
 
 __all__ = ["run_verify", "pad_extents", "pad_read_problems", "alignment_problems", "DEFAULT_EXPERTS", "CHECK_NAMES",
            "BACKEND_TOLERANCE", "EMULATION_TOLERANCE"]
@@ -265,9 +266,7 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
                          else f"{summary}: within one multiple of the minimal round-up"))
 
     # (c) the backend vs the reference: the reference path is whichever backend declares the emulation family
-    from moedispatch.selector.plugins import get_registry
-
-    declared = get_registry().get(backend)
+    declared = plugins.get_registry().get(backend)
     if getattr(declared, "family", None) == "emulation":
         say(f"verify layer {layer.index}: float64 reference of the same quantized operands")
         d13, d2 = dequantize_weight(q13), dequantize_weight(q2)

@@ -18,9 +18,14 @@ from moedispatch.core.layers import MoELayer
 from moedispatch.sources.models import ModelSpec, expand_layers
 from moedispatch.core.reason import Reason, texts
 from moedispatch.selector.pure import select
+from moedispatch._util.deadline import collect_plugin_notices
+from moedispatch.cost.model import total
+from moedispatch.data.capdb import target_entry
+from moedispatch.kit.caveats import PAD_RATIO_MIN, ep_alternative_layer, pad_ratio_caveat
+from moedispatch.selector import plugins
 
 if TYPE_CHECKING:  # pragma: no cover
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
 __all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "group_entry", "layer_span", "cost_total",
            "SCHEMA"]
@@ -76,8 +81,6 @@ class Plan:
 
 def _target_entry(caps: Capabilities) -> dict[str, Any]:
     """The JSON ``target``: ``caps.target_dict()`` plus ``partition`` for a compute-partition target."""
-    from moedispatch.data.capdb import target_entry
-
     return target_entry(caps)
 
 
@@ -106,8 +109,6 @@ def _pad_ratio_warnings(decisions: Sequence[Decision], caps: Capabilities, backe
                         runtime: "Runtime | None") -> list[Reason]:
     """``caveat [pad ratio]`` (moedispatch.kit.caveats.pad_ratio_caveat) once per group of layers padded to ≥ 4× their
     TP shard, with the expert-parallel alternative re-planned by the selector itself (only for such groups)."""
-    from moedispatch.kit.caveats import PAD_RATIO_MIN, ep_alternative_layer, pad_ratio_caveat
-
     groups: dict[tuple, list[Decision]] = {}
     for d in decisions:
         if (d.backend is not None and d.layer.kind == "moe"
@@ -149,14 +150,10 @@ def plan_model(
     count and the predicted time (and correct backends are ordered by it); the plan gains ``tokens``,
     ``aiter_env`` and ``cost_total``."""
     if backends is None:
-        from moedispatch.selector.plugins import get_registry
-
-        registry = get_registry(strict=strict)
+        registry = plugins.get_registry(strict=strict)
         backends = registry.backends
         warnings = (tuple(warnings) + tuple(Reason(f"plugin error: {e}", "warning") for e in registry.errors)
                     + tuple(Reason(w, "warning") for w in registry.warnings))
-    from moedispatch._util.deadline import collect_plugin_notices
-
     layers = expand_layers(model, tp, ep)
     decisions = []
     with collect_plugin_notices() as notices:  # what third-party plugins print, which were disabled after a timeout
@@ -272,8 +269,6 @@ def cost_total(plan: Plan) -> tuple[Any, ...]:
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
     if not moe or any(not d.cost for d in moe):
         return ()
-    from moedispatch.cost.model import total
-
     return total(d.cost for d in moe)
 
 

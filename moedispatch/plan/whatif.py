@@ -12,13 +12,18 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from moedispatch.core.decision import NoBackendError
 from moedispatch.core.reason import Reason
+from moedispatch.core.families import FUSED_MOE_FAMILIES
+from moedispatch.cost.model import padding_overhead, tuning_worklist, untuned_csv
+from moedispatch.core.costs import format_cost
+from moedispatch.data import capdb
+from moedispatch.selector.pure import select
+from moedispatch.core.workload import Runtime
 
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.backend import Backend
     from moedispatch.core.capabilities import Capabilities
     from moedispatch.core.decision import Decision
     from moedispatch.plan.plan import Plan
-    from moedispatch.selector.runtime import Runtime
 
 __all__ = ["what_if", "plan_what_if", "tuning_list", "switch_variants", "MIN_GAIN"]
 
@@ -43,8 +48,6 @@ _SWITCHES: tuple[tuple[tuple[tuple[str, str], ...], str, str], ...] = (
 def switch_variants(runtime: "Runtime") -> list[tuple[tuple[tuple[str, str], ...], str, str, "Runtime"]]:
     """``[(switch, why, source, runtime with the switch)]`` for each AITER switch not already set in ``runtime``,
     cheapest first — shared by --what-if and by recipes that need the engine's allocation to be native."""
-    from moedispatch.selector.runtime import Runtime
-
     env = runtime.env_dict
     return [(switch, why, source, Runtime(runtime.tokens, tuple(sorted({**env, **dict(switch)}.items()))))
             for switch, why, source in _SWITCHES if not all(env.get(k) == v for k, v in switch)]
@@ -65,12 +68,6 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
             runtime: "Runtime") -> tuple[Reason, ...]:
     """For one planned MoE decision: what its padding costs, and the cheapest change that makes the layer faster
     (correct by the same rules), as Reasons of kind ``note``."""
-    from moedispatch.data import capdb
-    from moedispatch.core.backend import FUSED_MOE_FAMILIES
-    from moedispatch.cost.model import format_cost, padding_overhead
-    from moedispatch.selector.runtime import Runtime
-    from moedispatch.selector.pure import select
-
     out: list[Reason] = []
     layer, tokens = decision.layer, max(runtime.tokens)
     if decision.backend is None or layer.kind != "moe":
@@ -130,8 +127,6 @@ def plan_what_if(plan: "Plan", backends: Sequence["Backend"]) -> tuple[tuple[int
 def tuning_list(plan: "Plan") -> tuple[str, int]:
     """(AITER untuned-CSV text, number of shapes): the model's shapes that fall to AITER heuristics, highest
     predicted time × layers first (what tuning could save)."""
-    from moedispatch.cost.model import tuning_worklist, untuned_csv
-
     entries = [(g[0].dispatch, g[0].cost, len(g)) for g in plan.groups() if g[0].dispatch is not None and g[0].cost]
     rows = tuning_worklist(entries)
     return untuned_csv(rows), len(rows)

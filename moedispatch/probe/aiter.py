@@ -11,7 +11,6 @@ import ast
 import csv
 import importlib.metadata as md
 import importlib.util
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from moedispatch.data import capdb
 from moedispatch.data import aiter_install
 from moedispatch.data.aiter_install import DIST, dist_version
 from moedispatch.probe.util import ProbeTimeout, describe, last_error_line, run_python
+from moedispatch.data.aiter_configs import installed_config_warnings
 
 FILES = "files:amd-aiter"
 
@@ -350,8 +350,6 @@ def inspect_aiter(flydsl_version: str | None, *, do_import: bool, timeout: float
         else:
             # A malformed or partial tuned CSV: AITER's merge may fail or skip rows; say which file and line
             # (moedispatch's dispatch model then falls back to AITER's heuristics for the rows it cannot read).
-            from moedispatch.data.aiter_configs import installed_config_warnings
-
             notes += [f"tuned CSV problem: {w}" for w in installed_config_warnings()]
     features = reconcile(version, params, gate_enum, flydsl_kernels, notes)
     pin = flydsl_check(version, flydsl_version, notes)

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from moedispatch._util.caches import register
 from moedispatch.data import capdb
 from moedispatch.data.aiter_install import dist_version
 from moedispatch.probe.aiter import AiterInfo, inspect_aiter
@@ -240,6 +241,7 @@ def _packages(hip: str | None, allow_torch: bool) -> tuple[list[tuple[str, str]]
 # -- probe ------------------------------------------------------------------------------------------------------
 
 _cache: dict[tuple[Any, ...], ProbeReport] = {}
+register(_cache.clear, "probe report")
 _lock = threading.Lock()
 
 

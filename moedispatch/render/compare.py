@@ -24,6 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from moedispatch.core.errors import UsageError
+from moedispatch.data.capdb import target_label
+from moedispatch.plan.plan import layer_span, plan_model, plan_to_json
+from moedispatch.probe.targets import resolve_capabilities
+from moedispatch.selector import plugins
+from moedispatch.core.workload import Runtime, parse_tokens
+from moedispatch.sources.models import load_model
 
 __all__ = ["SCHEMA", "Variant", "Comparison", "parse_variants", "compare_plans", "compare_to_json", "render_table",
            "run_cli"]
@@ -115,8 +121,6 @@ class Comparison:
         parts = []
         for axis in self.axes:
             if axis == "target":
-                from moedispatch.data.capdb import target_label
-
                 parts.append(target_label(plan.caps))
             elif axis == "aiter_version":
                 parts.append(f"AITER {plan.caps.aiter_version}" if plan.caps.aiter_version else "no AITER")
@@ -193,8 +197,6 @@ def _why_text(item: tuple[str, tuple[Any, ...]], cite: Callable[[Any], str] = st
 
 def compare_to_json(cmp: Comparison) -> dict[str, Any]:
     """The ``moedispatch.compare/1`` document."""
-    from moedispatch.plan.plan import plan_to_json
-
     docs = [plan_to_json(p) for p in cmp.plans]
     variants = []
     for i, (plan, doc) in enumerate(zip(cmp.plans, docs)):
@@ -265,8 +267,6 @@ def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
 
 
 def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
-    from moedispatch.plan.plan import layer_span
-
     doc = doc or compare_to_json(cmp)
     numbers: dict[str, int] = {}
 
@@ -284,8 +284,6 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
     width = max(len(cmp.label(i)) for i in range(len(cmp.plans)))
     for i, (plan, v) in enumerate(zip(cmp.plans, doc["variants"])):
         caps = plan.caps
-        from moedispatch.data.capdb import target_label
-
         detail = target_label(caps) + (f", {caps.compute_units} CUs" if caps.compute_units else "")
         detail += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
         lines.append(f"  {letters[i]}  {detail}; tp={plan.tp} ep={plan.ep}; fingerprint {v['fingerprint']}")
@@ -344,8 +342,6 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
 
 def _runtime(args: Any) -> Any:
     """The explain run-time assumptions (token counts, AITER env) when this install plans them, else None."""
-    from moedispatch.selector.runtime import Runtime, parse_tokens
-
     overrides = {}
     for item in getattr(args, "aiter_env", None) or ():
         key, sep, value = item.partition("=")
@@ -361,15 +357,10 @@ def run_cli(args: Any, emit: Callable[[str], None]) -> int:
     import inspect
     import sys
 
-    from moedispatch.probe.targets import resolve_capabilities
-    from moedispatch.sources.models import load_model
-    from moedispatch.plan.plan import plan_model
-    from moedispatch.selector.plugins import get_registry
-
     variants, axes = parse_variants(args.target, args.aiter_version, args.tp, args.ep)
     model = load_model(args.model)
     strict = bool(getattr(args, "strict_plugins", False))
-    registry = get_registry(strict=strict)
+    registry = plugins.get_registry(strict=strict)
     runtime = _runtime(args)
     extra = {"runtime": runtime} if runtime is not None and "runtime" in inspect.signature(plan_model).parameters \
         else {}

@@ -11,8 +11,10 @@ from typing import Any, Sequence
 
 from moedispatch.core.decision import Decision
 from moedispatch.plan.plan import SCHEMA, Plan, cost_total, layer_span, padded_bytes, plan_model, plan_to_json
-from moedispatch.plan.plan import _ranges  # noqa: F401 - re-exported for older callers
 from moedispatch.core.reason import Reason
+from moedispatch.core.costs import format_cost
+from moedispatch.data.capdb import partition_of, partitions_for
+from moedispatch.kit.caveats import PAD_RATIO_MIN
 
 __all__ = ["Plan", "plan_model", "plan_to_json", "render_json", "render_table", "padded_bytes", "SCHEMA",
            "LEGEND"]
@@ -59,8 +61,6 @@ def _step_line(step: Any) -> str:
 
 
 def _costs_line(costs: Sequence[Any], *, basis: bool = True) -> str:
-    from moedispatch.cost.model import format_cost
-
     parts = []
     for c in costs:
         unit = "token" if c.tokens == 1 else "tokens"
@@ -70,8 +70,6 @@ def _costs_line(costs: Sequence[Any], *, basis: bool = True) -> str:
 
 def _pad_ratio_text(layer: Any, p: Any) -> str:
     """`` (8× the shard, see the pad-ratio caveat)`` when the allocation is ≥ caveats.PAD_RATIO_MIN × the shard."""
-    from moedispatch.kit.caveats import PAD_RATIO_MIN
-
     shard = layer.intermediate_per_rank
     if shard > 0 and p.intermediate_per_rank >= PAD_RATIO_MIN * shard:
         return f" ({p.intermediate_per_rank / shard:g}× the shard: see caveat [pad ratio])"
@@ -116,8 +114,6 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     lines: list[str] = []
     if first_line:
         lines.append(first_line)
-    from moedispatch.data.capdb import partition_of, partitions_for
-
     target = f"{caps.arch_label}"
     mode = partition_of(caps.gfx, caps.product, caps.compute_units)
     if mode and caps.compute_units:

@@ -18,6 +18,7 @@ from html import escape
 from typing import Any, Sequence
 
 from moedispatch.core.errors import UsageError
+from moedispatch.plan.plan import layer_span, plan_to_json
 
 __all__ = ["render_html", "write_html", "backend_color", "DENSE_COLOR", "NONE_COLOR"]
 
@@ -125,8 +126,6 @@ def _reason_items(details: Sequence[dict[str, Any]], fallback: Sequence[str]) ->
 
 
 def _span(indices: Sequence[int]) -> str:
-    from moedispatch.plan.plan import layer_span
-
     return layer_span(list(indices))
 
 
@@ -353,8 +352,6 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None) -> str:
 def write_html(plan: Any, path: str, *, first_line: str | None = None) -> str:
     """Write the page of ``plan`` to ``path`` (atomically: a temporary file renamed into place); a one-line
     :class:`UsageError` when the path cannot be written. Returns the path."""
-    from moedispatch.plan.plan import plan_to_json
-
     text = render_html(plan_to_json(plan), first_line=first_line)
     target = os.path.abspath(path)
     folder = os.path.dirname(target)

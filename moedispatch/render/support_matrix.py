@@ -17,6 +17,8 @@ from packaging.version import Version
 
 from moedispatch.data import capdb
 from moedispatch.core.layers import MoELayer, QuantSpec
+from moedispatch.data.capdb import target_capabilities
+from moedispatch.selector.plugins import build_registry
 
 __all__ = ["ARCHS", "SCHEMES", "ACTIVATIONS", "matrix", "render", "main"]
 
@@ -51,8 +53,6 @@ def _layer(weight: QuantSpec, act: QuantSpec, activation: str, params: tuple) ->
 
 def _backends() -> list[Any]:
     """The built-in backends only (the moedispatch distribution's own entry points), whatever else is installed."""
-    from moedispatch.selector.plugins import build_registry
-
     registry = build_registry()
     builtin = {name for p in registry.plugins if p.builtin for name in p.backends}
     found = [b for b in registry.backends if b.name in builtin]
@@ -90,8 +90,6 @@ def _range(ok: list[str], versions: list[str]) -> str:
 
 def matrix() -> dict[str, Any]:
     """``{arch: [(scheme, activation, {backend: (ok, detail, reason, source)})]}`` plus the backend order."""
-    from moedispatch.data.capdb import target_capabilities
-
     versions = _versions()
     backends = _backends()
     caps_by_version = {arch: {v: target_capabilities(arch, v) for v in versions} for arch in ARCHS}

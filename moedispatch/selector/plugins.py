@@ -40,6 +40,7 @@ __all__ = ["PluginRecord", "Registry", "get_registry", "build_registry", "reset_
 log = get_logger(__name__)
 
 #: Seconds a third-party plugin call (import, register_backends, check, plan_padding) may take.
+from moedispatch._util.caches import register
 from moedispatch._util.deadline import (  # noqa: E402 - re-exported: the deadline machinery lives in deadline.py
     DEFAULT_PLUGIN_TIMEOUT_S, PluginTimeout, call_with_deadline, fd_stdout_captured, plugin_timeout, register_owner,
     reset_disabled, snippet)
@@ -460,3 +461,6 @@ def reset_registry() -> None:
     with _lock:
         _cache.clear()
     reset_disabled()
+
+
+register(reset_registry, "plugin registry")

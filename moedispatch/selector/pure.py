@@ -18,9 +18,16 @@ from moedispatch.core.errors import CapabilityDBError, PluginError, UsageError
 from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import Reason, texts
+from moedispatch._util.caches import register
+from moedispatch._util import deadline
+from moedispatch._util.deadline import PluginTimeout
+from moedispatch.core.families import FUSED_MOE_FAMILIES
+from moedispatch.cost.model import rank, reason
+from moedispatch.selector.plugins import plugin_manager_for
+from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, dispatch_reasons, native_padding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from moedispatch.selector.runtime import Runtime
+    from moedispatch.core.workload import Runtime
 
 __all__ = ["Rejection", "Decision", "select", "select_uncached", "clear_cache", "is_builtin"]
 
@@ -56,9 +63,7 @@ def _call(backend: Backend, method: str, layer: MoELayer, caps: Capabilities) ->
     fn = getattr(backend, method)
     if is_builtin(backend):
         return fn(layer, caps)
-    from moedispatch._util.deadline import call_with_deadline
-
-    return call_with_deadline(fn, (layer, caps), what=f"{method}()", owner=backend, where=f"layer {layer.index}")
+    return deadline.call_with_deadline(fn, (layer, caps), what=f"{method}()", owner=backend, where=f"layer {layer.index}")
 
 
 def _plugin_failure(backend: Backend, message: str, strict: bool, exc: BaseException | None = None) -> Reason:
@@ -69,8 +74,6 @@ def _plugin_failure(backend: Backend, message: str, strict: bool, exc: BaseExcep
 
 
 def _failure_text(method: str, exc: BaseException) -> str:
-    from moedispatch._util.deadline import PluginTimeout
-
     if isinstance(exc, PluginTimeout):
         return str(exc)
     return f"{method}() raised {_fmt_exc(exc)}"
@@ -242,8 +245,6 @@ def select_uncached(
         head = f"{winner.name}: the only backend that is correct for this layer"
     runtime_reasons: tuple[Reason, ...] = ()
     if winner.name in dispatch:
-        from moedispatch.selector.runtime import dispatch_reasons
-
         runtime_reasons = dispatch_reasons(dispatch[winner.name], winner.name, winner.family)
     verdict_reasons = verdicts[winner.name].reasons
     if winner.name in replaced:  # the padded plan's known-issue notes no longer apply to the unpadded one
@@ -262,8 +263,6 @@ def select_uncached(
 
 
 def _cost_reason(a: str, costs: dict[str, tuple], b: str) -> str:
-    from moedispatch.cost.model import reason
-
     return reason(a, costs[a], b, costs[b])
 
 
@@ -273,10 +272,6 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
                 replaced: dict[str, tuple[Reason, ...]]) -> tuple[Backend | None, Padding | None]:
     """Simulate AITER's dispatch of each correct plan, drop paths that hit a known-wrong kernel with no
     workaround, predict costs, and order by predicted time (preference breaks ties). Fills the dicts in place."""
-    from moedispatch.core.backend import FUSED_MOE_FAMILIES
-    from moedispatch.cost.model import rank
-    from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, native_padding
-
     alive: list[Backend] = []
     for b in candidates:
         if b.family in FUSED_MOE_FAMILIES and is_builtin(b):
@@ -295,8 +290,6 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
         if is_builtin(b):
             costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, dispatch.get(b.name))
         else:  # a third-party backend: its plugin's moe_cost hook, else a roofline with the wide "other" band
-            from moedispatch.selector.plugins import plugin_manager_for
-
             costs[b.name] = costs_for(b, layer, caps, plans[b.name], runtime, None, plugin_manager_for(b))
     order = rank([(b.name, b.preference, costs[b.name]) for b in alive])
     if not order:
@@ -343,6 +336,9 @@ def clear_cache() -> None:
     """Forget every cached decision (tests, benchmarks of the uncached path)."""
     _exact.clear()
     _shape.clear()
+
+
+register(clear_cache, "selector decisions")
 
 
 def _select_cached(layer: MoELayer, caps: Capabilities, backends: tuple[Backend, ...], force: str | None,

@@ -11,81 +11,30 @@ Everything here is a pure function of values; the CSV and priors loading behind 
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from moedispatch.core.errors import UsageError
 from moedispatch.core.reason import Reason
+from moedispatch.core.workload import SERVING_BUCKETS, Runtime
+from moedispatch.aiter import dispatch as aiter_dispatch
+from moedispatch.aiter.dispatch import Assumptions
+from moedispatch.core.backend import Padding
+from moedispatch.cost import model as cost
+from moedispatch.kit.rules import evaluate_issues
 
 if TYPE_CHECKING:  # pragma: no cover
-    from moedispatch.core.backend import Backend, Padding
+    from moedispatch.core.backend import Backend
     from moedispatch.core.capabilities import Capabilities
     from moedispatch.core.layers import MoELayer
 
-__all__ = ["Runtime", "DEFAULT_TOKENS", "parse_tokens", "dispatch_for", "dispatch_reasons", "blocking_reasons",
+__all__ = ["dispatch_for", "dispatch_reasons", "blocking_reasons",
            "costs_for"]
-
-#: Token counts planned when none are given: decode (1, 4), a decode batch (64), prefill chunks (512, 8192).
-DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
-#: The largest token count per MoE call planned for (AITER's largest bucket tier, 131072).
-MAX_TOKENS = 131072
-#: Environment variables that change what AITER's fused-MoE dispatch runs (the rest of the environment does not
-#: change a plan): AITER's own, and vLLM's switch that folds the shared expert into the routed AITER call.
-_AITER_PREFIXES = ("AITER_", "GPTOSS_SWIGLU", "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS")
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """The run-time assumptions of a plan: token counts per call and the AITER environment (sorted pairs)."""
-
-    tokens: tuple[int, ...] = DEFAULT_TOKENS
-    env: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def build(cls, tokens: Iterable[int] | None = None, env: Mapping[str, str] | None = None,
-              overrides: Mapping[str, str] | None = None) -> "Runtime":
-        """``tokens`` (default :data:`DEFAULT_TOKENS`); ``env`` the process environment (default ``os.environ``)
-        filtered to AITER's variables, then ``overrides`` (``--aiter-env KEY=VALUE``)."""
-        counts = DEFAULT_TOKENS if tokens is None else tuple(sorted(set(int(t) for t in tokens)))
-        if not counts or any(t < 1 for t in counts):
-            raise UsageError("token counts must be positive integers")
-        source = os.environ if env is None else env
-        merged = {k: str(v) for k, v in source.items() if k.startswith(_AITER_PREFIXES)}
-        merged.update({str(k): str(v) for k, v in (overrides or {}).items()})
-        return cls(counts, tuple(sorted(merged.items())))
-
-    @property
-    def env_dict(self) -> dict[str, str]:
-        return dict(self.env)
-
-
-def parse_tokens(text: str) -> tuple[int, ...]:
-    """``"1,64,4096"`` -> ``(1, 64, 4096)``; a one-line UsageError otherwise."""
-    try:
-        counts = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UsageError(f"--tokens takes comma-separated positive integers, got {text!r}") from None
-    if not counts or any(t < 1 for t in counts):
-        raise UsageError(f"--tokens takes comma-separated positive integers, got {text!r}")
-    if max(counts) > MAX_TOKENS:
-        raise UsageError(f"--tokens: {max(counts)} tokens in one MoE call is beyond any engine's batch "
-                         f"(at most {MAX_TOKENS:,})")
-    return tuple(sorted(set(counts)))
-
 
 def dispatch_for(layer: "MoELayer", caps: "Capabilities", padding: "Padding", runtime: Runtime) -> Any:
     """AITER's simulated dispatch of ``layer`` allocated as ``padding`` (a DispatchPlan)."""
-    from moedispatch.aiter.dispatch import Assumptions, plan_dispatch
-
     env = runtime.env_dict
-    return plan_dispatch(layer, caps, tokens=runtime.tokens, env=env, padding=padding,
+    return aiter_dispatch.plan_dispatch(layer, caps, tokens=runtime.tokens, env=env, padding=padding,
                          assumptions=Assumptions.from_engine_env(layer, env))
-
-
-#: Token buckets a serving engine sees (decode through a large prefill chunk): a plan without padding must be
-#: decided by tuned rows at every one of them.
-SERVING_BUCKETS = tuple(2 ** i for i in range(14))  # 1 … 8192
 
 
 def native_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilities", padded: "Padding",
@@ -96,17 +45,13 @@ def native_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilities", 
     the padded plan's known-issue notes) or None (keep the padded plan)."""
     if not padded.padded:
         return None
-    from moedispatch.aiter.dispatch import Assumptions, plan_dispatch
-    from moedispatch.core.backend import Padding
-    from moedispatch.kit.rules import evaluate_issues
-
     unpadded = Padding.none(layer)
     outcome = evaluate_issues(backend.name, layer, caps, unpadded)
     if outcome.blocking:
         return None
     env = runtime.env_dict
     tokens = tuple(sorted(set(SERVING_BUCKETS) | set(runtime.tokens)))
-    dp = plan_dispatch(layer, caps, tokens=tokens, env=env, padding=unpadded,
+    dp = aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env=env, padding=unpadded,
                        assumptions=Assumptions.from_engine_env(layer, env))
     if not dp.steps or any(s.basis != "tuned" for s in dp.steps) or any(h.severity == "error" for h in dp.issues):
         return None
@@ -176,8 +121,6 @@ def costs_for(backend: "Backend", layer: "MoELayer", caps: "Capabilities", paddi
               dispatch: Any = None, pm: Any = None) -> tuple[Any, ...]:
     """Predicted time per token count of ``backend`` running ``layer`` with ``padding`` (``()``: not predictable).
     ``pm``: the plugin manager whose ``moe_cost`` hook may answer for a third-party backend (basis ``plugin``)."""
-    from moedispatch.cost import model as cost
-
     try:
         return cost.predict(layer, caps, backend_family=backend.name, padding=padding, tokens=runtime.tokens,
                             dispatch=dispatch, pm=pm)

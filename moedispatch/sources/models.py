@@ -19,13 +19,13 @@ network is never used.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from moedispatch._util.caches import memoize
 from moedispatch.data import capdb
 from moedispatch.sources.checkpoint import (
     CheckpointInfo, ExpertLayout, analyse_experts, expert_module_names, hf_cache_dir, is_repo_id, resolve_hf_cache,
@@ -34,6 +34,8 @@ from moedispatch.sources.checkpoint import (
 from moedispatch.core.errors import ModelError, UsageError
 from moedispatch.core.layers import MoELayer, QuantSpec
 from moedispatch.sources.quant import QuantScheme, parse_quantization_config
+from moedispatch._util.suggest import did_you_mean
+from moedispatch.core.errors import CapabilityDBError
 
 __all__ = ["LayerTemplate", "ModelSpec", "load_model", "parse_config", "builtin_models", "expand_layers"]
 
@@ -455,15 +457,13 @@ def expand_layers(spec: ModelSpec, tp: int = 1, ep: int = 1) -> list[MoELayer]:
 
 # -- resolution -----------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def builtin_models() -> tuple[dict[str, Any], ...]:
     entries = []
     for fname in capdb.list_model_files():
         data = capdb.load_json("models/" + fname)
         for key in ("name", "config", "sources"):
             if key not in data:
-                from moedispatch.core.errors import CapabilityDBError
-
                 raise CapabilityDBError(f"capability_db/models/{fname}: missing key {key!r}")
         _check_confidence(data, f"capability_db/models/{fname}")
         entries.append(data)
@@ -474,18 +474,12 @@ def _check_confidence(data: dict[str, Any], where: str) -> None:
     """``confidence`` maps ``sources`` keys to confirmed|derived|unconfirmed; anything else is a CapabilityDBError."""
     conf = data.get("confidence", {})
     if not isinstance(conf, dict):
-        from moedispatch.core.errors import CapabilityDBError
-
         raise CapabilityDBError(f"{where}: confidence must be a table of sources key -> level")
     sources = data["sources"] if isinstance(data["sources"], dict) else {}
     for key, level in conf.items():
         if key not in sources:
-            from moedispatch.core.errors import CapabilityDBError
-
             raise CapabilityDBError(f"{where}: confidence.{key} names no sources entry")
         if level not in capdb.CONFIDENCES:
-            from moedispatch.core.errors import CapabilityDBError
-
             raise CapabilityDBError(f"{where}: confidence.{key} = {level!r:.60} not one of "
                                     f"{', '.join(capdb.CONFIDENCES)}")
 
@@ -494,7 +488,7 @@ def _norm(name: str) -> str:
     return name.strip().lower()
 
 
-@functools.lru_cache(maxsize=None)
+@memoize(maxsize=None)
 def _builtin_index() -> dict[str, dict[str, Any]]:
     index: dict[str, dict[str, Any]] = {}
     for entry in builtin_models():
@@ -566,7 +560,7 @@ def _load_folder(folder: Path, cfg_path: Path, *, name: str, source: str) -> Mod
                         checkpoint=checkpoint, quant_config=_sidecar_quant(folder))
 
 
-@functools.lru_cache(maxsize=64)
+@memoize(maxsize=64)
 def _load_builtin(name: str) -> ModelSpec:
     entry = next(e for e in builtin_models() if e["name"] == name)
     spec = parse_config(entry["config"], name=entry["name"], source="builtin",
@@ -609,8 +603,6 @@ def load_model(ref: str) -> ModelSpec:
     if os.sep in ref or ref.startswith((".", "~")) or ref.endswith(".json"):
         raise ModelError(f"{ref}: no such file or folder")
     known = sorted(e["name"] for e in builtin_models())
-    from moedispatch._util.suggest import did_you_mean
-
     raise ModelError(f"unknown model {ref!r}{did_you_mean(ref, known)}: not a built-in name, folder, config.json or "
                      "cached HF repo id "
                      f"(built-in: {', '.join(known)})")

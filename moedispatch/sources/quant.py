@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from moedispatch._util.caches import memoize
 from moedispatch.core.errors import ModelError, UsageError
 from moedispatch.core.layers import QuantSpec
 
@@ -127,7 +128,7 @@ def _first_match(matcher: _Matcher, names: tuple[str, ...], subs: dict[str, set[
     return best[1] if best else None
 
 
-@functools.lru_cache(maxsize=4096)
+@memoize(maxsize=4096)
 def _regex(pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern)

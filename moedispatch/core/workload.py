@@ -1,0 +1,122 @@
+"""The run-time inputs of a plan, in one place: token counts per MoE call and the AITER environment.
+
+explain, the engine API, compare, lint and the AITER dispatch model all read the token list and the environment
+through this module, so a variable set in the shell and the same variable given as ``--aiter-env`` plan the same.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from moedispatch.core.errors import UsageError
+
+__all__ = ["Runtime", "DEFAULT_TOKENS", "MAX_TOKENS", "PADDED_M_TIERS", "SERVING_BUCKETS", "AITER_ENV", "aiter_env",
+           "parse_env_args", "parse_tokens"]
+
+#: Token counts planned when none are given: decode (1, 4), a small batch (64), chunked prefill (512, 8192).
+DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
+#: AITER's largest token buckets above the powers of two (``_PADDED_M_TIERS``,
+#: ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py).
+PADDED_M_TIERS = (32768, 131072)
+#: The largest token count per MoE call planned for (AITER's largest bucket tier).
+MAX_TOKENS = PADDED_M_TIERS[-1]
+#: Token buckets a serving engine sees (decode through a large prefill chunk).
+SERVING_BUCKETS = tuple(2 ** i for i in range(14))  # 1 … 8192
+
+#: The environment AITER's fused-MoE dispatch reads (HEAD), with what each does. Values are strings as in
+#: ``os.environ``.
+AITER_ENV: dict[str, str] = {
+    "AITER_BYPASS_TUNE_CONFIG": "non-zero: ignore tuned rows, always use the heuristics (get_2stage_cfgs)",
+    "AITER_CONFIG_FMOE": "os.pathsep-separated tuned CSVs that REPLACE the default set (aiter/jit/core.py)",
+    "AITER_ONLINE_TUNE": "1: on a miss, append the shape to untuned_fmoe.csv and tune it under a file lock",
+    "AITER_FLYDSL_FORCE": "default 1: per_1x32 fp4/fp8 layers without a FlyDSL row take the FlyDSL heuristic",
+    "AITER_BF16_FP8_MOE_BOUND": "default 256: Swiglu/INTERLEAVE MXFP4 layers use bf16 activations below this M",
+    "GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "default 256: Swiglu SEPARATED MXFP4 layers use bf16 activations below this M",
+    "AITER_SITUV2_A8W4": "1: SiTUv2 MXFP4 layers use fp8 activations (a8w4)",
+    "AITER_SITUV2_A4W4": "1: SiTUv2 MXFP4 layers use fp4 activations (a4w4)",
+    "AITER_KSPLIT": "non-zero: split-K for heuristic per_1x128/per_1x32 paths; -1: ignore the tuned ksplit",
+    "AITER_XBFLOAT16": "1: gfx950 per_1x128 heuristic 1-stage runs the xbf16 (bf16-input) ASM variant",
+    "AITER_USE_NT": "non-temporal loads override (-1 auto)",
+    "AITER_FORCE_A8W4": "gfx1250 only: fp8 activations instead of fp4",
+    "AITER_MOE_A8W4_BYPASS_QUANT": "1 (debug): a8w4/mxfp8 paths skip activation quantization and use unit scales",
+    "CU_NUM": "overrides the CU count AITER keys its lookup on (aiter/jit/utils/chip_info.py get_cu_num)",
+    "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "vLLM: 1 folds the shared expert into the routed AITER call (one more expert and top-k slot; vllm-project/vllm@v0.33.0:vllm/envs.py)",
+}
+#: Any other ``AITER_*`` variable is kept too (it cannot change the model but is shown); logging is not a plan input.
+_ENV_PREFIXES = ("AITER_",)
+_NOT_PLAN_INPUTS = ("AITER_LOG_LEVEL",)
+
+
+def aiter_env(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The AITER dispatch env: the variables of :data:`AITER_ENV` and any ``AITER_*`` in ``environ`` (default
+    ``os.environ``), then ``overrides`` (``--aiter-env K=V``) on top; sorted by name."""
+    source = os.environ if environ is None else environ
+    env = {str(k): str(v) for k, v in source.items()
+           if (k in AITER_ENV or k.startswith(_ENV_PREFIXES)) and k not in _NOT_PLAN_INPUTS}
+    env.update({str(k): str(v) for k, v in (overrides or {}).items()})
+    return dict(sorted(env.items()))
+
+
+def parse_env_args(items: Iterable[str], flag: str = "--aiter-env") -> dict[str, str]:
+    """``--aiter-env KEY=VALUE`` (repeatable) → dict; a malformed item raises UsageError (one line)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE (e.g. AITER_BYPASS_TUNE_CONFIG=1)")
+        out[key] = value.strip()
+    return out
+
+
+def parse_tokens(text: str) -> tuple[int, ...]:
+    """``--tokens 1,4,64,512,8192`` → sorted unique positive ints; ``lo-hi`` expands to AITER's buckets in that
+    range (powers of two, then the :data:`PADDED_M_TIERS`) plus both ends. Bad input raises UsageError (one line)."""
+    out: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo_s, dash, hi_s = part.partition("-")
+        try:
+            lo = int(lo_s)
+            hi = int(hi_s) if dash else lo
+        except ValueError:
+            raise UsageError(f"--tokens {text!r}: expected comma-separated positive integers or ranges lo-hi") from None
+        if lo < 1 or hi < lo:
+            raise UsageError(f"--tokens {text!r}: {part!r} is not a positive count or an increasing range")
+        out.update({lo, hi})
+        if dash:
+            out.update(b for b in (2 ** i for i in range(hi.bit_length())) if lo <= b <= hi)
+            out.update(t for t in PADDED_M_TIERS if lo <= t <= hi)
+    if not out:
+        raise UsageError("--tokens needs at least one token count")
+    if max(out) > MAX_TOKENS:
+        raise UsageError(f"--tokens: {max(out)} tokens in one MoE call is beyond any engine's batch "
+                         f"(at most {MAX_TOKENS:,})")
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The run-time assumptions of a plan: token counts per call and the AITER environment (sorted pairs)."""
+
+    tokens: tuple[int, ...] = DEFAULT_TOKENS
+    env: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def build(cls, tokens: Iterable[int] | None = None, env: Mapping[str, str] | None = None,
+              overrides: Mapping[str, str] | None = None) -> "Runtime":
+        """``tokens`` (default :data:`DEFAULT_TOKENS`); ``env`` the process environment (default ``os.environ``)
+        read by :func:`aiter_env`, then ``overrides`` (``--aiter-env KEY=VALUE``)."""
+        counts = DEFAULT_TOKENS if tokens is None else tuple(sorted(set(int(t) for t in tokens)))
+        if not counts or any(t < 1 for t in counts):
+            raise UsageError("token counts must be positive integers")
+        return cls(counts, tuple(aiter_env(env, overrides).items()))
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
