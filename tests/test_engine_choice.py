@@ -257,3 +257,26 @@ def test_recipe_json_carries_engine_auto_and_engine_forced():
     assert d["engine_forced"] and all(g["engine"]["moe_backend"] == forced for g in d["engine_forced"])
     assert all(g["verdict"] != "refused" for g in d["engine_forced"])
     assert all(g["engine"]["moe_backend"] == "auto" for g in d["engine_auto"])
+
+
+def test_a_bug_in_the_dispatch_model_is_not_read_as_no_known_issue(caps, monkeypatch):
+    """The engine comparison asks the dispatch model which kernels the engine's allocation runs; a shape the model
+    cannot key (UsageError) makes no claim, but any other failure is a bug and must surface, not turn a 'wrong'
+    verdict into 'same' (it was an ``except Exception``)."""
+    from moedispatch.aiter import dispatch as aiter_dispatch
+
+    m3 = plan_model(load_model("MiniMax-M3-MXFP4"), caps["gfx950"], tp=8)
+    assert compare_plan(m3, "vllm", env=ON)  # the AITER path is compared against the dispatch model
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(aiter_dispatch, "plan_dispatch", broken)
+    with pytest.raises(RuntimeError, match="planted bug"):
+        compare_plan(m3, "vllm", env=ON)
+
+    def unkeyable(*args, **kwargs):
+        raise UsageError("AITER dispatch needs a target GPU arch (gfx)")
+
+    monkeypatch.setattr(aiter_dispatch, "plan_dispatch", unkeyable)
+    assert compare_plan(m3, "vllm", env=ON)

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
+from packaging.version import InvalidVersion
+
 from moedispatch.data import capdb
 from moedispatch.core.errors import UsageError
 from moedispatch.core.reason import Reason, texts
@@ -155,7 +157,7 @@ def _vllm_gates(caps: "Capabilities", env: Mapping[str, str]) -> dict[str, bool]
     if caps.aiter_version is not None:
         try:
             gate_mode = parse_version(caps.aiter_version) >= parse_version("0.1.14")
-        except Exception:  # noqa: BLE001 - an unparsable local version: assume the signature is there
+        except InvalidVersion:  # an unparsable local version: assume the signature is there
             gate_mode = True
     return {
         "aiter": master and aiter_found and cdna3,
@@ -621,7 +623,7 @@ def _engine_allocation_hits(decision: Any, choice: EngineChoice) -> list[Reason]
                     zero_fill=True)
     try:
         dp = aiter_dispatch.plan_dispatch(layer, caps, tokens=SERVING_BUCKETS, env={}, padding=alloc)
-    except Exception:  # noqa: BLE001 - a shape the dispatch model cannot key: no claim either way
+    except UsageError:  # a shape the dispatch model cannot key (its one-line refusals): no claim either way
         return []
     return [Reason(f"at the {choice.hidden} × {choice.intermediate_per_rank} the engine allocates, AITER's dispatcher "
                    f"runs {h.kernel} for tokens {h.tokens[0]}–{h.tokens[1]} (bucket {h.bucket}): {h.effect}",
