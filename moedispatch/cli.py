@@ -203,7 +203,7 @@ def _check_backend(name: str | None, registry: object) -> None:
 def _version_text() -> str:
     from importlib.metadata import version
 
-    from moedispatch.data import capdb
+    from moedispatch.data import aiter_index, capdb
 
     lines = [f"moedispatch {version('moedispatch')}"]
     try:
@@ -214,10 +214,10 @@ def _version_text() -> str:
         for engine in ("vllm", "sglang"):
             if engine in engines:
                 lines.append(f"capability_db: {engine} through {engines[engine].get('newest', '?')}")
-        snapshots = capdb.load_toml("aiter_configs/manifest.toml").get("snapshot", {})
-        for name, snap in snapshots.items():
-            lines.append(f"capability_db: AITER tuned-CSV snapshot {name!r}: ROCm/aiter@{str(snap.get('commit', '?'))[:10]}"
-                         f" ({snap.get('date', '?')})")
+        rels = aiter_index.releases()
+        head = rels[-1]
+        lines.append(f"capability_db: AITER tuned rows and ASM catalogs of {len(rels)} releases, {rels[0].tag} … "
+                     f"{rels[-2].tag} and {head.tag} = ROCm/aiter@{head.commit[:10]} ({head.date})")
     except MoedispatchError as exc:  # a broken install still prints the version
         lines.append(f"capability_db: unreadable ({exc})")
     return "\n".join(lines)

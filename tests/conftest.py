@@ -14,6 +14,17 @@ from moedispatch.data.capdb import target_capabilities
 from moedispatch.selector.plugins import build_registry, reset_registry
 
 ROOT = Path(__file__).resolve().parents[1]
+#: AITER's release data (``../shared/aiter/<tag>/…``, byte for byte, with manifest.toml), beside the repository as CI
+#: lays it out; ``MOEDISPATCH_AITER_DATA`` points elsewhere. The project ships only what it derives from it.
+SHARED_AITER = Path(os.environ.get("MOEDISPATCH_AITER_DATA") or ROOT.parent / "shared" / "aiter")
+
+
+@pytest.fixture(scope="session")
+def shared_aiter() -> Path:
+    """The per-release AITER data folder; tests that read AITER's own files skip (saying why) without it."""
+    if not (SHARED_AITER / "manifest.toml").is_file():
+        pytest.skip(f"AITER release data not found at {SHARED_AITER} (set MOEDISPATCH_AITER_DATA)")
+    return SHARED_AITER
 
 
 @pytest.fixture(autouse=True)

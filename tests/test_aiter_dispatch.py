@@ -154,7 +154,7 @@ def test_minimax_m3_tp8_finds_its_384_rows_unpadded(head):
     assert (low.tokens, low.family, low.basis, low.activation_dtype) == ((1, 64), "cktile", "heuristic", "bf16")
     for step in high:
         assert step.basis == "tuned" and step.family == "flydsl" and step.activation_dtype == "mxfp4"
-        assert step.config.startswith("capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv:")
+        assert step.config.startswith("ROCm/aiter@e4048607:aiter/configs/model_configs/minimax_m3_fp4_tuned_fmoe.csv:")
         assert step.row.inter_dim == 384
     assert [h.issue for h in plan.issues] == ["ROCm/aiter#5233"] and plan.issues[0].tokens == (1, 64)
     assert dict(plan.issues[0].workaround_env) == {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}
@@ -170,7 +170,7 @@ def test_minimax_m3_rows_name_file_and_line(head):
     caps = target_capabilities(*MI355X)
     (step,) = simulate(moe("MiniMax-M3-MXFP4"), caps, configs=head, env={}, tokens=(512,),
                        assumptions=Assumptions(fused_shared_expert=True))
-    assert step.config == "capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv:27"
+    assert step.config == "ROCm/aiter@e4048607:aiter/configs/model_configs/minimax_m3_fp4_tuned_fmoe.csv:27"
     assert step.kernels == ("flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w4", "flydsl_moe2_afp4_wfp4_bf16_t32x128x128_atomic")
     assert step.to_dict() == {"tokens": [512, 512], "bucket": 512, "stages": 2, "family": "flydsl",
                               "kernels": list(step.kernels), "block_m": 32, "activation_dtype": "mxfp4",
@@ -261,12 +261,12 @@ def test_aiter_4788_flagged_with_pre_fix_rows():
 
 # -- replays of dispatch lines users quoted -----------------------------------------------------------------------
 
-def test_replay_pr_3911_heuristic_flydsl_fallback(head, tmp_path):
+def test_replay_pr_3911_heuristic_flydsl_fallback(head, tmp_path, shared_aiter):
     """aiter PR #3911 quotes: `no tuned FlyDSL config for ('gfx950', 256, 1, 7168, 256, 256, 8, Silu, bf16, fp4x2,
     fp4x2, per_1x32, ...), using heuristic FlyDSL fallback (kn1='flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w2', ...)`
     — DeepSeek-R1 MXFP4 TP8 at E=256/top-8 when the table had only E=257/top-9 rows. Replayed with the HEAD
     dsv3_fp4 rows minus the E=256 rows that PR added, as AITER_CONFIG_FMOE."""
-    src = ROOT / "capability_db/aiter_configs/head/model_configs/dsv3_fp4_tuned_fmoe.csv"
+    src = shared_aiter / "head/aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv"
     with src.open(newline="") as fh:
         reader = csv.DictReader(fh)
         rows = [r for r in reader if r["expert"] != "256"]
@@ -352,12 +352,10 @@ def test_fhmoe_uses_dedicated_config(num_tokens, stage1, stage2):
 def test_fhmoe_requires_exact_bucket(tmp_path, num_tokens):
     """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_config_requires_exact_bucket: a missing bucket is no row
     (AITER raises NotImplementedError), even with AITER_ONLINE_TUNE=1."""
-    src = ROOT / "capability_db/aiter_configs/head/tuned_fhmoe.csv"
     missing = str(ad.get_padded_M(num_tokens))
-    with src.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        rows = [r for r in reader if r["token"] != missing]
-        fields = reader.fieldnames
+    table = ad._fhmoe_rows()  # capability_db/aiter_fhmoe.toml, as AITER's CSV spells it
+    rows = [r for r in table if r["token"] != missing]
+    fields = list(table[0])
     path = tmp_path / "gap.csv"
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
@@ -450,14 +448,14 @@ def test_large_token_tier_falls_back_to_smaller_tier(tmp_path):
     assert step.bucket == 131072 and step.basis == "tuned" and any("32768 tier" in n for n in step.notes)
 
 
-def test_aiter_config_fmoe_replaces_the_set(head, tmp_path):
+def test_aiter_config_fmoe_replaces_the_set(head, tmp_path, shared_aiter):
     """AITER_CONFIG_FMOE replaces the whole default set (aiter/jit/core.py get_config_file; the trap in
     sgl-project/sglang#37072): a shape tuned in the default set runs heuristics once the env names another file."""
     caps = target_capabilities(*MI355X)
     m3 = moe("MiniMax-M3-MXFP4")
     a = Assumptions(fused_shared_expert=True)
     assert simulate(m3, caps, configs=head, env={}, assumptions=a, tokens=(512,))[0].basis == "tuned"
-    other = ROOT / "capability_db/aiter_configs/head/model_configs/gptoss_fp4_tuned_fmoe.csv"
+    other = shared_aiter / "head/aiter/configs/model_configs/gptoss_fp4_tuned_fmoe.csv"
     env = {"AITER_CONFIG_FMOE": str(other)}
     plan = plan_dispatch(m3, caps, env=env, assumptions=a, tokens=(512,))
     assert plan.steps[0].basis == "heuristic" and plan.configs.startswith("AITER_CONFIG_FMOE=")
@@ -542,20 +540,6 @@ def test_dispatch_issues_toml_loads_with_sources():
     assert {"ROCm/aiter#3933", "ROCm/aiter#4788", "ROCm/aiter#3471", "ROCm/aiter#5233"} <= ids
     for i in issues:
         assert i.source.startswith("https://github.com/") and i.confidence in ("confirmed", "derived", "unconfirmed")
-
-
-def test_manifest_matches_the_bundled_files():
-    """Every bundled CSV is listed with its AITER commit, and its row count is what the manifest says."""
-    snap = ac.snapshots()["head"]
-    assert snap["commit"] == "e4048607a535ace3a2b51ded31b1c8c2d45c0879"
-    base = ROOT / "capability_db/aiter_configs/head"
-    for f in snap["files"]:
-        with (base / f["path"]).open(newline="") as fh:
-            n = sum(1 for _ in csv.DictReader(fh))
-        assert f["rows"] == n, f["path"]
-    listed = {f["path"] for f in snap["files"]}
-    on_disk = {str(p.relative_to(base)) for p in base.rglob("*.csv")} - {"tuned_fhmoe.csv"}
-    assert listed == on_disk
 
 
 # -- lint ------------------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from moedispatch.testing import fake_capabilities
 ROOT = Path(__file__).resolve().parents[1]
 
 # MiniMax-M3 MXFP4 as AITER tuned it at TP4 (shared expert fused: 129 experts, top-5):
-# capability_db/aiter_configs/head/model_configs/minimax_m3_fp4_tuned_fmoe.csv (ROCm/aiter@e4048607). AITER's
+# ROCm/aiter@e4048607:aiter/configs/model_configs/minimax_m3_fp4_tuned_fmoe.csv (the index's head). AITER's
 # activation-dtype policy (moedispatch.aiter.dispatch) runs its MXFP4 activations, and so these rows, from 256 tokens.
 MINIMAX_TP4 = MoELayer.build(hidden=6144, intermediate=3072, experts=129, top_k=5, tp=4, weight="mxfp4",
                              act="mxfp4", activation="swigluoai_uninterleave")
@@ -284,7 +284,7 @@ def test_a_product_without_its_own_prior_uses_the_arch_prior():
 
 def test_priors_load_with_provenance():
     p = cost.load_priors()
-    assert p.provenance["commit"] == aiter_configs.snapshots()[p.provenance["snapshot"]]["commit"]
+    assert p.provenance["commit"] == aiter_configs.aiter_index.release(p.provenance["snapshot"]).commit
     assert p.provenance["script"].startswith("benchmarks/bench_cost_model.py")
     assert ("bucket", "gfx950", 256, 64) in p.models
     assert all(len(coef) == cost.FEATURE_SIZES[feats] for feats, coef in p.models.values())
@@ -663,7 +663,7 @@ def test_every_builtin_models_decode_cost_is_at_or_above_its_hbm_roofline(target
     assert checked > 10
 
 
-def test_tuning_worklist_lists_heuristic_buckets_in_aiters_untuned_format(mi355x):
+def test_tuning_worklist_lists_heuristic_buckets_in_aiters_untuned_format(mi355x, shared_aiter):
     """MiniMax-M3 TP8 padded to 512 has no tuned row: every bucket is a work item, heaviest first, in AITER's own
     untuned_fmoe.csv columns; the TP4 shape tuned from 256 tokens only lists its small buckets."""
     from moedispatch.aiter import dispatch as aiter_dispatch
@@ -680,7 +680,7 @@ def test_tuning_worklist_lists_heuristic_buckets_in_aiters_untuned_format(mi355x
     assert sorted(r["token"] for r in tp8) == [1, 4, 64, 4096]          # 3 tokens look up bucket 4
     assert all(r["layers"] == 57 and r["weight"] == pytest.approx(57 * r["us"]) for r in tp8)
     assert sorted(r["token"] for r in rows if r["inter_dim"] == 768) == [1, 4, 64]   # 4096 is tuned
-    header = (ROOT / "capability_db" / "aiter_configs" / "head" / "untuned_fmoe.csv").read_text().splitlines()[0]
+    header = (shared_aiter / "head" / "aiter" / "configs" / "untuned_fmoe.csv").read_text().splitlines()[0]
     text = cost.untuned_csv(rows)
     assert text.splitlines()[0] == header
     assert text.splitlines()[1].split(",")[:5] == ["4096", "6144", "512", "128", "4"]

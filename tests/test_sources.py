@@ -320,7 +320,7 @@ def test_engines_toml_validates_against_its_schema_including_confidence():
 def test_every_toml_confidence_is_checked_when_the_file_loads():
     """capdb.load_toml checks every ``confidence`` / ``*_confidence`` key at any depth (engine flags, caveats, pins,
     peaks), so a typo fails at load naming file and key instead of silently counting as confirmed."""
-    for name in ("gpus.toml", "aiter.toml", "engines.toml", "known_issues.toml", "aiter_configs/manifest.toml"):
+    for name in ("gpus.toml", "aiter.toml", "engines.toml", "known_issues.toml", "aiter_fhmoe.toml", "dispatch_issues.toml"):
         capdb.load_toml(name)
     doc = {"vllm": {"backend": [{"env": [{"name": "X", "confidence": "maybe"}]}]}}
     with pytest.raises(CapabilityDBError, match=r"^capability_db/engines.toml: vllm.backend\[0\].env\[0\].confidence "

@@ -35,6 +35,7 @@ activation dtype of Swiglu MXFP4 layers.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -1338,10 +1339,12 @@ def pad_hazards(steps: Iterable[DispatchStep], key: DispatchKey, padding: "Paddi
 # -- the dedicated FHMoE table (aiter/fhmoe.py) -------------------------------------------------------------------
 
 def _fhmoe_rows(path: str | None = None) -> list[dict[str, str]]:
-    import csv
-
+    """The FHMoE table's rows as AITER's CSV spells them: ``path`` (a CSV) when given, else moedispatch's derived
+    ``capability_db/aiter_fhmoe.toml`` (main @ e4048607; see ``scripts/build_aiter_index.py --fhmoe``)."""
     if path is None:
-        path = os.path.join(_cfg._db_dir(), _cfg.snapshots()["head"].get("directory", "head"), "tuned_fhmoe.csv")
+        doc = capdb.load_toml("aiter_fhmoe.toml")
+        key = {k: str(v) for k, v in doc["key"].items()}
+        return [{**key, **{k: str(v) for k, v in row.items() if k != "line"}} for row in doc["row"]]
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh))

@@ -365,7 +365,7 @@ def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         cs = _cfg.load_config_set(directory, env=env, version=None if version in (None, "installed") else version)
     elif version in (None, "installed"):
         cs = _cfg.load_config_set(version, env=env)
-    elif version in _cfg.snapshots() or version == "bundled":
+    elif version == "bundled" or version in {r.tag for r in _cfg.releases()}:
         cs = _cfg.load_config_set(version, env=env)
     else:
         from packaging.version import InvalidVersion, Version
@@ -373,8 +373,9 @@ def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         try:
             Version(version)
         except InvalidVersion:
-            raise UsageError(f"--aiter-version {version!r} is not a PEP 440 version, 'installed' or a bundled "
-                             f"snapshot ({', '.join(sorted(_cfg.snapshots()))})") from None
+            tags = [r.tag for r in _cfg.releases()]
+            raise UsageError(f"--aiter-version {version!r} is not a PEP 440 version, 'installed' or a release of "
+                             f"moedispatch's AITER index ({tags[0]} … {tags[-1]})") from None
         cs = _cfg.load_config_set(None, env=env, version=version)
     emit(render(lint(cs, env), getattr(args, "format", "table")))
     return 0

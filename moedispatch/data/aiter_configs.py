@@ -3,8 +3,8 @@
 Who calls what
 --------------
 * :func:`load_config_set` — the merged tuned table AITER would use: the installed AITER's own files when present
-  (they win), else a bundled snapshot (``capability_db/aiter_configs/``, one per AITER commit, see its
-  ``manifest.toml``); ``AITER_CONFIG_FMOE`` (in ``env``) *replaces* the whole set, as in AITER.
+  (they win), else the rows of the AITER release planned for from moedispatch's own index
+  (:mod:`moedispatch.data.aiter_index`, built from AITER's release files by ``scripts/build_aiter_index.py``); ``AITER_CONFIG_FMOE`` (in ``env``) *replaces* the whole set, as in AITER.
 * :func:`tuned_rows` — the rows for one shape, for the cost model::
 
       from moedispatch.data.aiter_configs import tuned_rows
@@ -33,12 +33,13 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 from moedispatch._util.caches import memoize
 from moedispatch.data.aiter_install import installed_aiter
-from moedispatch.core.errors import CapabilityDBError, UsageError
-from moedispatch.data import capdb
+from moedispatch.core.errors import UsageError
+from moedispatch.data import aiter_index
+from moedispatch.data.tuned_row import TunedRow
 
 __all__ = [
     "TunedRow",
@@ -47,7 +48,8 @@ __all__ = [
     "load_config_set",
     "config_set_for",
     "tuned_rows",
-    "snapshots",
+    "releases",
+    "default_files",
     "installed_config_warnings",
     "gfx_from_cu_num",
     "parse_csv",
@@ -78,89 +80,12 @@ def gfx_from_cu_num(cu_num: int) -> str | None:
     return _LEGACY_CU_NUM_TO_GFX.get(cu_num)
 
 
-class TunedRow(NamedTuple):
-    """One tuned fused-MoE row. ``file`` is the path as shown to users, ``line`` the 1-based line in that file.
-
-    A NamedTuple (immutable, hashable) rather than a dataclass: thousands are built per load and tuple construction
-    is an order of magnitude cheaper.
-    """
-
-    file: str
-    line: int
-    gfx: str | None
-    cu_num: int
-    token: int
-    model_dim: int
-    inter_dim: int
-    expert: int
-    topk: int
-    act_type: str
-    dtype: str
-    q_dtype_a: str
-    q_dtype_w: str
-    q_type: str
-    use_g1u1: int
-    doweight_stage1: int
-    block_m: int
-    ksplit: int = 0
-    us1: float | None = None
-    kernel1: str = ""
-    err1: str = ""
-    us2: float | None = None
-    kernel2: str = ""
-    err2: str = ""
-    us: float | None = None
-    run_1stage: int = 0
-    xbf16: int = 0
-    flat: int = 0
-    tflops: float | None = None
-    bw: float | None = None
-    tag: str = ""
-    gfx_backfilled: bool = False
-    defects: tuple[str, ...] = ()
-
-    @property
-    def where(self) -> str:
-        """``file:line`` — what explain prints as the deciding config."""
-        return f"{self.file}:{self.line}"
-
-    @property
-    def kernels(self) -> tuple[str, ...]:
-        """Kernel names as AITER would launch them (1-stage rows have no stage-2 kernel)."""
-        names = [self.kernel1] if self.kernel1 else []
-        if not self.run_1stage and self.kernel2 and self.kernel2 not in ("Null", "None"):
-            names.append(self.kernel2)
-        return tuple(names)
-
-    def key(self, *, with_gfx: bool = True, act: str | None = None) -> tuple:
-        """The lookup key (``KEY_COLUMNS``); ``act`` replaces act_type (the wildcard dict)."""
-        k = (self.cu_num, self.token, self.model_dim, self.inter_dim, self.expert, self.topk,
-             self.act_type if act is None else act, self.dtype, self.q_dtype_a, self.q_dtype_w, self.q_type,
-             self.use_g1u1, self.doweight_stage1)
-        return ((self.gfx,) + k) if with_gfx else k
-
-    def shape(self) -> tuple:
-        """Everything of the key except the token bucket (rows of one tuned shape share it)."""
-        k = self.key()
-        return k[:2] + k[3:]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "config": self.where, "gfx": self.gfx, "cu_num": self.cu_num, "token": self.token,
-            "model_dim": self.model_dim, "inter_dim": self.inter_dim, "expert": self.expert, "topk": self.topk,
-            "act_type": self.act_type, "dtype": self.dtype, "q_dtype_a": self.q_dtype_a,
-            "q_dtype_w": self.q_dtype_w, "q_type": self.q_type, "use_g1u1": self.use_g1u1,
-            "doweight_stage1": self.doweight_stage1, "block_m": self.block_m, "ksplit": self.ksplit,
-            "us1": self.us1, "kernel1": self.kernel1, "us2": self.us2, "kernel2": self.kernel2, "us": self.us,
-            "run_1stage": self.run_1stage, "xbf16": self.xbf16, "tag": self.tag,
-        }
-
-
 @dataclass(frozen=True)
 class ConfigSet:
     """A merged tuned table as one AITER would use it.
 
-    ``origin`` is ``installed`` (the AITER importable in this Python), ``bundled`` (a capability_db snapshot),
+    ``origin`` is ``installed`` (the AITER importable in this Python), ``bundled`` (moedispatch's per-release index;
+    ``release`` names the release whose rows it holds),
     ``env`` (``AITER_CONFIG_FMOE`` replaced the set) or ``explicit`` (a directory or files passed in).
     ``dispatch`` names the dispatch model that reads it (``head`` or ``legacy``). ``rows`` holds every parsed row
     in AITER's merge order (file order, then line order), tagged fallback rows included. ``broken`` is True when a
@@ -179,12 +104,13 @@ class ConfigSet:
     merge_error: str | None = None
     commit: str | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
+    release: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "origin": self.origin, "dispatch": self.dispatch, "version": self.version,
                 "commit": self.commit, "files": list(self.files), "rows": len(self.rows),
                 "warnings": list(self.warnings), "broken": self.broken, "merge_error": self.merge_error,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "release": self.release}
 
 
 # -- CSV parsing -------------------------------------------------------------------------------------------------
@@ -340,22 +266,9 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head",
 
 # -- where the files are -------------------------------------------------------------------------------------------
 
-@memoize(maxsize=None)
-def _db_dir() -> str:
-    return os.path.join(capdb._package_dir("moedispatch.capability_db"), "aiter_configs")
-
-
-@memoize(maxsize=None)
-def snapshots() -> dict[str, dict[str, Any]]:
-    """``capability_db/aiter_configs/manifest.toml`` ``[snapshot.*]`` (commit, date, applies_to, files)."""
-    data = capdb.load_toml("aiter_configs/manifest.toml")
-    snaps = data.get("snapshot")
-    if not isinstance(snaps, dict) or not snaps:
-        raise CapabilityDBError("capability_db/aiter_configs/manifest.toml: no [snapshot.*] tables")
-    return snaps
-
-
-
+def releases() -> tuple[aiter_index.Release, ...]:
+    """The AITER releases whose tuned sets moedispatch carries (its own index, ``capability_db/aiter_index.json``)."""
+    return aiter_index.releases()
 
 
 def _dispatch_model_for(version: str | None) -> str:
@@ -371,7 +284,7 @@ def _dispatch_model_for(version: str | None) -> str:
         return "head"
 
 
-def _default_files(configs_dir: str) -> list[str]:
+def default_files(configs_dir: str) -> list[str]:
     """AITER's default set: ``tuned_fmoe.csv`` then ``model_configs/*tuned_fmoe*.csv`` without "untuned".
 
     AITER lists model_configs with ``Path.glob`` (directory order, filesystem dependent); sorted here, which only
@@ -418,34 +331,39 @@ def _merge(files: list[tuple[str, str]], dispatch: str,
             warnings.extend(problems[:5])
             if len(problems) > 5:
                 warnings.append(f"{display}: {len(problems) - 5} more malformed line(s)")
-    merge_error = None
-    if len(present) > 1:
-        # Duplicate keys across the merged files: HEAD keys on untuned columns + cu_num + gfx + _tag and RAISES
-        # after rewriting the sources ("Please re-run"); legacy keys on the untuned columns only (no cu_num!) and
-        # silently keeps the fastest row. Either way the fastest (lowest us, stable) survives.
-        def dedup_key(r: TunedRow) -> tuple:
-            base = (r.token, r.model_dim, r.inter_dim, r.expert, r.topk, r.act_type, r.dtype, r.q_dtype_a,
-                    r.q_dtype_w, r.q_type, r.use_g1u1, r.doweight_stage1)
-            return base + ((r.cu_num, r.gfx, r.tag) if dispatch == "head" else ())
-
-        order = sorted(range(len(rows)), key=lambda i: (rows[i].us is None, rows[i].us or 0.0))
-        best: dict[tuple, int] = {}
-        for i in order:
-            best.setdefault(dedup_key(rows[i]), i)
-        keep = set(best.values())
-        if len(keep) < len(rows):
-            dropped = [rows[i] for i in range(len(rows)) if i not in keep]
-            sample = ", ".join(r.where for r in dropped[:3])
-            if dispatch == "head":
-                merge_error = (f"AITER raises 'Found {len(rows) - len(keep)} duplicate shape entries during merge "
-                               f"of tuned_fmoe … Please re-run' and rewrites the source CSVs keeping the lowest us "
-                               f"(first duplicates: {sample}); modelled after that rewrite ({SOURCE_MERGE})")
-            else:
-                merge_error = (f"{len(rows) - len(keep)} rows dropped by AITER's merge de-duplication, which keys "
-                               f"on the untuned columns without cu_num (rows of other GPUs can shadow each other; "
-                               f"first dropped: {sample})")
-            rows = [rows[i] for i in range(len(rows)) if i in keep]
+    rows, merge_error = _dedup(rows, dispatch) if len(present) > 1 else (rows, None)
     return rows, warnings, broken, merge_error
+
+
+def _dedup(rows: list[TunedRow], dispatch: str) -> tuple[list[TunedRow], str | None]:
+    """AITER's merge de-duplication over the concatenated files; returns (rows kept, what AITER says or None)."""
+    merge_error = None
+    # Duplicate keys across the merged files: HEAD keys on untuned columns + cu_num + gfx + _tag and RAISES
+    # after rewriting the sources ("Please re-run"); legacy keys on the untuned columns only (no cu_num!) and
+    # silently keeps the fastest row. Either way the fastest (lowest us, stable) survives.
+    def dedup_key(r: TunedRow) -> tuple:
+        base = (r.token, r.model_dim, r.inter_dim, r.expert, r.topk, r.act_type, r.dtype, r.q_dtype_a,
+                r.q_dtype_w, r.q_type, r.use_g1u1, r.doweight_stage1)
+        return base + ((r.cu_num, r.gfx, r.tag) if dispatch == "head" else ())
+
+    order = sorted(range(len(rows)), key=lambda i: (rows[i].us is None, rows[i].us or 0.0))
+    best: dict[tuple, int] = {}
+    for i in order:
+        best.setdefault(dedup_key(rows[i]), i)
+    keep = set(best.values())
+    if len(keep) < len(rows):
+        dropped = [rows[i] for i in range(len(rows)) if i not in keep]
+        sample = ", ".join(r.where for r in dropped[:3])
+        if dispatch == "head":
+            merge_error = (f"AITER raises 'Found {len(rows) - len(keep)} duplicate shape entries during merge "
+                           f"of tuned_fmoe … Please re-run' and rewrites the source CSVs keeping the lowest us "
+                           f"(first duplicates: {sample}); modelled after that rewrite ({SOURCE_MERGE})")
+        else:
+            merge_error = (f"{len(rows) - len(keep)} rows dropped by AITER's merge de-duplication, which keys "
+                           f"on the untuned columns without cu_num (rows of other GPUs can shadow each other; "
+                           f"first dropped: {sample})")
+        rows = [rows[i] for i in range(len(rows)) if i in keep]
+    return rows, merge_error
 
 
 @memoize(maxsize=32)
@@ -476,37 +394,28 @@ def _build(files: list[tuple[str, str]], dispatch: str, label: str, origin: str,
     return _load_cached(tuple(files), _stamps(files), dispatch, label, origin, version, commit, notes, model_dims)
 
 
-def _bundled(name: str, version: str | None, notes: tuple[str, ...] = (),
+def _backfilled(row: TunedRow) -> TunedRow:
+    """HEAD's merge fills a missing ``gfx`` from ``cu_num`` (``gfx_from_cu_num``); the index stores it raw."""
+    if row.gfx is not None:
+        return row
+    return row._replace(gfx=gfx_from_cu_num(row.cu_num), gfx_backfilled=True)
+
+
+@memoize(maxsize=32)
+def _bundled(tag: str, version: str | None, notes: tuple[str, ...] = (),
              model_dims: frozenset[int] | None = None) -> ConfigSet:
-    snap = snapshots()[name]
-    root = os.path.join(_db_dir(), snap.get("directory", name))
-    files = [(p, _display(p, _db_dir(), "capability_db/aiter_configs/")) for p in _default_files(root)]
-    label = f"bundled {snap.get('describe', name)} @ {str(snap.get('commit', ''))[:10]} ({snap.get('date')})"
-    return _build(files, snap.get("dispatch", "head"), label, "bundled", version, snap.get("commit"), notes,
-                  model_dims)
-
-
-def _snapshot_for(version: str | None) -> tuple[str, tuple[str, ...]]:
-    """The bundled snapshot whose ``applies_to`` contains ``version`` (else the newest, with a note)."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    snaps = snapshots()
-    newest = max(snaps, key=lambda n: str(snaps[n].get("date", "")))
-    if version is None:
-        return newest, ()
-    try:
-        public = Version(Version(version).public)
-    except InvalidVersion:
-        return newest, (f"AITER {version!r} is not a PEP 440 version; using the {newest} snapshot",)
-    for name, snap in snaps.items():
-        try:
-            if public in SpecifierSet(str(snap.get("applies_to", ""))):
-                return name, ()
-        except InvalidSpecifier:
-            continue
-    return newest, (f"no bundled tuned-CSV snapshot covers AITER {version}; using the nearest one ({newest}, "
-                    f"{snaps[newest].get('date')})",)
+    """Release ``tag``'s default tuned set from moedispatch's index, merged as that AITER merges it."""
+    rel = aiter_index.release(tag)
+    dispatch = "head"  # every release of the index is >= 0.1.10 (the gfx-keyed lookup)
+    rows = [_backfilled(r) for r in aiter_index.rows_for(rel.tag, model_dims)]
+    rows, merge_error = _dedup(rows, dispatch)
+    prefix = aiter_index.display_prefix(rel.tag)
+    warnings = aiter_index.problems_for(rel.tag)
+    return ConfigSet(label=f"bundled index: {rel.describe()}, ROCm/aiter@{rel.commit[:10]}", origin="bundled",
+                     dispatch=dispatch, version=version,
+                     files=tuple(prefix + f for f in aiter_index.files_for(rel.tag)), rows=tuple(rows),
+                     warnings=warnings, broken=bool(warnings), merge_error=merge_error, commit=rel.commit,
+                     notes=notes, release=rel.tag)
 
 
 # -- public loaders -------------------------------------------------------------------------------------------------
@@ -515,12 +424,12 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
                     version: str | None = None, model_dims: frozenset[int] | None = None) -> ConfigSet:
     """The merged tuned fmoe table.
 
-    ``source``: ``None`` (the installed AITER's files when one is installed, else the bundled snapshot for
-    ``version``), ``"installed"`` (must be installed), ``"bundled"`` (snapshot for ``version``), a snapshot name
-    from the manifest (``"head"``), or a directory (an ``aiter`` package, its ``configs/`` folder, or a folder of
+    ``source``: ``None`` (the installed AITER's files when one is installed, else the index's release for
+    ``version``), ``"installed"`` (must be installed), ``"bundled"`` (the index's release for ``version``), a release
+    of the index (``"head"``, ``"v0.1.18"``), or a directory (an ``aiter`` package, its ``configs/`` folder, or a folder of
     CSVs laid out like it). ``env``: AITER environment (``AITER_CONFIG_FMOE`` replaces the set with its
     ``os.pathsep``-separated files; None = no override — the caller decides whether ``os.environ`` applies).
-    ``version``: the AITER version planned for (picks the snapshot and the dispatch model).
+    ``version``: the AITER version planned for (picks the release and the dispatch model).
 
     Raises :class:`~moedispatch.core.errors.UsageError` only for a ``source`` that names nothing (bad input); file
     problems are warnings on the returned set.
@@ -541,29 +450,38 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
         if pkg is not None and (version is None or source == "installed" or _same_version(inst_version, version)):
             configs = os.path.join(pkg, "configs")
             root = os.path.dirname(pkg)
-            files = [(p, _display(p, root, "")) for p in _default_files(configs)]
+            files = [(p, _display(p, root, "")) for p in default_files(configs)]
             return _build(files, _dispatch_model_for(inst_version), f"installed amd-aiter {inst_version} ({pkg})",
                           "installed", inst_version, model_dims=model_dims)
         if source == "installed":
             raise UsageError("--aiter-version installed: no AITER (amd-aiter) is installed in this Python")
-        name, notes = _snapshot_for(version)
-        return _bundled(name, version, notes, model_dims)
+        tag, notes = aiter_index.release_for(version)
+        return _bundled(tag, version, notes, model_dims)
     if source == "bundled":
-        name, notes = _snapshot_for(version)
-        return _bundled(name, version, notes, model_dims)
-    if source in snapshots():
-        return _bundled(source, version, model_dims=model_dims)
+        tag, notes = aiter_index.release_for(version)
+        return _bundled(tag, version, notes, model_dims)
+    if _is_release(source):
+        return _bundled(aiter_index.release(source).tag, version, model_dims=model_dims)
     if os.path.isdir(source):
         configs = source
         if os.path.isfile(os.path.join(source, "configs", "tuned_fmoe.csv")):
             configs = os.path.join(source, "configs")
         if not os.path.isfile(os.path.join(configs, "tuned_fmoe.csv")):
             raise UsageError(f"{source}: no tuned_fmoe.csv here or under configs/")
-        files = [(p, p) for p in _default_files(configs)]
+        files = [(p, p) for p in default_files(configs)]
         return _build(files, _dispatch_model_for(version), f"tuned CSVs in {source}", "explicit", version,
                       model_dims=model_dims)
-    raise UsageError(f"unknown tuned-config source {source!r}: use installed, bundled, "
-                     f"{', '.join(sorted(snapshots()))} or a directory")
+    tags = [r.tag for r in aiter_index.releases()]
+    raise UsageError(f"unknown tuned-config source {source!r}: use installed, bundled, a release of the index "
+                     f"({tags[0]} … {tags[-2]}, {tags[-1]}) or a directory")
+
+
+def _is_release(name: str) -> bool:
+    try:
+        aiter_index.release(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _same_version(a: str | None, b: str | None) -> bool:
@@ -580,7 +498,7 @@ def _same_version(a: str | None, b: str | None) -> bool:
 def config_set_for(caps: Any, env: Mapping[str, str] | None = None,
                    model_dims: frozenset[int] | None = None) -> ConfigSet:
     """The tuned set for a target: the installed AITER when ``caps.aiter_version`` is the installed one (or the
-    version came from the probe), else the bundled snapshot for that version. ``model_dims``: only rows of these
+    version came from the probe), else the index's release for that version. ``model_dims``: only rows of these
     model_dim values (a planner's fast path; see :func:`parse_csv`)."""
     version = getattr(caps, "aiter_version", None)
     prov = ""
