@@ -150,8 +150,12 @@ def test_minimax_m3_tp8_finds_its_384_rows_unpadded(head):
     a = Assumptions(fused_shared_expert=True)
     plan = plan_dispatch(m3, caps, configs=head, env={}, assumptions=a, tokens=(1, 4, 64, 256, 512, 8192))
     assert plan.key.inter_dim == 384 and plan.key.model_dim == 6144
-    low, *high = plan.steps
-    assert (low.tokens, low.family, low.basis, low.activation_dtype) == ((1, 64), "cktile", "heuristic", "bf16")
+    *low, h256, h512, h8192 = plan.steps
+    high = [h256, h512, h8192]
+    # ksplit is per token count (CK-Tile split-K 12 / 4 / 2 at M = 1 / 4 / 64): one step each, never one range
+    assert [(s.tokens, s.family, s.basis, s.activation_dtype, s.ksplit) for s in low] == [
+        ((1, 1), "cktile", "heuristic", "bf16", 12), ((4, 4), "cktile", "heuristic", "bf16", 4),
+        ((64, 64), "cktile", "heuristic", "bf16", 2)]
     for step in high:
         assert step.basis == "tuned" and step.family == "flydsl" and step.activation_dtype == "mxfp4"
         assert step.config.startswith("ROCm/aiter@e4048607:aiter/configs/model_configs/minimax_m3_fp4_tuned_fmoe.csv:")
@@ -174,7 +178,7 @@ def test_minimax_m3_rows_name_file_and_line(head):
     assert step.kernels == ("flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w4", "flydsl_moe2_afp4_wfp4_bf16_t32x128x128_atomic")
     assert step.to_dict() == {"tokens": [512, 512], "bucket": 512, "stages": 2, "family": "flydsl",
                               "kernels": list(step.kernels), "block_m": 32, "activation_dtype": "mxfp4",
-                              "basis": "tuned", "config": step.config}
+                              "basis": "tuned", "config": step.config, "ksplit": 0, "raises": None}
 
 
 # -- Done when: DeepSeek-V3 TP8 MI355X with the installed PyPI amd-aiter ---------------------------------------
@@ -489,8 +493,9 @@ def test_consecutive_alike_counts_group(head):
     """Consecutive token counts that decide alike become one step with a [lo, hi] range."""
     caps = target_capabilities(*MI355X)
     steps = simulate(layer(), caps, configs=head, env={}, tokens=(1, 2, 3, 4, 64, 128))
-    assert [s.tokens for s in steps] == [(1, 4), (64, 128)]
-    assert steps[0].buckets == (1, 2, 4) and steps[0].bucket == 1
+    # get_ksplit differs at M = 1 / 2 / 3-4 (14 / 7 / 4): a range never carries one count's ksplit for the others
+    assert [(s.tokens, s.ksplit) for s in steps] == [((1, 1), 14), ((2, 2), 7), ((3, 4), 4), ((64, 128), 0)]
+    assert steps[2].buckets == (4,) and steps[3].buckets == (64, 128) and steps[3].bucket == 64
 
 
 def test_malformed_csv_warns_with_file_and_line(tmp_path):
@@ -711,3 +716,173 @@ def test_dispatch_warnings_carry_their_confidence_as_values():
             and r.text.startswith("AITER's MX")} == {"derived"}
     confirmed = dataclasses.replace(plan, warning_confidence=("confirmed",) * len(plan.warnings))
     assert all(r.confidence == "confirmed" for r in dispatch_reasons(confirmed, "aiter-ck", "ck") if r.kind == "note")
+
+
+# -- what AITER's real code does where the model disagreed (peer run against ROCm/aiter@e4048607) -----------------
+# Each case is the minimal case of one disagreement class; AITER's behaviour is quoted from aiter/fused_moe.py at
+# e4048607 (line numbers in the model's docstrings and notes).
+
+MI300X_HEAD = ("MI300X", "0.1.20.post1")
+
+
+def test_rc1_w4a8_activation_is_the_arch_fp8(head):
+    """q_dtype_a = w1.dtype if w1.dtype != torch.uint32 else dtypes.fp8 (line 759): dtypes.fp8 is e4m3fnuz on gfx942."""
+    w4a8 = layer(hidden=2048, intermediate=96, experts=8, top_k=2, tp=1, weight=QuantSpec("int4", "channel"),
+                 act=QuantSpec("fp8", "token", dynamic=True))
+    (step,) = simulate(w4a8, target_capabilities(*MI300X_HEAD), configs=head, env={}, tokens=(1,))
+    assert step.q_dtype_a == ad.FP8_FNUZ and step.block_m == 32
+    (step,) = simulate(w4a8, target_capabilities(*MI355X), configs=head, env={}, tokens=(1,))
+    assert step.q_dtype_a == ad.FP8
+
+
+def test_rc2_one_stage_op_follows_the_quant_type(head):
+    """fused_moe_1stage picks aiter.fmoe_fp8_blockscale_g1u1 for per_1x128 (line 1178), whatever the dict's value."""
+    (step,) = simulate(layer(hidden=2048, intermediate=128, experts=8, top_k=2, tp=1),
+                       target_capabilities(*MI300X_HEAD), configs=head, env={}, tokens=(64,))
+    assert step.stages == 1 and step.kernels == ("fmoe_fp8_blockscale_g1u1 (default)",)
+
+
+def test_rc3_gfx942_mxfp8_is_not_dtypes_fp8(head):
+    """On gfx942 dtypes.fp8 is e4m3fnuz, so e4m3fn MX weights miss the mxfp8 branch (line 772): fp4x2 activations,
+    no FlyDSL (its test is q_dtype_w in (fp4x2, dtypes.fp8)), ASM stage 1 + CK stage 2 with get_ksplit."""
+    mxfp8 = layer(hidden=2048, intermediate=96, experts=8, top_k=2, tp=1, weight="mxfp8", act="mxfp8")
+    (step,) = simulate(mxfp8, target_capabilities(*MI300X_HEAD), configs=head, env={}, tokens=(1,))
+    assert (step.q_dtype_a, step.family, step.ksplit) == (ad.FP4, "asm+ck", 8)
+    (on_950,) = simulate(mxfp8, target_capabilities(*MI355X), configs=head, env={}, tokens=(1,))
+    assert on_950.q_dtype_a == ad.FP8 and on_950.family == "flydsl"
+
+
+@pytest.mark.parametrize(("assume", "why"), [
+    ({}, "expert-parallel masking"),
+    ({"flydsl_available": False}, "requires the FlyDSL kernel"),
+])
+def test_rc4_a16w4_situv2_refusals_raise(head, assume, why):
+    """_fused_moe_impl raises NotImplementedError for a16w4 SiTUv2 under EP / without FlyDSL / with bias or
+    unshuffled weights (lines 854-880). Kimi-K3-MXFP4 at EP8 hits it at every M: the plan says so, and the hit blocks
+    (no environment makes this call run: AITER_SITUV2_A8W4=1 changes the activation numerics)."""
+    k3 = moe("Kimi-K3-MXFP4", tp=8, ep=8 if not assume else 1)
+    plan = plan_dispatch(k3, target_capabilities(*MI355X), configs=head, env={}, tokens=(1, 64),
+                         assumptions=Assumptions(**assume))
+    (step,) = plan.steps
+    assert step.tokens == (1, 64) and step.family == "none" and why in step.raises
+    assert step.raises.startswith("NotImplementedError: a16w4 (bf16 A x MXFP4 W) SiTUv2 is not supported")
+    (hit,) = plan.issues
+    assert hit.issue == "aiter-raises" and hit.raises and hit.blocking and not hit.workaround_env
+    assert plan.backends == ()
+    a8w4 = plan_dispatch(k3, target_capabilities(*MI355X), configs=head, env={"AITER_SITUV2_A8W4": "1"},
+                         tokens=(1, 64), assumptions=Assumptions(**assume))
+    assert not any(s.raises for s in a8w4.steps) or assume  # without FlyDSL a8w4 goes elsewhere
+
+
+def test_rc4_kimi_k3_ep8_explain_never_plans_a_path_aiter_raises_on(cli):
+    """Done when: explain --model Kimi-K3-MXFP4 --target MI355X --tp 8 --ep 8 never plans a path AITER raises on."""
+    out = cli("explain", "--model", "Kimi-K3-MXFP4", "--target", "MI355X", "--tp", "8", "--ep", "8",
+              "--aiter-version", "0.1.20.post1", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    for entry in doc["layers"]:
+        assert not any(s.get("raises") for s in entry.get("aiter_dispatch") or []), entry["backend"]
+        assert entry["backend"] != "aiter-flydsl"
+
+
+def test_rc5_flydsl_rows_without_flydsl_reach_asm_and_ck_launchers(head):
+    """A FlyDSL-named row with flydsl not importable falls through to the last branch: asm_stage1 and
+    ck_moe_stage2_fwd are handed FlyDSL names — family asm+ck, and nothing to launch."""
+    (step,) = simulate(moe("MiniMax-M2.5-MXFP4", tp=4), target_capabilities(*MI355X), configs=head, env={},
+                       tokens=(1,), assumptions=Assumptions(flydsl_available=False))
+    assert step.family == "asm+ck" and step.kernels[0].startswith("flydsl_moe1_") and "FlyDSL kernel names" in step.raises
+    assert step.config.endswith("minimax_m25_fp4_tuned_fmoe.csv:18")
+
+
+def test_rc6_bypass_with_an_opus_row_raises(head):
+    """AITER_BYPASS_TUNE_CONFIG keeps cfg; parse_stage2_config(cfg, heuristic block_m) raises ValueError when the
+    Opus kernel's sort block_m differs (line 2456; aiter/ops/opus/moe_stage2_a8w4.py)."""
+    ds4 = layer(hidden=7168, intermediate=384, experts=384, top_k=6, tp=1, **MXFP4)
+    a = Assumptions(gate_mode="interleave")
+    (tuned,) = simulate(ds4, target_capabilities(*MI355X), configs=head, env={}, tokens=(256,), assumptions=a)
+    assert tuned.kernels[1].startswith("opus_moe2_") and tuned.block_m == 32 and tuned.raises is None
+    plan = plan_dispatch(ds4, target_capabilities(*MI355X), configs=head, env={"AITER_BYPASS_TUNE_CONFIG": "1"},
+                         tokens=(256,), assumptions=a)
+    assert plan.steps[0].raises.startswith("ValueError: requires sort block_m=32, got tuned block_m=64")
+    assert plan.issues[0].blocking and "unset AITER_BYPASS_TUNE_CONFIG" in plan.issues[0].workaround
+
+
+def test_rc7_a_cktile_stage2_name_is_not_launched(head):
+    """cktile_moe_stage2 is built without kernelName (line 2584): the row's cktile_a8w4_bm32 is dropped."""
+    l = layer(hidden=7168, intermediate=3072, experts=48, top_k=6, tp=1, **MXFP4)
+    (step,) = simulate(l, target_capabilities(*MI355X), configs=head, env={}, tokens=(256,),
+                       assumptions=Assumptions(gate_mode="interleave"))
+    assert step.config.endswith("dsv4_fp8fp4_tuned_fmoe.csv:98")
+    assert step.kernels[1] == "cktile_moe_stage2 (default)" and any("cktile_a8w4_bm32" in n for n in step.notes)
+
+
+def test_rc8_opus_rows_are_refused_under_ep(head):
+    """_opus_a8w4.cfg_is_supported rejects EP: AITER drops the row and runs the FlyDSL heuristic."""
+    l = layer(hidden=7168, intermediate=384, experts=384 * 8, top_k=6, tp=1, ep=8, **MXFP4)
+    (step,) = simulate(l, target_capabilities(*MI355X), configs=head, env={}, tokens=(256,),
+                       assumptions=Assumptions(gate_mode="interleave", ep_fake_slot=True))
+    assert (step.basis, step.family) == ("heuristic", "flydsl") and not any(k.startswith("opus") for k in step.kernels)
+    assert any("Opus stage2 config unsupported (EP" in n for n in step.notes)
+
+
+def test_rc9_the_a4w4_port_raises_under_ep(head):
+    """'MXFP4 a4w4 FlyDSL port does not support expert-parallel yet' (line 937)."""
+    k25 = layer(hidden=7168, intermediate=256, experts=384 * 8, top_k=8, tp=8, ep=8, **MXFP4)
+    a = Assumptions(fused_shared_expert=True, ep_fake_slot=True)
+    plan = plan_dispatch(k25, target_capabilities(*MI355X), configs=head, env={}, tokens=(1,), assumptions=a)
+    (step,) = plan.steps
+    assert step.kernels[0].startswith("flydsl_mxmoe_g1_a4w4") and "does not support expert-parallel" in step.raises
+    assert plan.issues[0].blocking
+    tp_only = layer(hidden=7168, intermediate=2048, experts=384, top_k=8, tp=8, **MXFP4)
+    (ok,) = simulate(tp_only, target_capabilities(*MI355X), configs=head, env={}, tokens=(1,),
+                     assumptions=Assumptions(fused_shared_expert=True))
+    assert ok.raises is None and ok.kernels[0].startswith("flydsl_mxmoe_g1_a4w4")
+
+
+# -- release-keyed bugs -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("version", "hit"), [("0.1.17", True), ("0.1.18", False)])
+def test_split_k_with_one_k_tile_per_split_before_0_1_18(version, hit):
+    """Done when: Qwen3.5-FP8 TP8 on AITER 0.1.17 warns of the one-k-tile split-K at batch 1; 0.1.18 does not
+    (ROCm/aiter PR #3997: get_ksplit gives 16 at M=1, model_dim 4096 / 16 = 256 = one k-tile of the block_m-16
+    instance)."""
+    caps = target_capabilities("MI300X", version)
+    plan = plan_dispatch(moe("Qwen3.5-397B-A17B-FP8", tp=8), caps, env={}, tokens=(1, 4))
+    assert [(s.tokens, s.ksplit) for s in plan.steps] == [((1, 1), 16), ((4, 4), 8)]
+    hits = [h for h in plan.issues if h.issue == "ROCm/aiter#3997"]
+    assert [h.tokens for h in hits] == ([(1, 1)] if hit else [])   # M=4: split 8 → two k-tiles per split
+    if hit:
+        assert dict(hits[0].workaround_env) == {"AITER_KSPLIT": "-1"} and not hits[0].blocking
+        fixed = plan_dispatch(moe("Qwen3.5-397B-A17B-FP8", tp=8), caps, env={"AITER_KSPLIT": "-1"}, tokens=(1,))
+        assert not [h for h in fixed.issues if h.issue == "ROCm/aiter#3997"]
+
+
+@pytest.mark.parametrize(("version", "hit"), [("0.1.19", False), ("0.1.19.post1", True), ("0.1.19.post2", True),
+                                              ("0.1.20", False)])
+def test_flat_rows_refused_on_gfx942_in_0_1_19_post1_and_post2(version, hit):
+    """v0.1.19.post1/.post2 assert FLAT kernels are gfx950-only while their glm5_1 rows pick one on gfx942 at
+    buckets 4 and 8 (PR #4628; fixed by #4558 in v0.1.20; v0.1.19 allowed gfx942)."""
+    plan = plan_dispatch(moe("GLM-5-FP8", tp=8), target_capabilities("MI300X", version), env={}, tokens=(1, 4, 8, 64))
+    flat = [s for s in plan.steps if s.row is not None and s.row.flat]
+    hits = [h for h in plan.issues if h.issue == "ROCm/aiter#4394"]
+    if hit:
+        assert [s.tokens for s in flat] == [(4, 4), (8, 8)] and [h.tokens for h in hits] == [(4, 8)]
+        assert all(h.raises and dict(h.workaround_env) == {"AITER_BYPASS_TUNE_CONFIG": "1"} for h in hits)
+    else:
+        assert not hits
+
+
+def test_compare_shows_the_flat_difference_between_releases(cli):
+    """Done when: compare --model GLM-5-FP8 --target MI300X --aiter-version 0.1.19.post1,0.1.20 shows it."""
+    out = cli("compare", "--model", "GLM-5-FP8", "--target", "MI300X", "--tp", "8", "--aiter-version",
+              "0.1.19.post1,0.1.20", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    moe_groups = [g for g in doc["groups"] if g["kind"] == "moe"]
+    assert moe_groups and all(g["differs"] and "known issues" in g["differs_in"] for g in moe_groups)
+    a, b = moe_groups[0]["decisions"]
+    assert [i["issue"] for i in a["known_issues"]].count("ROCm/aiter#4394") == 1
+    assert not [i for i in b["known_issues"] if i["issue"] == "ROCm/aiter#4394"]
+    text = cli("compare", "--model", "GLM-5-FP8", "--target", "MI300X", "--tp", "8", "--aiter-version",
+               "0.1.19.post1,0.1.20").stdout
+    assert "DIFFERS in known issues" in text and "FLAT fmoe asm kernels are gfx950-only" in text

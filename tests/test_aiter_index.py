@@ -48,18 +48,27 @@ def test_builder_check_mode_says_so(shared_aiter, tmp_path):
     assert bad.returncode == 2 and "no manifest.toml" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def _project_files() -> list[Path]:
+    """What the project holds: files git tracks or would add (ignored build/venv/scratch folders are not the
+    project's); without git, every file outside the usual ignored folders."""
+    proc = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                          capture_output=True, check=False)
+    if proc.returncode == 0:
+        return [ROOT / n for n in proc.stdout.decode().split("\0") if n and (ROOT / n).is_file()]
+    skip = {".git", ".venv", ".ci-venv", ".peers-venv", "__pycache__", "node_modules"}
+    out = []
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        dirnames[:] = [d for d in dirnames if d not in skip and not d.endswith(".egg-info") and not d.startswith(".")]
+        out += [Path(dirpath) / n for n in filenames]
+    return out
+
+
 def test_no_byte_copy_of_an_aiter_file_is_in_the_project(shared_aiter):
-    """No file of the repository (outside .git and venvs) has the bytes of any file of ../shared/aiter."""
+    """No file of the project has the bytes of any file of ../shared/aiter."""
     theirs = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in shared_aiter.rglob("*") if p.is_file()
               and p.stat().st_size > 64}
-    skip = {".git", ".venv", ".ci-venv", ".peers-venv", "__pycache__", "node_modules"}
-    hits = []
-    for dirpath, dirnames, filenames in os.walk(ROOT):
-        dirnames[:] = [d for d in dirnames if d not in skip and not d.endswith(".egg-info")]
-        for name in filenames:
-            p = Path(dirpath) / name
-            if hashlib.sha256(p.read_bytes()).hexdigest() in theirs:
-                hits.append(str(p.relative_to(ROOT)))
+    hits = [str(p.relative_to(ROOT)) for p in _project_files()
+            if hashlib.sha256(p.read_bytes()).hexdigest() in theirs]
     assert not hits, hits
 
 

@@ -214,6 +214,8 @@ class DispatchKey:
     is_ep: bool
     hidden_pad: int = 0
     intermediate_pad: int = 0
+    #: Per-expert biases are passed (gpt-oss style bias1/bias2): AITER refuses some paths with them.
+    has_bias: bool = False
 
     def aiter_tuple(self, token: int, q_dtype_a: str, *, with_gfx: bool = True) -> tuple:
         """The key as AITER logs it (``[fused_moe] using … for (...)``)."""
@@ -226,7 +228,8 @@ class DispatchKey:
                 "expert": self.expert, "topk": self.topk, "runtime_topk": self.runtime_topk,
                 "act_type": self.act_type, "dtype": self.dtype, "q_dtype_w": self.q_dtype_w, "q_type": self.q_type,
                 "use_g1u1": self.use_g1u1, "doweight_stage1": self.doweight_stage1, "gate_mode": self.gate_mode,
-                "is_ep": self.is_ep, "hidden_pad": self.hidden_pad, "intermediate_pad": self.intermediate_pad}
+                "is_ep": self.is_ep, "hidden_pad": self.hidden_pad, "intermediate_pad": self.intermediate_pad,
+                "has_bias": self.has_bias}
 
 
 def _quant(layer: "MoELayer", gfx: str) -> tuple[str, str]:
@@ -279,7 +282,7 @@ def dispatch_key(layer: "MoELayer", caps: "Capabilities", *, padding: "Padding |
         expert=experts, topk=looked_up, runtime_topk=runtime, act_type=act, dtype=a.out_dtype, q_dtype_w=q_w,
         q_type=q_type, use_g1u1=1, doweight_stage1=int(bool(a.doweight_stage1)), gate_mode=a.gate_mode or "separated",
         is_ep=is_ep, hidden_pad=padding.kernel_hidden_pad if padding else 0,
-        intermediate_pad=padding.kernel_intermediate_pad if padding else 0,
+        intermediate_pad=padding.kernel_intermediate_pad if padding else 0, has_bias=bool(layer.has_bias),
     )
 
 
@@ -312,6 +315,9 @@ class Rules:
     drop_fallback_rows: bool
     heuristics: str
     source: str
+    #: _fused_moe_impl refuses a16w4 SiTUv2 under EP / bias / no FlyDSL / unshuffled weights (from v0.1.20; in
+    #: v0.1.19.x SiTUv2 a16w4 routes to FlyDSL's mixed_moe with no such guard).
+    situv2_guard: bool = False
 
 
 _RULES: tuple[tuple[str, Rules], ...] = (
@@ -331,9 +337,11 @@ _RULES: tuple[tuple[str, Rules], ...] = (
                       True, "head", _TAG.format(tag="v0.1.17"))),
     ("<0.1.19", Rules("v0.1.18", "tiers", True, True, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
                       "head", _TAG.format(tag="v0.1.18"))),
+    ("<0.1.20", Rules("v0.1.19", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
+                      "head", _TAG.format(tag="v0.1.19.post2"))),
 )
-HEAD_RULES = Rules("HEAD e4048607 (v0.1.19+)", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND",
-                   256, True, "head", SRC_FUSED_MOE)
+HEAD_RULES = Rules("HEAD e4048607 (v0.1.20+)", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND",
+                   256, True, "head", SRC_FUSED_MOE, situv2_guard=True)
 LEGACY_RULES = _RULES[0][1]
 
 
@@ -409,16 +417,18 @@ def activation_dtype(M: int, key: DispatchKey, env: Mapping[str, str] | None = N
                              f"({rules.name}, M={M})"
             return FP8, f"Swiglu MXFP4 on gfx950: fp8 from {rules.bound_env or 'the bound'}={bound} ({rules.name})"
         return FP4, f"per_1x32: fp4x2 activations ({rules.name})"
-    q_a = FP8 if key.q_dtype_w == U32 else key.q_dtype_w
+    # dtypes.fp8 is per-arch (aiter/utility/dtypes.py get_dtype_fp8: e4m3fnuz on gfx942): fused_moe.py line 759
+    fp8 = _fp8(key.gfx)
+    q_a = fp8 if key.q_dtype_w == U32 else key.q_dtype_w
     why = "activations take the weight dtype"
     if key.q_type == Q_1X32:
         if key.q_dtype_w == I4:
             return BF16, "a16wi4: int4 weights run with bf16 activations"
-        if key.q_dtype_w in (FP8, FP8_FNUZ):
-            return FP8, "mxfp8: fp8 activations with per-1x32 e8m0 scales"
+        if key.q_dtype_w == fp8:
+            return fp8, "mxfp8: fp8 activations with per-1x32 e8m0 scales"
         if key.act_type == SITUV2:
             if env.get("AITER_SITUV2_A8W4", "0") == "1":
-                return FP8, "SiTUv2 with AITER_SITUV2_A8W4=1"
+                return fp8, "SiTUv2 with AITER_SITUV2_A8W4=1"
             if env.get("AITER_SITUV2_A4W4", "0") == "1":
                 return FP4, "SiTUv2 with AITER_SITUV2_A4W4=1"
             return BF16, "SiTUv2 defaults to a16w4 (bf16 activations)"
@@ -433,6 +443,9 @@ def activation_dtype(M: int, key: DispatchKey, env: Mapping[str, str] | None = N
                 return BF16, (f"Swiglu/INTERLEAVE: bf16 below AITER_BF16_FP8_MOE_BOUND={bound} (M={M})"
                               if key.gfx == "gfx950" else "Swiglu/INTERLEAVE: bf16 off gfx950")
             return FP8, f"Swiglu/INTERLEAVE on gfx950: fp8 from AITER_BF16_FP8_MOE_BOUND={bound} (M={M})"
+        if key.q_dtype_w in (FP8, FP8_FNUZ):
+            return FP4, (f"per_1x32 {key.q_dtype_w} weights are not {key.gfx}'s dtypes.fp8 ({fp8}): AITER takes the "
+                         "generic per_1x32 branch (fp4x2 activations)")
         return FP4, "per_1x32: fp4x2 activations"
     if key.gfx == "gfx1250":
         return (FP8 if env.get("AITER_FORCE_A8W4", "0") == "1" else FP4), "gfx1250 forces fp4/fp8 activations"
@@ -494,16 +507,20 @@ class DispatchStep:
     q_dtype_a: str = field(default="", compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
     row: TunedRow | None = field(default=None, compare=False, repr=False)
+    #: What AITER raises for these token counts instead of running (``"NotImplementedError: …"``), else None.
+    raises: str | None = field(default=None, compare=False)
 
     def decision(self) -> tuple:
-        """What grouping compares: everything but the token range and bucket."""
+        """What grouping compares: everything but the token range and bucket (ksplit included: a range never
+        reports one count's split for the others)."""
         return (self.stages, self.family, self.kernels, self.block_m, self.activation_dtype, self.basis,
-                self.config)
+                self.config, self.ksplit, self.raises)
 
     def to_dict(self) -> dict[str, Any]:
         return {"tokens": [self.tokens[0], self.tokens[1]], "bucket": self.bucket, "stages": self.stages,
                 "family": self.family, "kernels": list(self.kernels), "block_m": self.block_m,
-                "activation_dtype": self.activation_dtype, "basis": self.basis, "config": self.config}
+                "activation_dtype": self.activation_dtype, "basis": self.basis, "config": self.config,
+                "ksplit": self.ksplit, "raises": self.raises}
 
     def info_line(self, key: DispatchKey) -> str:
         """AITER's INFO line for this step, as ``get_2stage_cfgs`` prints it (for comparing with logs)."""
@@ -690,11 +707,18 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     token = get_padded_M(M, rules)
     q_a, why_a = activation_dtype(M, key, env, rules)
     notes = [why_a]
+    fp8 = _fp8(key.gfx)  # aiter.utility.dtypes.fp8 on this arch
+    refused = _situv2_a16w4_refusal(key, q_a, a) if rules.situv2_guard else None
+    if refused:
+        return DispatchStep(tokens=(M, M), bucket=token, stages=2, family="none", kernels=(), block_m=None,
+                            activation_dtype=_label(q_a, key.q_type), basis="heuristic", config=None,
+                            buckets=(token,), q_dtype_a=q_a, notes=tuple(notes), raises=refused)
     row: TunedRow | None = None
     if cs is not None and not cs.broken:
         row, more = _lookup(cs, key, token, q_a, rules)
         notes += more
     bypass = _env_int(env, "AITER_BYPASS_TUNE_CONFIG", 0) != 0
+    opus_row: TunedRow | None = None
     if row is not None:
         kn1, kn2 = row.kernel1, row.kernel2
         has_opus = kn1.startswith("opus_") or kn2.startswith("opus_")
@@ -705,8 +729,16 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
             notes.append(f"Opus row {row.where} discarded: activation {key.act_type} unsupported")
             row = None
         elif kn2.startswith("opus_"):
-            notes.append("Opus stage-2 launch support is checked at run time (_opus_a8w4.cfg_is_supported); "
-                         "assumed supported")
+            why_not = ("requires gfx950, got " + key.gfx if key.gfx != "gfx950" else
+                       "EP expert_mask/topk_ids are not supported" if key.is_ep else
+                       "stage2 bias is not supported" if key.has_bias else None)
+            if why_not:
+                # aiter/ops/opus/moe_stage2_a8w4.py cfg_is_supported; fused_moe.py get_2stage_cfgs then drops cfg
+                notes.append(f"Opus stage2 config unsupported ({why_not}): row {row.where} dropped, AITER uses "
+                             "default heuristics")
+                row = None
+            else:
+                opus_row = row
     if row is not None and bypass:
         notes.append(f"AITER_BYPASS_TUNE_CONFIG set: tuned row {row.where} ignored")
         row = None
@@ -721,9 +753,9 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     fly = a.flydsl_available
 
     def step(stages: int, kernels: tuple[str, ...], block_m: int | None, basis: str, ksplit: int = 0,
-             extra: Iterable[str] = ()) -> DispatchStep:
-        return DispatchStep(tokens=(M, M), bucket=token, stages=stages, family=_family(kernels), kernels=kernels,
-                            block_m=block_m, activation_dtype=_label(q_a, q_type), basis=basis,
+             extra: Iterable[str] = (), family: str | None = None) -> DispatchStep:
+        return DispatchStep(tokens=(M, M), bucket=token, stages=stages, family=family or _family(kernels),
+                            kernels=kernels, block_m=block_m, activation_dtype=_label(q_a, q_type), basis=basis,
                             config=row.where if (basis == "tuned" and row is not None) else None, ksplit=ksplit,
                             buckets=(token,), q_dtype_a=q_a, notes=tuple(notes) + tuple(extra),
                             row=row if basis == "tuned" else None)
@@ -745,6 +777,7 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         if run_1stage:
             block_m = 32
             ksplit = 0
+            api = _one_stage_op(key)
         else:
             block_m = (64 if token > 32 else 16) if q_type == Q_1X128 else \
                 _block_size_M(token, key.topk, key.expert, key.inter_dim, key.cu_num)
@@ -752,6 +785,15 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
                 if q_type in (Q_1X128, Q_1X32) else 0
         row_run_1stage = run_1stage
         basis = "heuristic"
+        if opus_row is not None and block_m != opus_row.block_m:
+            # The bypass keeps cfg, and parse_stage2_config(cfg, block_m) checks the heuristic block_m against the
+            # Opus kernel's sort block_m (fused_moe.py get_2stage_cfgs; aiter/ops/opus/moe_stage2_a8w4.py).
+            return DispatchStep(tokens=(M, M), bucket=token, stages=2, family="none", kernels=(), block_m=block_m,
+                                activation_dtype=_label(q_a, q_type), basis="heuristic", config=None,
+                                buckets=(token,), q_dtype_a=q_a, notes=tuple(notes),
+                                raises=f"ValueError: requires sort block_m={opus_row.block_m}, got tuned "
+                                       f"block_m={block_m} (AITER_BYPASS_TUNE_CONFIG with the Opus row "
+                                       f"{opus_row.where})")
     else:
         kn1, kn2 = row.kernel1, row.kernel2
         block_m = row.block_m
@@ -761,6 +803,10 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     if row is not None and (kn1.startswith("flydsl_mxmoe_g") or kn2.startswith("flydsl_mxmoe_g")):
         m = _MXMOE_BM.search(kn1)
         bm = int(m.group(1)) if m else block_m
+        if key.is_ep:
+            return replace(step(2, (kn1, kn2), bm, basis, ksplit, ["FlyDSL MXFP4 a4w4 port (flydsl_mxmoe_*)"]),
+                           raises="NotImplementedError: MXFP4 a4w4 FlyDSL port does not support expert-parallel "
+                                  "yet (expert_mask is dropped by the output_aux sort path).")
         return step(2, (kn1, kn2), bm, basis, ksplit, ["FlyDSL MXFP4 a4w4 port (flydsl_mxmoe_*)"])
     if row_run_1stage:
         if row is None:
@@ -772,12 +818,13 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     is_fly1, is_fly2 = kn1.startswith("flydsl_"), kn2.startswith("flydsl_")
     is_opus1 = kn1.startswith("opus_moe1_")
     if is_opus1 or ((is_fly1 or is_fly2) and fly):
-        return step(2, (kn1, kn2), block_m, basis, ksplit)
+        k2, extra = _stage2_name(kn2)
+        return step(2, (kn1, k2), block_m, basis, ksplit, extra)
     if row is not None and (is_fly1 or is_fly2) and not fly:
         notes.append(f"row {row.where} names FlyDSL kernels but flydsl is not importable: AITER falls through")
     if key.gate_mode != "separated" and key.dtype in (BF16, FP16) and q_type == Q_1X32 and key.act_type == SWIGLU \
-            and q_w not in (FP8, FP8_FNUZ):
-        bm = 32 if q_a in (FP8, FP8_FNUZ) else _tier_block_m(token)
+            and q_w != fp8:
+        bm = 32 if q_a == fp8 else _tier_block_m(token)
         extra = [f"tuned row {row.where} matched but this path ignores its kernel names"] if row else []
         return step(2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), bm, "heuristic", ksplit,
                     extra + ["Swiglu MXFP4 with interleaved gate/up: CK-Tile 2-stage"])
@@ -789,7 +836,7 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
                     tm, "heuristic", 0, ["no tuned FlyDSL a16wi4 config: AITER's untuned a16wi4 fallback"])
     force = env.get("AITER_FLYDSL_FORCE", "1") == "1"
     use_mx_fly = (key.dtype in (BF16, FP16) and q_type == Q_1X32 and (key.act_type in (SWIGLU, SITUV2) or force)
-                  and q_a in (FP4, FP8, FP8_FNUZ) and q_w in (FP4, FP8, FP8_FNUZ) and shuffled and key.use_g1u1
+                  and q_a in (FP4, fp8) and q_w in (FP4, fp8) and shuffled and key.use_g1u1
                   and not key.doweight_stage1 and fly)
     situ_a16 = (key.dtype in (BF16, FP16) and q_type == Q_1X32 and key.act_type == SITUV2 and q_a == BF16
                 and q_w == FP4 and shuffled and key.use_g1u1 and not key.doweight_stage1 and fly)
@@ -816,16 +863,62 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         return step(2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), _tier_block_m(token),
                     "heuristic", max(int(ksplit), 2), ["SwiGLU MXFP4 with unshuffled weights: CK-Tile"])
     if (kn1 and "ck2stages" in kn1) or (not kn1 and ((q_type == Q_1X128 and key.doweight_stage1)
-                                                     or q_w in (BF16, FP16, U32, FP4, FP8, FP8_FNUZ))):
+                                                     or q_w in (BF16, FP16, U32, FP4, fp8))):
         k1 = kn1 or "moe_ck2stages_gemm1 (default)"
-        k2 = kn2 or "moe_ck2stages_gemm2 (default)"
+        k2, extra = _stage2_name(kn2) if kn2 else ("moe_ck2stages_gemm2 (default)", [])
         return step(2, (k1, k2), block_m, basis, ksplit,
-                    [] if kn1 else ["CK 2-stage with the codegen's default instance for this shape"])
+                    extra + ([] if kn1 else ["CK 2-stage with the codegen's default instance for this shape"]))
     if block_m not in (16, 32, 64, 128):
         block_m = ([b for b in (16, 32, 64, 128) if block_m < b] + [128])[0]
     k1 = kn1 or "fmoe_stage1_g1u1 (default)"
     k2 = kn2 or "moe_ck2stages_gemm2 (default)"
+    if is_fly1 or is_fly2:
+        # asm_stage1(kernelName=<flydsl name>) + ck_moe_stage2_fwd(kernelName=<flydsl name>): neither launcher has
+        # such a kernel (fused_moe.py get_2stage_cfgs, last branch).
+        return replace(step(2, (k1, k2), block_m, basis, ksplit, ["ASM stage 1 + CK stage 2"], family="asm+ck"),
+                       raises="the ASM stage-1 and CK stage-2 launchers are handed FlyDSL kernel names "
+                              f"({k1}, {k2}) because flydsl is not importable: no such kernel to launch")
     return step(2, (k1, k2), block_m, basis, ksplit, ["ASM stage 1 + CK stage 2"])
+
+
+def _situv2_a16w4_refusal(key: DispatchKey, q_a: str, a: Assumptions) -> str | None:
+    """``_fused_moe_impl``'s guard for a16w4 SiTUv2 (bf16 activations × MXFP4 weights): the NotImplementedError it
+    raises before any lookup, or None (ROCm/aiter@e4048607:aiter/fused_moe.py lines 854-880)."""
+    if not (key.q_type == Q_1X32 and key.q_dtype_w == FP4 and q_a == BF16 and key.act_type == SITUV2):
+        return None
+    fly = a.flydsl_available
+    for bad, why in (
+        (key.gfx not in ("gfx942", "gfx950") or not fly,
+         f"requires the FlyDSL kernel on CDNA gfx942/gfx950 (gfx={key.gfx!r}, flydsl_available={fly})"),
+        (key.has_bias, "per-expert bias"),
+        (key.is_ep, "expert-parallel masking"),
+        (not (a.weights_shuffled and key.use_g1u1 and not key.doweight_stage1),
+         "non-preshuffled / non-g1u1 weights or doweight_stage1=True"),
+    ):
+        if bad:
+            return f"NotImplementedError: a16w4 (bf16 A x MXFP4 W) SiTUv2 is not supported: {why}."
+    return None
+
+
+def _one_stage_op(key: DispatchKey) -> str:
+    """The ASM op ``fused_moe_1stage`` calls — chosen from the quant type, not from ``fused_moe_1stage_dict``'s value
+    (ROCm/aiter@e4048607:aiter/fused_moe.py lines 1094-1188)."""
+    if key.q_type == Q_NO and key.act_type == SILU and not key.use_g1u1:
+        return "fmoe"
+    if key.q_type == Q_TOKEN and key.doweight_stage1 and key.use_g1u1:
+        return "fmoe_g1u1_tkw1"
+    if key.q_type == Q_1X128:
+        return "fmoe_fp8_blockscale_g1u1"
+    return "fmoe_g1u1" if key.use_g1u1 else "fmoe_int8_g1u0"
+
+
+def _stage2_name(kn2: str) -> tuple[str, list[str]]:
+    """A tuned row's stage-2 name as AITER launches it: a ``cktile_*`` name is not passed to ``cktile_moe_stage2``
+    (it builds the partial without kernelName), so CK-Tile picks its own instance."""
+    if kn2.startswith("cktile_"):
+        return "cktile_moe_stage2 (default)", [f"the row's stage-2 name {kn2} is not passed to cktile_moe_stage2 "
+                                               "(CK-Tile picks its instance)"]
+    return kn2, []
 
 
 def _dispatch_legacy(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[str, str],
@@ -948,6 +1041,15 @@ class DispatchIssue:
     workaround_env: tuple[tuple[str, str], ...] = ()
     token_cap: int | None = None
     fixed_by: str | None = None
+    #: step.ksplit at least this (split-K in use)
+    ksplit_min: int | None = None
+    #: model_dim // (ksplit * k_per_block[block_m]) at most this: k-tiles per split (CK stage 1's KBatch)
+    k_tiles_per_split_max: int | None = None
+    k_per_block: tuple[tuple[int, int], ...] = ()
+    #: the deciding tuned row has flat >= 1 (a FLAT 1-stage ASM kernel: no external moe_sort)
+    row_flat: bool | None = None
+    #: AITER raises (or refuses to launch) instead of computing: see IssueHit.raises
+    raises: bool = False
 
 
 @dataclass(frozen=True)
@@ -967,16 +1069,29 @@ class IssueHit:
     severity: str
     #: The change that fixes it upstream (dispatch_issues.toml ``fixed_by``), when one is known.
     fixed_by: str | None = None
+    #: AITER raises (or cannot launch) for these tokens instead of running: the path is rejected whatever the
+    #: workaround (which then names the configuration that does run).
+    raises: bool = False
 
     @property
     def has_workaround(self) -> bool:
         return bool(self.workaround_env or self.token_cap or self.workaround)
 
+    @property
+    def blocking(self) -> bool:
+        """The path cannot be planned: AITER raises and no environment/token cap makes it run (a recipe exports
+        those), or a known wrong-output kernel has no workaround at all."""
+        if self.severity != "error":
+            return False
+        if self.raises:
+            return not (self.workaround_env or self.token_cap)
+        return not self.has_workaround
+
     def to_dict(self) -> dict[str, Any]:
         return {"issue": self.issue, "tokens": list(self.tokens), "bucket": self.bucket, "kernel": self.kernel,
                 "effect": self.effect, "workaround": self.workaround, "workaround_env": dict(self.workaround_env),
                 "token_cap": self.token_cap, "source": self.source, "confidence": self.confidence,
-                "severity": self.severity, "fixed_by": self.fixed_by}
+                "severity": self.severity, "fixed_by": self.fixed_by, "raises": self.raises}
 
 
 @dataclass(frozen=True)
@@ -996,6 +1111,16 @@ class DispatchPlan:
     issues: tuple[IssueHit, ...] = ()
     #: The confidence of each of :attr:`warnings`, in order (``"derived"`` where the model infers rather than reads).
     warning_confidence: tuple[str, ...] = ()
+    #: Where the tuned rows came from (ConfigSet.origin: installed | bundled | env | explicit) and, for the bundled
+    #: index, which AITER release's rows; where the dispatch rules were read.
+    config_origin: str = ""
+    config_release: str | None = None
+    rules_source: str = ""
+
+    def data_used(self) -> dict[str, Any]:
+        """What the plan read: the tuned rows (origin, release, label) and the dispatch rules (name, source)."""
+        return {"rows": self.configs, "origin": self.config_origin, "release": self.config_release,
+                "rules": self.dispatch_model, "rules_source": self.rules_source}
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -1013,6 +1138,8 @@ class DispatchPlan:
         seen: list[str] = []
         for fam in self.families:
             for part in fam.split("+"):
+                if part == "none":  # AITER raises: no family runs
+                    continue
                 name = BACKEND_OF_FAMILY.get(part, f"aiter-{part}")
                 if name not in seen:
                     seen.append(name)
@@ -1024,8 +1151,13 @@ class DispatchPlan:
         for s in self.steps:
             toks = f"{s.tokens[0]}" if s.tokens[0] == s.tokens[1] else f"{s.tokens[0]}–{s.tokens[1]}"
             why = f"tuned {s.config}" if s.basis == "tuned" else "heuristic"
+            if s.raises:
+                lines.append(f"tokens {toks} (bucket {'/'.join(map(str, s.buckets or (s.bucket,)))}): AITER raises "
+                             f"— {s.raises}")
+                continue
+            split = f", split-K {s.ksplit}" if s.ksplit > 1 else ""
             lines.append(f"tokens {toks} (bucket {'/'.join(map(str, s.buckets or (s.bucket,)))}): {s.family} "
-                         f"{s.stages}-stage {' + '.join(s.kernels)}, block_m {s.block_m}, activations "
+                         f"{s.stages}-stage {' + '.join(s.kernels)}, block_m {s.block_m}{split}, activations "
                          f"{s.activation_dtype} — {why}")
         for h in self.issues:
             toks = f"{h.tokens[0]}" if h.tokens[0] == h.tokens[1] else f"{h.tokens[0]}–{h.tokens[1]}"
@@ -1105,12 +1237,14 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
         warnings.append("AITER_MOE_A8W4_BYPASS_QUANT=1 is a debug switch: the fp8-activation (a8w4/mxfp8) steps cast "
                         "activations to fp8 with unit scales instead of quantizing them — wrong output for real "
                         f"weights ({SRC_FUSED_MOE})")
-    hits = evaluate_issues(raw, key, version) + pad_hazards(raw, key, padding, has_bias=layer.has_bias)
+    hits = (raising_hits(raw, key, env_d) + evaluate_issues(raw, key, version)
+            + pad_hazards(raw, key, padding, has_bias=layer.has_bias))
     return DispatchPlan(layer_index=layer.index, steps=steps, key=key, tokens=counts,
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,
                         dispatch_model=rules.name, aiter_version=version, warnings=tuple(warnings),
                         issues=hits, warning_confidence=tuple("derived" if i in derived else "confirmed"
-                                                              for i in range(len(warnings))))
+                                                              for i in range(len(warnings))),
+                        config_origin=cs.origin, config_release=cs.release, rules_source=rules.source)
 
 
 def _at_least(version: str | None, floor: str) -> bool:
@@ -1209,6 +1343,11 @@ def dispatch_issues() -> tuple[DispatchIssue, ...]:
             values["shape"] = tuple(sorted(values["shape"].items()))
         if "workaround_env" in values:
             values["workaround_env"] = tuple(sorted((k, str(v)) for k, v in values["workaround_env"].items()))
+        if "k_per_block" in values:
+            try:
+                values["k_per_block"] = tuple(sorted((int(k), int(v)) for k, v in values["k_per_block"].items()))
+            except (AttributeError, ValueError):
+                raise CapabilityDBError(f"{at} ({raw['id']}): k_per_block must map block_m to K per block") from None
         try:
             out.append(DispatchIssue(**values))
         except TypeError as exc:
@@ -1262,6 +1401,14 @@ def _issue_matches(issue: DispatchIssue, step: DispatchStep, key: DispatchKey, v
         return None
     if issue.ep is not None and key.is_ep != issue.ep:
         return None
+    if issue.ksplit_min is not None and step.ksplit < issue.ksplit_min:
+        return None
+    if issue.k_tiles_per_split_max is not None:
+        kpb = dict(issue.k_per_block).get(step.block_m or 0)
+        if not kpb or step.ksplit < 2 or key.model_dim // (step.ksplit * kpb) > issue.k_tiles_per_split_max:
+            return None
+    if issue.row_flat is not None and (step.row is not None and step.row.flat >= 1) != issue.row_flat:
+        return None
     pattern = re.compile(issue.kernel)
     kernels = step.kernels if issue.stage is None else step.kernels[issue.stage - 1: issue.stage]
     for name in kernels:
@@ -1287,7 +1434,35 @@ def evaluate_issues(steps: Iterable[DispatchStep], key: DispatchKey, aiter_versi
                                  effect=issue.effect, workaround=issue.workaround,
                                  workaround_env=issue.workaround_env, token_cap=issue.token_cap,
                                  source=issue.source, confidence=issue.confidence, severity=issue.severity,
-                                 fixed_by=issue.fixed_by))
+                                 fixed_by=issue.fixed_by, raises=issue.raises))
+    return tuple(hits)
+
+
+def raising_hits(steps: Iterable[DispatchStep], key: DispatchKey, env: Mapping[str, str]) -> tuple[IssueHit, ...]:
+    """One blocking hit per run of token counts where AITER raises instead of running (DispatchStep.raises)."""
+    hits: list[IssueHit] = []
+    for s in steps:
+        if not s.raises:
+            continue
+        if hits and hits[-1].effect.endswith(s.raises) and hits[-1].tokens[1] < s.tokens[0]:
+            prev = hits[-1]
+            hits[-1] = replace(prev, tokens=(prev.tokens[0], s.tokens[1]))
+            continue
+        workaround, wenv = "none known for this configuration", ()
+        if "SiTUv2" in s.raises:
+            # Not an env workaround: it changes the activation numerics (fp8 instead of the checkpoint's bf16).
+            workaround = ("AITER_SITUV2_A8W4=1 runs SiTUv2 with fp8 activations (AITER's a8w4 rows), which none of "
+                          "these refusals apply to — a different numerics than the checkpoint's bf16 activations")
+        elif "AITER_BYPASS_TUNE_CONFIG" in s.raises:
+            workaround = "unset AITER_BYPASS_TUNE_CONFIG (the tuned Opus row runs)"
+        elif "expert-parallel" in s.raises:
+            workaround = "no expert parallelism for this layer (TP only), or a tuned set without flydsl_mxmoe rows"
+        elif "flydsl is not importable" in s.raises:
+            workaround = "install the flydsl AITER pins (the row's FlyDSL kernels then run)"
+        hits.append(IssueHit(issue="aiter-raises", tokens=s.tokens, bucket=s.bucket,
+                             kernel=" + ".join(s.kernels) or "no kernel", effect="AITER refuses this call: "
+                             + s.raises, workaround=workaround, workaround_env=wenv, token_cap=None,
+                             source=SRC_FUSED_MOE, confidence="confirmed", severity="error", raises=True))
     return tuple(hits)
 
 

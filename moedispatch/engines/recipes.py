@@ -490,7 +490,8 @@ def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> Non
             for name, value in hit.workaround_env:
                 env.setdefault(name, {"name": name, "value": value,
                                       "why": f"workaround of {hit.issue}: without it AITER runs {hit.kernel} for "
-                                             f"tokens {hit.tokens[0]}–{hit.tokens[1]} ({hit.effect})",
+                                             + (f"token {hit.tokens[0]}" if hit.tokens[0] == hit.tokens[1] else
+                                                f"tokens {hit.tokens[0]}–{hit.tokens[1]}") + f" ({hit.effect})",
                                       "source": hit.source})
 
 

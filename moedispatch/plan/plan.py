@@ -259,7 +259,19 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "warning_details": [w.to_dict() for w in plan.warnings],
         "padded_bytes": sum(extra for _, extra in totals),
         "fingerprint": plan.fingerprint,
+        "aiter_data": aiter_data(plan),
     }
+
+
+def aiter_data(plan: Plan) -> list[dict[str, Any]]:
+    """Which AITER tuned rows and dispatch rules the plan's simulated dispatch read (one entry per distinct source;
+    empty when no layer was planned through AITER's dispatch)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for d in plan.decisions:
+        if d.dispatch is not None:
+            used = d.dispatch.data_used()
+            seen.setdefault(json.dumps(used, sort_keys=True), used)
+    return list(seen.values())
 
 
 

@@ -150,6 +150,20 @@ def compare_plans(model: Any, variants: Sequence[Variant], axes: Sequence[str], 
     return Comparison(tuple(variants), plans, tuple(axes))
 
 
+def _runs(steps: list[dict[str, Any]]) -> list[tuple]:
+    """What runs per token range, without where the deciding row sits (file:line names the release)."""
+    return [(tuple(s.get("tokens") or ()), s.get("stages"), s.get("family"), tuple(s.get("kernels") or ()),
+             s.get("block_m"), s.get("ksplit"), s.get("activation_dtype"), s.get("basis"), s.get("raises"))
+            for s in steps]
+
+
+def _issues(decision: Any) -> list[dict[str, Any]]:
+    """The known kernel × bucket issues (and AITER refusals) the decision's dispatch hits."""
+    dispatch = getattr(decision, "dispatch", None)
+    return [{"issue": h.issue, "tokens": list(h.tokens), "severity": h.severity, "effect": h.effect}
+            for h in (dispatch.issues if dispatch is not None else ())]
+
+
 def _decision_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """A layer entry of the explain JSON cut to what compare shows: backend, padding, and when the plan has them
     the AITER dispatch per token bucket and the predicted cost."""
@@ -182,6 +196,13 @@ def _why_items(cmp: Comparison, index: int, differs_in: list[str]) -> list[tuple
                     r for r in rej.reasons if r.kind == "outranked")
                 if picked:
                     out.append((f"{label}: not {other}: ", picked))
+    if "known issues" in differs_in:
+        for i, d in enumerate(decisions):
+            hits = d.dispatch.issues if getattr(d, "dispatch", None) is not None else ()
+            text = "; ".join(f"{h.issue} at tokens {h.tokens[0]}"
+                             + (f"–{h.tokens[1]}" if h.tokens[1] != h.tokens[0] else "") + f": {h.effect}"
+                             for h in hits)
+            out.append((f"{cmp.label(i)}: known issues: {text or 'none'}", ()))
     if differs_in == ["padding"]:  # same backend, other padding (a changed backend explains its own padding)
         per_variant = [tuple(r for r in d.reasons if r.kind == "padding") for d in decisions]
         everywhere = set.intersection(*(set(p) for p in per_variant)) if per_variant else set()
@@ -216,8 +237,17 @@ def compare_to_json(cmp: Comparison) -> dict[str, Any]:
     for indices in cmp.groups():
         first = indices[0]
         decisions = [_decision_entry(doc["layers"][first]) for doc in docs]
+        for d, plan in zip(decisions, cmp.plans):
+            d["known_issues"] = _issues(plan.decisions[first])
         differs_in = [key for key in ("backend", "padding") if len({json.dumps(d[key], sort_keys=True)
                                                                      for d in decisions}) > 1]
+        if not differs_in:
+            # Same backend and padding: what AITER runs per bucket (its kernels, not which release's file:line
+            # says so) and the known issues it hits can still differ — between AITER releases they usually do.
+            if len({json.dumps(_runs(d.get("aiter_dispatch") or []), sort_keys=True) for d in decisions}) > 1:
+                differs_in.append("dispatch")
+            if len({json.dumps(d["known_issues"], sort_keys=True) for d in decisions}) > 1:
+                differs_in.append("known issues")
         groups.append({"layers": indices, "kind": docs[0]["layers"][first]["kind"], "decisions": decisions,
                        "differs": bool(differs_in), "differs_in": differs_in,
                        "why": [_why_text(item) for item in _why_items(cmp, first, differs_in)] if differs_in
@@ -243,7 +273,11 @@ def _dispatch(steps: Sequence[dict[str, Any]]) -> str:
     for s in steps:
         lo, hi = (s.get("tokens") or [None, None])[:2]
         span = f"{lo}" if lo == hi else f"{lo}–{hi}"
-        parts.append(f"{span} tok {s.get('family')} {s.get('stages')}-stage block_m {s.get('block_m')} "
+        if s.get("raises"):
+            parts.append(f"{span} tok AITER raises")
+            continue
+        split = f" split-K {s.get('ksplit')}" if (s.get("ksplit") or 0) > 1 else ""
+        parts.append(f"{span} tok {s.get('family')} {s.get('stages')}-stage block_m {s.get('block_m')}{split} "
                      f"({s.get('basis')})")
     return "; ".join(parts)
 
@@ -297,7 +331,8 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
             lines.append(f"{span} ({count}) → dense MLP in every variant")
             continue
         differ += len(idx) if g["differs"] else 0
-        state = f"DIFFERS in {' and '.join(g['differs_in'])}" if g["differs"] else "same backend and padding"
+        state = f"DIFFERS in {' and '.join(g['differs_in'])}" if g["differs"] else \
+            "same backend, padding, dispatch and known issues"
         lines.append(f"{span} ({count}): {state}")
         bw = max(len(d["backend"] or "NO BACKEND") for d in g["decisions"])
         for i, d in enumerate(g["decisions"]):

@@ -10,7 +10,7 @@ import json
 from typing import Any, Sequence
 
 from moedispatch.core.decision import Decision
-from moedispatch.plan.plan import SCHEMA, Plan, cost_total, layer_span, padded_bytes, plan_model, plan_to_json
+from moedispatch.plan.plan import SCHEMA, Plan, aiter_data, cost_total, layer_span, padded_bytes, plan_model, plan_to_json
 from moedispatch.core.reason import Reason
 from moedispatch.core.costs import format_cost
 from moedispatch.data.capdb import partition_of, partitions_for
@@ -55,8 +55,11 @@ def _step_line(step: Any) -> str:
     lo, hi = step.tokens
     toks = f"{lo}" if lo == hi else f"{lo}–{hi}"
     why = f"tuned row {step.config}" if step.basis == "tuned" else "AITER heuristic"
+    if getattr(step, "raises", None):
+        return f"tokens {toks}: AITER raises — {step.raises}"
     kernels = " + ".join(step.kernels)
-    return (f"tokens {toks}: {step.family} {step.stages}-stage {kernels}, block_m {step.block_m}, "
+    split = f", split-K {step.ksplit}" if getattr(step, "ksplit", 0) > 1 else ""
+    return (f"tokens {toks}: {step.family} {step.stages}-stage {kernels}, block_m {step.block_m}{split}, "
             f"{step.activation_dtype} activations — {why}")
 
 
@@ -128,6 +131,8 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     lines.append(f"target  {target} [{caps.source}]")
     lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
                  f" plan fingerprint {plan.fingerprint}")
+    for used in aiter_data(plan):
+        lines += _wrap(f"rows {used['rows']}; rules {used['rules']} ({used['rules_source']})", "aiter   ")
     lines.append("")
     for group in plan.groups():
         d = group[0]

@@ -79,7 +79,14 @@ def blocking_reasons(dispatch: Any) -> tuple[Reason, ...]:
     """Known wrong-output kernels AITER would pick for some token count, with no workaround: reject the path."""
     out = []
     for hit in dispatch.issues:
-        if hit.severity == "error" and not hit.has_workaround:
+        if not hit.blocking:
+            continue
+        if hit.raises:
+            env = ", ".join(f"{k}={v}" for k, v in hit.workaround_env)
+            out.append(Reason(f"AITER cannot run this layer for {_span(hit.tokens)} (bucket {hit.bucket}): "
+                              f"{hit.effect}; what runs instead: {hit.workaround}" + (f" [{env}]" if env else ""),
+                              "failed", hit.source, hit.issue, hit.confidence))
+        else:
             out.append(Reason(f"AITER's dispatcher runs {hit.kernel} for {_span(hit.tokens)} (bucket {hit.bucket}): "
                               f"{hit.effect}; no workaround known" + _fixed(hit), "failed", hit.source, hit.issue,
                               hit.confidence))
@@ -102,7 +109,7 @@ def dispatch_reasons(dispatch: Any, backend: str, family: str | None) -> tuple[R
                           "names the family moedispatch checked for this layer", "note",
                           "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py (get_2stage_cfgs)"))
     for hit in dispatch.issues:
-        if hit.severity == "error" and not hit.has_workaround:
+        if hit.blocking:
             continue  # blocking: reported as a rejection
         env = ", ".join(f"{k}={v}" for k, v in hit.workaround_env)
         cap = f"; or cap --max-num-batched-tokens at {hit.token_cap}" if hit.token_cap else ""
