@@ -7,10 +7,12 @@ Only this module configures logging: structlog events go to stderr (console on a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from moedispatch._util.suggest import did_you_mean
 from moedispatch.core.errors import MoedispatchError, PluginError, UsageError
@@ -66,6 +68,9 @@ def _build_parser() -> _Parser:
             p.add_argument("--target", help="GPU arch or product, optionally one compute partition: gfx942, "
                                             "gfx950, MI300X, MI355X, MI355X:CPX, …")
             p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3; 'installed' for the AITER in this Python; 'none')")
+            p.add_argument("--aiter-configs", metavar="DIR",
+                           help="read AITER's tuned CSVs from this folder (a ROCm/aiter checkout, an aiter package or "
+                                "its configs/) instead of the installed or bundled ones; env MOEDISPATCH_AITER_CONFIGS")
 
     explain = sub.add_parser("explain", help="plan every layer of a model and say why")
     explain.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
@@ -475,6 +480,27 @@ _COMMANDS = {"explain": _cmd_explain, "probe": _cmd_probe, "backends": _cmd_back
              "lint": _cmd_lint}
 
 
+@contextlib.contextmanager
+def _aiter_configs(folder: str | None) -> Iterator[None]:
+    """``--aiter-configs DIR``: MOEDISPATCH_AITER_CONFIGS for this run (restored after, for in-process callers)."""
+    if folder is None:
+        yield
+        return
+    from moedispatch.data.aiter_configs import AITER_CONFIGS_ENV
+
+    if not os.path.isdir(folder):
+        raise UsageError(f"--aiter-configs {folder!r} is not a directory")
+    before = os.environ.get(AITER_CONFIGS_ENV)
+    os.environ[AITER_CONFIGS_ENV] = os.path.abspath(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(AITER_CONFIGS_ENV, None)
+        else:
+            os.environ[AITER_CONFIGS_ENV] = before
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _build_parser()
@@ -497,7 +523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         set_fd_capture(True)  # the CLI owns fd 1: plugin writes to it during discovery are captured too
         try:
-            return _COMMANDS[args.command](args)
+            with _aiter_configs(getattr(args, "aiter_configs", None)):
+                return _COMMANDS[args.command](args)
         finally:
             set_fd_capture(False)  # main() called in-process (a notebook, tests) leaves the library default
     except NoBackendError as exc:

@@ -9,6 +9,7 @@ release's own CSVs gives them, and pin how an AITER version picks its release.
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.util
 import os
 import subprocess
@@ -145,3 +146,42 @@ def test_fhmoe_table_matches_aiter_when_a_checkout_is_given():
     doc = b.tomllib.loads((ROOT / "capability_db" / "aiter_fhmoe.toml").read_text())
     text = b.read_at(Path(src), doc["commit"], b.FHMOE_PATH)
     assert b.fhmoe_toml(text, doc["commit"]) == (ROOT / "capability_db" / "aiter_fhmoe.toml").read_text()
+
+
+def test_aiter_configs_flag_and_env_read_a_checkout(cli, shared_aiter):
+    """--aiter-configs DIR (or MOEDISPATCH_AITER_CONFIGS) plans with that folder's CSVs — here release v0.1.18's
+    checkout layout (aiter/configs/) — and the plan says so; a missing folder is one line and exit 2."""
+    folder = str(shared_aiter / "v0.1.18")
+    out = cli("explain", "--model", "GLM-5-FP8", "--target", "MI300X", "--tp", "8", "--aiter-version", "0.1.18",
+              "--aiter-configs", folder, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    (used,) = json.loads(out.stdout)["aiter_data"]
+    assert used["origin"] == "explicit" and folder in used["rows"] and used["rules"] == "v0.1.18"
+    bundled = json.loads(cli("explain", "--model", "GLM-5-FP8", "--target", "MI300X", "--tp", "8", "--aiter-version",
+                             "0.1.18", "--format", "json").stdout)
+    assert bundled["aiter_data"][0]["release"] == "v0.1.18" and bundled["aiter_data"][0]["origin"] == "bundled"
+    for args in (["--aiter-configs", str(shared_aiter / "nope")],):
+        bad = cli("explain", "--model", "GLM-5-FP8", "--target", "MI300X", *args)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "not a directory" in bad.stderr
+    env_doc = json.loads(cli("explain", "--model", "GLM-5-FP8", "--target", "MI300X", "--tp", "8", "--aiter-version",
+                             "0.1.18", "--format", "json", env={"MOEDISPATCH_AITER_CONFIGS": folder}).stdout)
+    assert env_doc["aiter_data"][0]["origin"] == "explicit"
+
+
+def test_explicit_rows_equal_the_index_rows_for_the_same_release(shared_aiter):
+    """Reading release v0.1.18's own folder and reading the index's v0.1.18 give the same kernels per bucket."""
+    from moedispatch.aiter.dispatch import plan_dispatch
+    from moedispatch.data.capdb import target_capabilities
+    from moedispatch.sources.models import expand_layers, load_model
+
+    caps = target_capabilities("MI300X", "0.1.18")
+    layer = next(l for l in expand_layers(load_model("GLM-5-FP8"), tp=8, ep=1) if l.kind == "moe")
+    tokens = (1, 2, 4, 8, 16, 64, 256, 1024, 8192)
+    a = plan_dispatch(layer, caps, tokens=tokens, env={}, configs=ac.load_config_set(str(shared_aiter / "v0.1.18"),
+                                                                                     version="0.1.18"))
+    b = plan_dispatch(layer, caps, tokens=tokens, env={}, configs=ac.load_config_set("v0.1.18", version="0.1.18"))
+    def strip(plan):  # the deciding row as file name and line (the folder or release prefix differs)
+        return [(s.tokens, s.kernels, s.block_m, s.ksplit, s.basis, os.path.basename(s.config or "")) for s in plan.steps]
+
+    assert strip(a) == strip(b) and any(s.basis == "tuned" for s in a.steps)
+    assert a.config_origin == "explicit" and b.config_origin == "bundled" and b.config_release == "v0.1.18"

@@ -53,6 +53,7 @@ __all__ = [
     "installed_config_warnings",
     "gfx_from_cu_num",
     "parse_csv",
+    "AITER_CONFIGS_ENV",
 ]
 
 #: The lookup key of ``get_2stage_cfgs`` at AITER HEAD, in order (``_INDEX_COLS``); legacy AITER (≤ 0.1.7) has no
@@ -464,10 +465,11 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
         return _bundled(aiter_index.release(source).tag, version, model_dims=model_dims)
     if os.path.isdir(source):
         configs = source
-        if os.path.isfile(os.path.join(source, "configs", "tuned_fmoe.csv")):
-            configs = os.path.join(source, "configs")
+        for sub in (("configs",), ("aiter", "configs")):  # an aiter package, or a ROCm/aiter checkout
+            if os.path.isfile(os.path.join(source, *sub, "tuned_fmoe.csv")):
+                configs = os.path.join(source, *sub)
         if not os.path.isfile(os.path.join(configs, "tuned_fmoe.csv")):
-            raise UsageError(f"{source}: no tuned_fmoe.csv here or under configs/")
+            raise UsageError(f"{source}: no tuned_fmoe.csv here, under configs/ or under aiter/configs/")
         files = [(p, p) for p in default_files(configs)]
         return _build(files, _dispatch_model_for(version), f"tuned CSVs in {source}", "explicit", version,
                       model_dims=model_dims)
@@ -495,12 +497,23 @@ def _same_version(a: str | None, b: str | None) -> bool:
         return a == b
 
 
+#: A folder of AITER tuned CSVs (a ROCm/aiter checkout, an aiter package or its configs/) every plan reads instead of
+#: the installed or bundled rows (``--aiter-configs DIR`` sets it for one CLI run).
+AITER_CONFIGS_ENV = "MOEDISPATCH_AITER_CONFIGS"
+
+
 def config_set_for(caps: Any, env: Mapping[str, str] | None = None,
                    model_dims: frozenset[int] | None = None) -> ConfigSet:
-    """The tuned set for a target: the installed AITER when ``caps.aiter_version`` is the installed one (or the
-    version came from the probe), else the index's release for that version. ``model_dims``: only rows of these
-    model_dim values (a planner's fast path; see :func:`parse_csv`)."""
+    """The tuned set for a target: the folder named by ``MOEDISPATCH_AITER_CONFIGS`` when set; else the installed
+    AITER when ``caps.aiter_version`` is the installed one (or the version came from the probe); else the index's
+    release for that version. ``model_dims``: only rows of these model_dim values (a planner's fast path; see
+    :func:`parse_csv`). ``AITER_CONFIG_FMOE`` in ``env`` still replaces the whole set, as in AITER."""
     version = getattr(caps, "aiter_version", None)
+    explicit = (os.environ.get(AITER_CONFIGS_ENV) or "").strip()
+    if explicit:
+        if not os.path.isdir(explicit):
+            raise UsageError(f"{AITER_CONFIGS_ENV}={explicit!r} is not a directory")
+        return load_config_set(explicit, env=env, version=version, model_dims=model_dims)
     prov = ""
     source_of = getattr(caps, "source_of", None)
     if callable(source_of):
