@@ -51,6 +51,7 @@ __all__ = [
     "Rejection",
     "Plan",
     "Runtime",
+    "target",
 ]
 
 
@@ -59,6 +60,10 @@ def __getattr__(name: str):  # lazy: keep `import moedispatch` cheap
         from moedispatch.api import select_moe_backend
 
         return select_moe_backend
+    if name == "target":  # Capabilities of a simulated target: moedispatch.target("MI300X")
+        from moedispatch.api import target
+
+        return target
     if name == "plan_model":
         from moedispatch.api import plan_model
 

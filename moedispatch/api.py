@@ -28,14 +28,76 @@ from moedispatch.probe.targets import (default_target_warning, installed_aiter_w
                                        resolve_capabilities)
 from moedispatch.plan.plan import plan_model as _plan
 from moedispatch.selector import plugins
+from moedispatch.core.errors import ModelError
+from moedispatch.core.layers import QuantSpec
 from moedispatch.sources.models import ModelSpec, load_model
+from moedispatch.sources.quant import parse_quantization_config
 
-__all__ = ["select_moe_backend", "plan_model", "default_capabilities", "resolve_capabilities"]
+__all__ = ["select_moe_backend", "plan_model", "default_capabilities", "resolve_capabilities", "target"]
 
 log = get_logger(__name__)
 
 _lock = threading.Lock()
 _caps: Capabilities | None = None
+
+
+def target(name: str, aiter_version: str | None = None) -> Capabilities:
+    """Capabilities of a simulated target, as ``--target`` builds them: a product or arch, optionally one compute
+    partition (``"MI300X"``, ``"gfx950"``, ``"MI355X:CPX"``), with the AITER release planned for (default: the newest
+    capability_db knows). A name capability_db does not know raises :class:`TargetError` (with a did-you-mean)."""
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(f"target(): expected a product or arch name such as 'MI300X' or 'gfx950', got {name!r}")
+    return capdb.target_capabilities(name, aiter_version)
+
+
+def _quant_from_engine(fields: dict[str, Any]) -> dict[str, Any]:
+    """``quant_config=`` as an engine holds it — the checkpoint's quantization_config dict, or vLLM/SGLang's config
+    object (``weight_block_size``, ``activation_scheme``, ``get_name()``) — read into ``weight_quant`` /
+    ``activation_quant`` QuantSpecs (an FP8 block size is kept: block128x128 weights, group128 activations). A
+    ``weight_quant`` label given too must agree with it; an unreadable config is a one-line UsageError."""
+    qc = fields.pop("quant_config", None)
+    if qc is None:
+        return fields
+    if not isinstance(qc, dict):  # an engine's QuantizationConfig object
+        name = qc.get_name() if callable(getattr(qc, "get_name", None)) else getattr(qc, "quant_method", None)
+        qc = {k: getattr(qc, k) for k in ("weight_block_size", "activation_scheme", "fmt") if
+              getattr(qc, k, None) is not None} | ({"quant_method": str(name)} if name else {})
+    qc = dict(qc)
+    label = fields.get("weight_quant")
+    if "quant_method" not in qc and isinstance(label, str):
+        qc["quant_method"] = label
+    if isinstance(qc.get("weight_block_size"), tuple):
+        qc["weight_block_size"] = list(qc["weight_block_size"])
+    try:
+        scheme = parse_quantization_config(qc, "quant_config")
+    except ModelError as exc:
+        raise UsageError(f"select_moe_backend(): {exc}") from None
+    if scheme is None:
+        return fields
+    if isinstance(label, str) and QuantSpec.parse(label).dtype != scheme.weight.dtype:
+        raise UsageError(f"select_moe_backend(): weight_quant={label!r} disagrees with quant_config "
+                         f"({scheme.method}: {scheme.weight.dtype} weights)")
+    if fields.get("weight_granularity") not in (None, scheme.weight.granularity):
+        raise UsageError(f"select_moe_backend(): weight_granularity={fields['weight_granularity']!r} disagrees with "
+                         f"quant_config ({scheme.weight.granularity})")
+    out = {k: v for k, v in fields.items() if k not in ("weight_granularity", "activation_granularity")}
+    out["weight_quant"] = scheme.weight
+    out.setdefault("activation_quant", scheme.act)
+    if isinstance(out["activation_quant"], str):
+        out["activation_quant"] = QuantSpec.parse(out["activation_quant"], dynamic=True,
+                                                  granularity=fields.get("activation_granularity")
+                                                  or scheme.act.granularity)
+    return out
+
+
+def _as_caps(caps: Any) -> Capabilities:
+    """``caps=`` as given to the engine API: Capabilities, or a target name (``"MI300X"``)."""
+    if isinstance(caps, Capabilities):
+        return caps
+    if isinstance(caps, str):
+        return target(caps)
+    raise UsageError(f"caps must be Capabilities (moedispatch.target('MI300X')) or a target name such as 'MI300X', "
+                     f"got {type(caps).__name__}")
 
 
 def default_capabilities() -> Capabilities:
@@ -67,8 +129,7 @@ def select_moe_backend(
     ``caps=None`` probes once per process. Raises :class:`NoBackendError` (with the Decision) when nothing is
     correct, or when ``force`` names a backend that fails its checks — never a silent fallback.
     """
-    if caps is None:
-        caps = _caps if _caps is not None else default_capabilities()
+    caps = (_caps if _caps is not None else default_capabilities()) if caps is None else _as_caps(caps)
     registry = _registry(strict)
     if layer is not None:
         if layer_fields:
@@ -95,7 +156,7 @@ def select_moe_backend(
             if len(_fast) >= 64:
                 _fast.clear()
             _fast[id(caps)] = memo
-    layer = _layer_from_fields(layer_fields)
+    layer = _layer_from_fields(_quant_from_engine(dict(layer_fields)))
     try:
         decision = _with_target_warning(select(layer, caps, registry.backends, force, strict=strict,
                                                runtime=_runtime()), caps)
@@ -158,8 +219,7 @@ def plan_model(model: Any, caps: Capabilities | None = None, tp: int = 1, ep: in
     deployment can all-gather ``plan.fingerprint`` and refuse to start when they disagree.
     """
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    if caps is None:
-        caps = default_capabilities()
+    caps = default_capabilities() if caps is None else _as_caps(caps)
     registry = plugins.get_registry(strict=strict)
     return _plan(spec, caps, tp, ep, backends=registry.backends, force=force, strict=strict,
                  warnings=default_target_warning(caps) + tuple(f"plugin error: {e}" for e in registry.errors)

@@ -480,6 +480,38 @@ _COMMANDS = {"explain": _cmd_explain, "probe": _cmd_probe, "backends": _cmd_back
              "lint": _cmd_lint}
 
 
+_ASCII = {"–": "-", "—": "--", "→": "->", "←": "<-", "×": "x", "µ": "u", "…": "...", "≤": "<=", "≥": ">=",
+          "·": "*", "’": "'", "‘": "'", "“": '"', "”": '"', "≈": "~", "−": "-", "±": "+/-", "÷": "/", "•": "*"}
+
+
+def _transliterate(exc: UnicodeError) -> tuple[str, int]:
+    """codecs error handler: what a terminal that cannot show a character gets instead (``→`` → ``->``, else ``?``)."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    return "".join(_ASCII.get(ch, "?") for ch in exc.object[exc.start:exc.end]), exc.end
+
+
+@contextlib.contextmanager
+def _printable_streams() -> Iterator[None]:
+    """stdout/stderr that cannot encode the output's characters (``PYTHONIOENCODING=ascii``, a C locale) get ASCII
+    stand-ins instead of a UnicodeEncodeError traceback."""
+    import codecs
+
+    codecs.register_error("moedispatch-ascii", _transliterate)
+    changed = []
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
+        if reconfigure is not None and encoding not in ("utf-8", "utf8", "utf-16", "utf-32"):
+            changed.append((stream, stream.errors))
+            reconfigure(errors="moedispatch-ascii")
+    try:
+        yield
+    finally:
+        for stream, errors in changed:
+            stream.reconfigure(errors=errors)
+
+
 @contextlib.contextmanager
 def _aiter_configs(folder: str | None) -> Iterator[None]:
     """``--aiter-configs DIR``: MOEDISPATCH_AITER_CONFIGS for this run (restored after, for in-process callers)."""
@@ -502,6 +534,11 @@ def _aiter_configs(folder: str | None) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with _printable_streams():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = _build_parser()
         argv = list(sys.argv[1:] if argv is None else argv)

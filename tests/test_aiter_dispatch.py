@@ -886,3 +886,43 @@ def test_compare_shows_the_flat_difference_between_releases(cli):
     text = cli("compare", "--model", "GLM-5-FP8", "--target", "MI300X", "--tp", "8", "--aiter-version",
                "0.1.19.post1,0.1.20").stdout
     assert "DIFFERS in known issues" in text and "FLAT fmoe asm kernels are gfx950-only" in text
+
+
+# -- the PyPI wheel (0.1.7 rules) against its own code, and SiTUv2 before it existed ---------------------------------
+
+def test_legacy_one_stage_op_and_fp8_flavour():
+    """amd-aiter 0.1.7.post2.dev18 aiter/fused_moe.py: fused_moe_1stage picks the op by quant type (lines 313-400;
+    per_1x128 → fmoe_fp8_blockscale_g1u1) and q_dtype_a = dtypes.fp8 for uint32 weights (line 220: e4m3fnuz on
+    gfx942)."""
+    caps = target_capabilities("MI300X", "0.1.7")
+    # the wheel's heuristic: per_1x128 runs 1-stage when inter_dim % 256 == 0
+    key = ad.dispatch_key(layer(hidden=2048, intermediate=256, experts=8, top_k=2, tp=1), caps, model="legacy")
+    step = ad.dispatch_token(64, key, None, env={}, model="legacy")
+    assert step.stages == 1 and step.kernels == ("fmoe_fp8_blockscale_g1u1 (default)",)
+    w4a8 = layer(hidden=2048, intermediate=96, experts=8, top_k=2, tp=1, weight=QuantSpec("int4", "channel"),
+                 act=QuantSpec("fp8", "token", dynamic=True))
+    key = ad.dispatch_key(w4a8, caps, model="legacy")
+    assert ad.dispatch_token(1, key, None, env={}, model="legacy").q_dtype_a == ad.FP8_FNUZ
+
+
+@pytest.mark.parametrize(("version", "raises"), [("0.1.7", True), ("0.1.18", True), ("0.1.19", False)])
+def test_situv2_cannot_be_asked_of_an_aiter_without_it(version, raises):
+    """ActivationType gains Situv2 in v0.1.19 (aiter_enum.h; absent from the 0.1.7 wheel and v0.1.18)."""
+    k3 = moe("Kimi-K3-MXFP4", tp=8)
+    plan = plan_dispatch(k3, target_capabilities("MI355X", version), env={}, tokens=(1,))
+    (step,) = plan.steps
+    assert bool(step.raises and "has no attribute 'Situv2'" in step.raises) == raises
+    if raises:
+        assert plan.issues[0].blocking
+
+
+def test_ck_stage1_row_with_a_flydsl_stage2_without_flydsl(head):
+    """fused_moe.py lines 2888, 2909-2916: a CK stage-1 row's FlyDSL stage 2 runs only with flydsl importable;
+    otherwise ck_moe_stage2_fwd is handed the FlyDSL name (MiniMax-M2.5-MXFP4 TP2, M=4096, row :46)."""
+    (step,) = simulate(moe("MiniMax-M2.5-MXFP4", tp=2), target_capabilities(*MI355X), configs=head, env={},
+                       tokens=(4096,), assumptions=Assumptions(flydsl_available=False))
+    assert step.config.endswith("minimax_m25_fp4_tuned_fmoe.csv:46") and "ck2stages" in step.kernels[0]
+    assert step.family == "ck" and step.kernels[1].startswith("flydsl_moe2") and "CK stage-2" in step.raises
+    (fly,) = simulate(moe("MiniMax-M2.5-MXFP4", tp=2), target_capabilities(*MI355X), configs=head, env={},
+                      tokens=(4096,))
+    assert fly.raises is None

@@ -85,10 +85,13 @@ SRC_FUSED_MOE = f"{_H}/aiter/fused_moe.py"
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
+    """``int(os.environ.get(key, default))`` as AITER reads it; a value int() rejects raises UsageError (AITER itself
+    raises ValueError there — never a silent default)."""
     try:
-        return int(str(env.get(key, default)).strip())
+        return int(str(env.get(key, default)))
     except ValueError:
-        return default
+        raise UsageError(f"{key}={env.get(key)!r} is not an integer: AITER reads it with int() and raises "
+                         f"ValueError ({SRC_FUSED_MOE})") from None
 
 
 # -- dtype / quant vocabulary (the strings AITER's CSVs hold) ---------------------------------------------------
@@ -318,6 +321,8 @@ class Rules:
     #: _fused_moe_impl refuses a16w4 SiTUv2 under EP / bias / no FlyDSL / unshuffled weights (from v0.1.20; in
     #: v0.1.19.x SiTUv2 a16w4 routes to FlyDSL's mixed_moe with no such guard).
     situv2_guard: bool = False
+    #: ``ActivationType.Situv2`` exists (v0.1.19+); before, a SiTUv2 layer cannot be handed to fused_moe at all.
+    situv2: bool = False
 
 
 _RULES: tuple[tuple[str, Rules], ...] = (
@@ -338,10 +343,10 @@ _RULES: tuple[tuple[str, Rules], ...] = (
     ("<0.1.19", Rules("v0.1.18", "tiers", True, True, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
                       "head", _TAG.format(tag="v0.1.18"))),
     ("<0.1.20", Rules("v0.1.19", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
-                      "head", _TAG.format(tag="v0.1.19.post2"))),
+                      "head", _TAG.format(tag="v0.1.19.post2"), situv2=True)),
 )
 HEAD_RULES = Rules("HEAD e4048607 (v0.1.20+)", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND",
-                   256, True, "head", SRC_FUSED_MOE, situv2_guard=True)
+                   256, True, "head", SRC_FUSED_MOE, situv2_guard=True, situv2=True)
 LEGACY_RULES = _RULES[0][1]
 
 
@@ -406,7 +411,8 @@ def activation_dtype(M: int, key: DispatchKey, env: Mapping[str, str] | None = N
     if rules.act_policy == "v017":
         if key.q_type == Q_1X32:
             return FP4, f"per_1x32 quantizes activations to fp4x2 ({rules.name})"
-        return (FP8 if key.q_dtype_w == U32 else key.q_dtype_w), f"activations take the weight dtype ({rules.name})"
+        return (_fp8(key.gfx) if key.q_dtype_w == U32 else key.q_dtype_w), \
+            f"activations take the weight dtype ({rules.name})"
     if rules.act_policy == "swiglu512" and key.q_type == Q_1X32:
         if key.q_dtype_w == I4:
             return BF16, "a16wi4: int4 weights run with bf16 activations"
@@ -866,6 +872,12 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
                                                      or q_w in (BF16, FP16, U32, FP4, fp8))):
         k1 = kn1 or "moe_ck2stages_gemm1 (default)"
         k2, extra = _stage2_name(kn2) if kn2 else ("moe_ck2stages_gemm2 (default)", [])
+        if kn2.startswith("flydsl_") and not fly:
+            # The FlyDSL stage 2 is taken only with is_flydsl_available(); otherwise ck_moe_stage2_fwd gets the
+            # FlyDSL name (ROCm/aiter@e4048607:aiter/fused_moe.py lines 2888, 2909-2916).
+            return replace(step(2, (k1, k2), block_m, basis, ksplit, extra, family="ck"),
+                           raises=f"the CK stage-2 launcher is handed the FlyDSL kernel name {k2} because flydsl is "
+                                  "not importable: no such kernel to launch")
         return step(2, (k1, k2), block_m, basis, ksplit,
                     extra + ([] if kn1 else ["CK 2-stage with the codegen's default instance for this shape"]))
     if block_m not in (16, 32, 64, 128):
@@ -900,12 +912,13 @@ def _situv2_a16w4_refusal(key: DispatchKey, q_a: str, a: Assumptions) -> str | N
     return None
 
 
-def _one_stage_op(key: DispatchKey) -> str:
+def _one_stage_op(key: DispatchKey, *, tkw1: bool = True) -> str:
     """The ASM op ``fused_moe_1stage`` calls — chosen from the quant type, not from ``fused_moe_1stage_dict``'s value
-    (ROCm/aiter@e4048607:aiter/fused_moe.py lines 1094-1188)."""
+    (ROCm/aiter@e4048607:aiter/fused_moe.py lines 1094-1188; amd-aiter 0.1.7.post2.dev18 aiter/fused_moe.py lines
+    313-400, which has no tkw1 branch: ``tkw1=False``)."""
     if key.q_type == Q_NO and key.act_type == SILU and not key.use_g1u1:
         return "fmoe"
-    if key.q_type == Q_TOKEN and key.doweight_stage1 and key.use_g1u1:
+    if tkw1 and key.q_type == Q_TOKEN and key.doweight_stage1 and key.use_g1u1:
         return "fmoe_g1u1_tkw1"
     if key.q_type == Q_1X128:
         return "fmoe_fp8_blockscale_g1u1"
@@ -962,7 +975,8 @@ def _dispatch_legacy(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mappin
         basis = "heuristic"
         ksplit = 0
         if run_1stage:
-            return step(1, (f"{api} (default)",), block_m, basis, 0, ["1-stage ASM from fused_moe_1stage_dict"])
+            return step(1, (f"{_one_stage_op(key, tkw1=False)} (default)",), block_m, basis, 0,
+                        ["1-stage ASM: fused_moe_1stage_dict decides 1-stage, the quant type picks the op"])
     else:
         kn1, kn2, block_m, ksplit, basis = row.kernel1, row.kernel2, row.block_m, row.ksplit, "tuned"
         if row.run_1stage:
@@ -988,6 +1002,13 @@ def dispatch_token(M: int, key: DispatchKey, config_set: ConfigSet | None, *, en
     rules = lookup_rules(model if model is not None else
                          (config_set.version if config_set is not None and config_set.version else None))
     a = assumptions or Assumptions()
+    if key.act_type == SITUV2 and not rules.situv2:
+        q_a = BF16
+        return DispatchStep(tokens=(M, M), bucket=get_padded_M(M, rules), stages=2, family="none", kernels=(),
+                            block_m=None, activation_dtype=_label(q_a, key.q_type), basis="heuristic", config=None,
+                            buckets=(get_padded_M(M, rules),), q_dtype_a=q_a,
+                            raises=f"AttributeError: type object 'ActivationType' has no attribute 'Situv2' (AITER "
+                                   f"{rules.name} has no SiTUv2 activation: csrc/include/aiter_enum.h)")
     fn = _dispatch_legacy if rules.heuristics == "v017" else _dispatch_head
     return fn(M, key, config_set, dict(env or {}), a, rules)
 

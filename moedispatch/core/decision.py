@@ -81,6 +81,32 @@ class Decision:
         """This decision's reasons whose kind is one of ``kinds``."""
         return tuple(r for r in self.reasons if r.kind in kinds)
 
+    @property
+    def caveats(self) -> tuple[Reason, ...]:
+        """Run-time risks the plan cannot rule out (reasons of kind ``caveat``: token-count dependent crashes and
+        wrong output, scale-tile splits) — what explain prints as ``caveat`` lines. :attr:`warnings` are the ones the
+        user must act on; an engine that logs a decision should log both."""
+        return self.of_kind("caveat")
+
+    def __str__(self) -> str:
+        """One line an engine can log: layer, backend (or why none), padding, target, warnings and caveats."""
+        layer = f"layer {self.layer.index}"
+        if self.layer.kind == "dense":
+            return f"{layer}: dense MLP (no MoE backend)"
+        pad = self.padding
+        padding = (f"padded to hidden {pad.hidden} × intermediate/rank {pad.intermediate_per_rank}"
+                   if getattr(pad, "padded", False) else "no padding")
+        target = self.target or {}
+        where = " ".join(str(target[k]) for k in ("gfx", "product") if target.get(k))
+        where += f", AITER {target['aiter_version']}" if target.get("aiter_version") else ""
+        head = f"{layer}: {self.backend}" if self.backend else f"{layer}: NO correct backend"
+        if self.backend is None:
+            fails = [r.text for rej in self.rejected for r in rej.reasons if r.kind == "failed"][:1]
+            head += f" ({fails[0]})" if fails else ""
+        tail = "; ".join(f"{kind}: {r.text.removeprefix(kind + ' ')}"
+                         for kind, rs in (("warning", self.warnings), ("caveat", self.caveats)) for r in rs)
+        return f"{head}, {padding}" + (f" on {where}" if where else "") + (f" — {tail}" if tail else "")
+
     def to_dict(self) -> dict[str, Any]:
         """Exactly the decision fields of an explain layer entry: backend, padding, reasons (+ reason_details),
         rejected; ``aiter_dispatch`` and ``cost`` when the decision was planned with a Runtime."""

@@ -32,7 +32,7 @@ _ALIASES = {
     "hidden_act": "activation",
     "model_name": "model",
 }
-_FIELDS = {"hidden_size", "intermediate_size", "num_experts", "top_k", "tp_size", "ep_size", "weight_quant",
+_FIELDS = {"quant_config", "hidden_size", "intermediate_size", "num_experts", "top_k", "tp_size", "ep_size", "weight_quant",
            "activation_quant", "activation", "has_bias", "model", "weight_granularity", "activation_granularity",
            "activation_params", "model_type", "swiglu_alpha", "swiglu_limit", "index"}
 
@@ -40,7 +40,7 @@ _FIELDS = {"hidden_size", "intermediate_size", "num_experts", "top_k", "tp_size"
 # engine can pass its constructor arguments through unchanged (vllm fused_moe/layer.py FusedMoE.__init__).
 _IGNORED = {"params_dtype", "dp_size", "pcp_size", "renormalize", "prefix", "use_grouped_topk", "num_expert_group",
             "topk_group", "scoring_func", "routed_scaling_factor", "e_score_correction_bias",
-            "custom_routing_function", "reduce_results", "quant_config", "apply_router_weight_on_input",
+            "custom_routing_function", "reduce_results", "apply_router_weight_on_input",
             "enable_eplb", "num_redundant_experts", "is_act_and_mul", "layer_id", "is_sequence_parallel",
             "router_logits_dtype", "zero_expert_num", "zero_expert_type", "n_shared_experts", "routing_method_type",
             # The checkpoint's quantization_config.quant_method: engine_choice() routes MX checkpoints by it; which

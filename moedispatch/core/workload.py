@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 from moedispatch.core.errors import UsageError
 
-__all__ = ["Runtime", "DEFAULT_TOKENS", "MAX_TOKENS", "PADDED_M_TIERS", "SERVING_BUCKETS", "AITER_ENV", "aiter_env",
+__all__ = ["Runtime", "check_aiter_env", "INT_ENV", "FLAG_ENV", "DEFAULT_TOKENS", "MAX_TOKENS", "MAX_TOKEN_COUNTS", "PADDED_M_TIERS", "SERVING_BUCKETS", "AITER_ENV", "aiter_env",
            "parse_env_args", "parse_tokens"]
 
 #: Token counts planned when none are given: decode (1, 4), a small batch (64), chunked prefill (512, 8192).
@@ -23,6 +23,9 @@ DEFAULT_TOKENS = (1, 4, 64, 512, 8192)
 PADDED_M_TIERS = (32768, 131072)
 #: The largest token count per MoE call planned for (AITER's largest bucket tier).
 MAX_TOKENS = PADDED_M_TIERS[-1]
+#: The most token counts one plan takes (each is a simulated dispatch and a cost per MoE layer group; a range
+#: expands to AITER's buckets, so 64 covers 1 … 131072 with room to spare).
+MAX_TOKEN_COUNTS = 64
 #: Token buckets a serving engine sees (decode through a large prefill chunk).
 SERVING_BUCKETS = tuple(2 ** i for i in range(14))  # 1 … 8192
 
@@ -45,6 +48,38 @@ AITER_ENV: dict[str, str] = {
     "CU_NUM": "overrides the CU count AITER keys its lookup on (aiter/jit/utils/chip_info.py get_cu_num)",
     "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "vLLM: 1 folds the shared expert into the routed AITER call (one more expert and top-k slot; vllm-project/vllm@v0.33.0:vllm/envs.py)",
 }
+_FM = "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py"
+#: Variables AITER parses with ``int()`` — a value int() rejects makes AITER raise ValueError (at import for
+#: GPTOSS_SWIGLU_MXFP4_BF16_BOUND, at the first MoE call for the others): where each is read.
+INT_ENV: dict[str, str] = {
+    "GPTOSS_SWIGLU_MXFP4_BF16_BOUND": f"{_FM} line 76",
+    "AITER_BF16_FP8_MOE_BOUND": f"{_FM} line 768",
+    "AITER_USE_NT": f"{_FM} line 1245",
+    "AITER_KSPLIT": f"{_FM} lines 1253, 2431",
+    "AITER_BYPASS_TUNE_CONFIG": f"{_FM} line 2369",
+    "AITER_XBFLOAT16": f"{_FM} line 2405",
+    "CU_NUM": "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/jit/utils/chip_info.py line 140",
+}
+#: Switches AITER compares with ``== "1"``: any other value is silently off in AITER (``true``, ``yes`` included).
+FLAG_ENV = ("AITER_ONLINE_TUNE", "AITER_FLYDSL_FORCE", "AITER_SITUV2_A8W4", "AITER_SITUV2_A4W4", "AITER_FORCE_A8W4",
+            "AITER_MOE_A8W4_BYPASS_QUANT")
+
+
+def check_aiter_env(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Values AITER would reject or misread: raises UsageError (one line) for an ``int()`` variable int() rejects
+    (AITER raises ValueError on it); returns a warning for a ``== "1"`` switch set to anything but 0/1 (AITER reads it
+    as off)."""
+    for key, where in INT_ENV.items():
+        if key in env:
+            try:
+                int(str(env[key]))
+            except ValueError:
+                raise UsageError(f"{key}={env[key]!r} is not an integer: AITER reads it with int() and raises "
+                                 f"ValueError ({where})") from None
+    return tuple(f"{key}={env[key]!r}: AITER compares it with \"1\", so this value means off (AITER treats only "
+                 f"\"1\" as on)" for key in FLAG_ENV if key in env and str(env[key]) not in ("0", "1"))
+
+
 #: Any other ``AITER_*`` variable is kept too (it cannot change the model but is shown); logging is not a plan input.
 _ENV_PREFIXES = ("AITER_",)
 _NOT_PLAN_INPUTS = ("AITER_LOG_LEVEL",)
@@ -94,10 +129,17 @@ def parse_tokens(text: str) -> tuple[int, ...]:
             out.update(t for t in PADDED_M_TIERS if lo <= t <= hi)
     if not out:
         raise UsageError("--tokens needs at least one token count")
-    if max(out) > MAX_TOKENS:
-        raise UsageError(f"--tokens: {max(out)} tokens in one MoE call is beyond any engine's batch "
-                         f"(at most {MAX_TOKENS:,})")
+    _check_counts(out, "--tokens")
     return tuple(sorted(out))
+
+
+def _check_counts(counts: set[int] | tuple[int, ...], what: str) -> None:
+    if max(counts) > MAX_TOKENS:
+        raise UsageError(f"{what}: {max(counts)} tokens in one MoE call is beyond any engine's batch "
+                         f"(at most {MAX_TOKENS:,})")
+    if len(counts) > MAX_TOKEN_COUNTS:
+        raise UsageError(f"{what}: {len(counts)} token counts; at most {MAX_TOKEN_COUNTS} per plan (a range lo-hi "
+                         "plans AITER's buckets in it)")
 
 
 @dataclass(frozen=True)
@@ -106,6 +148,8 @@ class Runtime:
 
     tokens: tuple[int, ...] = DEFAULT_TOKENS
     env: tuple[tuple[str, str], ...] = ()
+    #: Warnings about the environment's values (:func:`check_aiter_env`); a plan shows them.
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def build(cls, tokens: Iterable[int] | None = None, env: Mapping[str, str] | None = None,
@@ -115,7 +159,9 @@ class Runtime:
         counts = DEFAULT_TOKENS if tokens is None else tuple(sorted(set(int(t) for t in tokens)))
         if not counts or any(t < 1 for t in counts):
             raise UsageError("token counts must be positive integers")
-        return cls(counts, tuple(aiter_env(env, overrides).items()))
+        _check_counts(counts, "tokens")
+        merged = aiter_env(env, overrides)
+        return cls(counts, tuple(merged.items()), check_aiter_env(merged))
 
     @property
     def env_dict(self) -> dict[str, str]:

@@ -164,6 +164,8 @@ def plan_model(
                 decisions.append(exc.decision)
     out_warnings: list[Reason] = [Reason.coerce(w, "warning").with_kind("warning") for w in warnings]
     out_warnings += [Reason(text, "warning") for text in notices.texts()]
+    out_warnings += [Reason(text, "warning", "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py") for text in
+                     (runtime.notes if runtime is not None else ())]
     out_warnings += [Reason.coerce(n, "warning").with_kind("warning") for n in (*caps.notes, *model.notes)]
     unconfirmed = tuple(getattr(model, "unconfirmed", ()) or ())
     if unconfirmed:

@@ -93,5 +93,5 @@ def default_target_warning(caps: Capabilities) -> tuple[Reason, ...]:
         return ()
     aiter = f"AITER {caps.aiter_version}" if caps.aiter_version else "no AITER"
     return (Reason(f"no AMD GPU found: planned for the default target {caps.gfx} ({caps.product}) with {aiter}; pass "
-                   "caps= / --target or set MOEDISPATCH_TARGET for the GPU you deploy on", "warning",
-                   issue=DEFAULT_TARGET),)
+                   "--target (in Python caps=moedispatch.target(\"MI300X\")) or set MOEDISPATCH_TARGET for the GPU "
+                   "you deploy on", "warning", issue=DEFAULT_TARGET),)

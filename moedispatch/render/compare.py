@@ -226,7 +226,7 @@ def compare_to_json(cmp: Comparison) -> dict[str, Any]:
             "label": cmp.label(i), "target": target.get("gfx"), "product": target.get("product"),
             "compute_units": target.get("compute_units"), "aiter_version": target.get("aiter_version"),
             "tp": plan.tp, "ep": plan.ep, "fingerprint": doc["fingerprint"], "ok": plan.ok,
-            "warnings": doc["warnings"],
+            "warnings": doc["warnings"], "aiter_data": doc["aiter_data"],
         }
         if target.get("partition"):
             entry["partition"] = target["partition"]
@@ -321,6 +321,8 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
         detail = target_label(caps) + (f", {caps.compute_units} CUs" if caps.compute_units else "")
         detail += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
         lines.append(f"  {letters[i]}  {detail}; tp={plan.tp} ep={plan.ep}; fingerprint {v['fingerprint']}")
+        for used in v.get("aiter_data") or ():  # what this variant's AITER dispatch read
+            lines += _wrap(f"rows {used['rows']}; rules {used['rules']}", "       ")
     lines.append("")
     differ = 0
     for g in doc["groups"]:

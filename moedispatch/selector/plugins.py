@@ -32,7 +32,8 @@ import pluggy
 from moedispatch.core import hookspecs
 from moedispatch._util.log import get_logger
 from moedispatch.core.backend import Backend
-from moedispatch.core.errors import PluginError
+from moedispatch.core.errors import PluginError, UsageError
+from moedispatch._util.suggest import did_you_mean
 
 __all__ = ["PluginRecord", "Registry", "get_registry", "build_registry", "reset_registry", "call_with_deadline",
            "plugin_timeout", "PluginTimeout", "DEFAULT_PLUGIN_TIMEOUT_S"]
@@ -102,6 +103,20 @@ class Registry:
 
     def owner(self, backend_name: str) -> str | None:
         return dict(self.owners).get(backend_name)
+
+
+def _check_timeout_env() -> None:
+    """``MOEDISPATCH_PLUGIN_TIMEOUT`` must be a positive number of seconds (never silently the default)."""
+    raw = os.environ.get("MOEDISPATCH_PLUGIN_TIMEOUT")
+    if raw is None or raw.strip() == "":
+        return
+    try:
+        ok = float(raw) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(f"MOEDISPATCH_PLUGIN_TIMEOUT={raw!r}: expected a positive number of seconds "
+                         f"(default {DEFAULT_PLUGIN_TIMEOUT_S:g})")
 
 
 def _env_list(name: str) -> list[str] | None:
@@ -264,6 +279,7 @@ def build_registry(
 
     ``plugins`` are ``(name, module_or_object)`` pairs with ``@hookimpl`` functions, for tests and embedding.
     """
+    _check_timeout_env()
     allow = _env_list("MOEDISPATCH_LOAD_PLUGINS")
     deny = _env_list("MOEDISPATCH_DISABLE_PLUGINS") or []
     collector = _Collector(strict, deny)
@@ -309,6 +325,14 @@ def build_registry(
             collector.records.append(PluginRecord("MOEDISPATCH_LOAD_PLUGINS", None, None, (), (), (message,), False))
     else:
         keep = collector.backends
+    if deny:
+        known = ({ep.name for ep in _entry_points()} if load_entrypoints else set()) | {n for n, _ in plugins}
+        unmatched = [d for d in deny if d not in known]
+        if unmatched:
+            hints = [f"{d!r}{did_you_mean(d, sorted(known))}" for d in unmatched]
+            message = (f"names no installed plugin: {', '.join(hints)} — nothing was "
+                       f"disabled for it (installed: {', '.join(sorted(known)) or 'none'})")
+            collector.records.append(PluginRecord("MOEDISPATCH_DISABLE_PLUGINS", None, None, (), (), (message,), False))
     registry = Registry(
         backends=tuple(keep),
         plugins=tuple(collector.records),

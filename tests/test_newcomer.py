@@ -1,0 +1,132 @@
+"""The second newcomer report's findings (issue 27), each reproduced with the report's command or call.
+
+Each test fails on the code the report was written against (ed95a72) and passes now.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import moedispatch
+from moedispatch import UsageError, select_moe_backend
+
+
+def _one_line_exit_2(proc) -> str:
+    assert proc.returncode == 2, (proc.stdout[-300:], proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+# -- 7. bad AITER env values are not silently replaced by defaults ------------------------------------------------
+
+@pytest.mark.parametrize("pair", ["AITER_BF16_FP8_MOE_BOUND=lots", "AITER_BYPASS_TUNE_CONFIG=maybe",
+                                  "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=1e3", "AITER_KSPLIT=two", "CU_NUM=eighty"])
+def test_aiter_int_env_values_aiter_would_reject_exit_2(cli, pair):
+    """AITER reads these with int() and raises ValueError; moedispatch says so instead of planning the default."""
+    key, value = pair.split("=")
+    line = _one_line_exit_2(cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--aiter-env", pair))
+    assert line.startswith(f"moedispatch: {key}={value!r} is not an integer") and "ValueError" in line
+    shell = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", env={key: value})
+    assert _one_line_exit_2(shell) == line  # the shell and --aiter-env are one input
+
+
+def test_aiter_switch_with_a_value_aiter_reads_as_off_warns(cli):
+    out = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--aiter-env", "AITER_FLYDSL_FORCE=true",
+              "--format", "json")
+    assert out.returncode == 0, out.stderr
+    warnings = json.loads(out.stdout)["warnings"]
+    assert any("AITER_FLYDSL_FORCE='true'" in w and "means off" in w for w in warnings)
+
+
+def test_plugin_settings_are_checked(cli):
+    line = _one_line_exit_2(cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X",
+                                env={"MOEDISPATCH_PLUGIN_TIMEOUT": "soon"}))
+    assert "MOEDISPATCH_PLUGIN_TIMEOUT='soon'" in line
+    out = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--format", "json",
+              env={"MOEDISPATCH_DISABLE_PLUGINS": "aiter-flydls"})
+    assert out.returncode == 0
+    warnings = json.loads(out.stdout)["warnings"]
+    assert any("MOEDISPATCH_DISABLE_PLUGINS" in w and "'aiter-flydls' (did you mean 'aiter-flydsl'?)" in w
+               for w in warnings)
+
+
+# -- 8. a token list has a stated cap ------------------------------------------------------------------------------
+
+def test_token_count_cap(cli):
+    line = _one_line_exit_2(cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tokens",
+                                ",".join(str(i) for i in range(1, 20001))))
+    assert "20000 token counts; at most 64" in line
+    assert cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tokens", "1-131072",
+               "--brief").returncode == 0
+    with pytest.raises(UsageError, match="at most 64"):
+        moedispatch.Runtime.build(range(1, 100))
+
+
+# -- 9 / 2 / 3. the engine API: caps from a name, quant_config read, caveats on the Decision ------------------------
+
+FIELDS = dict(hidden_size=7168, intermediate_size=2048, num_experts=256, top_k=8, tp_size=8)
+
+
+def test_caps_from_a_target_name():
+    d = select_moe_backend(caps="MI300X", weight_quant="fp8", **FIELDS)
+    assert d.target["product"] == "MI300X" and d.target["gfx"] == "gfx942"
+    assert moedispatch.target("MI355X:CPX").compute_units == 32
+    with pytest.raises(UsageError, match="caps must be Capabilities"):
+        select_moe_backend(caps=3, **FIELDS)
+    with pytest.raises(moedispatch.TargetError, match="did you mean 'MI300X'"):
+        select_moe_backend(caps="MI3000X", **FIELDS)
+
+
+def test_quant_config_keeps_the_fp8_block_size_and_its_caveats():
+    """quant_config={"weight_block_size": [128, 128]} was dropped (per-tensor fp8), losing aiter#4783."""
+    caps = moedispatch.target("MI300X", "0.1.20")
+    d = select_moe_backend(caps=caps, weight_quant="fp8", quant_config={"weight_block_size": [128, 128]}, **FIELDS)
+    assert d.layer.weight.granularity == "block128x128" and d.layer.act.granularity == "group128"
+    assert any("aiter#4783" in r.text for r in d.caveats)
+    line = str(d)
+    assert "\n" not in line and line.startswith("layer 0: aiter-ck, no padding on gfx942 MI300X, AITER 0.1.20")
+    assert "caveat: [aiter#4783]" in line
+
+    class Fp8Config:  # vLLM's config object (vllm/model_executor/layers/quantization/fp8.py)
+        weight_block_size = [128, 128]
+        activation_scheme = "dynamic"
+
+        @staticmethod
+        def get_name():
+            return "fp8"
+
+    obj = select_moe_backend(caps=caps, quant_config=Fp8Config(), **FIELDS)
+    assert obj.layer.weight.granularity == "block128x128"
+    with pytest.raises(UsageError, match="disagrees with quant_config"):
+        select_moe_backend(caps=caps, weight_quant="mxfp4", quant_config={"quant_method": "fp8"}, **FIELDS)
+    with pytest.raises(UsageError, match="quant_config"):
+        select_moe_backend(caps=caps, quant_config={"quant_method": "nonsense"}, **FIELDS)
+
+
+# -- 12. compare says what it compared ----------------------------------------------------------------------------
+
+def test_compare_names_each_release_rows(cli):
+    out = cli("compare", "--model", "Qwen3-235B-A22B-Instruct-2507-FP8", "--target", "MI300X", "--tp", "8",
+              "--aiter-version", "0.1.15.post3,0.1.20.post1")
+    assert out.returncode == 0, out.stderr
+    assert "rows bundled index: AITER v0.1.15.post3" in out.stdout
+    assert "rows bundled index: AITER v0.1.20.post1" in out.stdout
+
+
+# -- minors: an ASCII terminal ------------------------------------------------------------------------------------
+
+def test_ascii_terminal_gets_ascii_not_a_traceback(cli):
+    out = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", env={"PYTHONIOENCODING": "ascii"})
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+    assert "layers 3-59 (57 MoE) -> " in out.stdout
+    doc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--format", "json",
+              env={"PYTHONIOENCODING": "ascii"})
+    assert doc.returncode == 0 and json.loads(doc.stdout)["schema"].startswith("moedispatch.explain/")
+    bad = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--aiter-env", "X",
+              env={"PYTHONIOENCODING": "ascii"})
+    _one_line_exit_2(bad)
+    assert os.environ.get("PYTHONIOENCODING") != "ascii"  # the test process itself is untouched
