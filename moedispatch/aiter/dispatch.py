@@ -323,6 +323,9 @@ class Rules:
     situv2_guard: bool = False
     #: ``ActivationType.Situv2`` exists (v0.1.19+); before, a SiTUv2 layer cannot be handed to fused_moe at all.
     situv2: bool = False
+    #: The untuned a16wi4 FlyDSL heuristic splits K with get_ksplit and names stage 1 ``…_kb{ksplit}`` (up to
+    #: v0.1.19.post2: ROCm/aiter@v0.1.18:aiter/fused_moe.py lines 2118-2158); v0.1.20 dropped it (ksplit 0).
+    wint4_ksplit: bool = True
 
 
 _RULES: tuple[tuple[str, Rules], ...] = (
@@ -346,7 +349,7 @@ _RULES: tuple[tuple[str, Rules], ...] = (
                       "head", _TAG.format(tag="v0.1.19.post2"), situv2=True)),
 )
 HEAD_RULES = Rules("HEAD e4048607 (v0.1.20+)", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND",
-                   256, True, "head", SRC_FUSED_MOE, situv2_guard=True, situv2=True)
+                   256, True, "head", SRC_FUSED_MOE, situv2_guard=True, situv2=True, wint4_ksplit=False)
 LEGACY_RULES = _RULES[0][1]
 
 
@@ -838,8 +841,11 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
                           and shuffled)
     if q_type == Q_1X32 and q_w == I4 and fly:
         tm = _tier_block_m(token)
-        return step(2, (f"flydsl_moe1_abf16_wint4_bf16_t{tm}x128x128", f"flydsl_moe2_abf16_wint4_bf16_t{tm}x128x128_atomic"),
-                    tm, "heuristic", 0, ["no tuned FlyDSL a16wi4 config: AITER's untuned a16wi4 fallback"])
+        kb = _ksplit(token, key.topk, key.expert, key.inter_dim, key.model_dim, key.cu_num, env) \
+            if rules.wint4_ksplit else 0
+        return step(2, (f"flydsl_moe1_abf16_wint4_bf16_t{tm}x128x128" + (f"_kb{kb}" if kb > 1 else ""),
+                        f"flydsl_moe2_abf16_wint4_bf16_t{tm}x128x128_atomic"),
+                    tm, "heuristic", kb, ["no tuned FlyDSL a16wi4 config: AITER's untuned a16wi4 fallback"])
     force = env.get("AITER_FLYDSL_FORCE", "1") == "1"
     use_mx_fly = (key.dtype in (BF16, FP16) and q_type == Q_1X32 and (key.act_type in (SWIGLU, SITUV2) or force)
                   and q_a in (FP4, fp8) and q_w in (FP4, fp8) and shuffled and key.use_g1u1
