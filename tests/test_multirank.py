@@ -26,7 +26,7 @@ WORKER = textwrap.dedent('''
     try:
         # -- the README's pattern, verbatim --
         prints = [None] * dist.get_world_size()
-        dist.all_gather_object(prints, plan.fingerprint)
+        dist.all_gather_object(prints, plan.decision_fingerprint)
         if len(set(prints)) != 1:
             raise SystemExit(f"MoE plans differ across ranks: {sorted(set(prints))} — check GPUs/AITER on every node")
         # -- end --

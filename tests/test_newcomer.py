@@ -130,3 +130,29 @@ def test_ascii_terminal_gets_ascii_not_a_traceback(cli):
               env={"PYTHONIOENCODING": "ascii"})
     _one_line_exit_2(bad)
     assert os.environ.get("PYTHONIOENCODING") != "ascii"  # the test process itself is untouched
+
+
+# -- 4. lint forwards known kernel × bucket issues with the severity their data declares --------------------------
+
+def test_lint_reports_a_dispatch_issue_with_its_data_severity(cli):
+    """DeepSeek-R1-0528 (DeepSeek-V3 architecture) on MI355X got 'no findings' despite aiter#5769 (severity warning
+    in capability_db/dispatch_issues.toml)."""
+    out = cli("lint", "--target", "MI355X", "--model", "DeepSeek-V3", "--env", "VLLM_ROCM_USE_AITER=1",
+              "--format", "json", "--", "vllm", "serve", "deepseek-ai/DeepSeek-R1-0528", "--tensor-parallel-size", "8")
+    findings = json.loads(out.stdout)["findings"]
+    hit = [f for f in findings if "a1_scale" in f["message"]]
+    assert hit and hit[0]["severity"] == "warning" and hit[0]["source"].endswith("/5769")
+
+
+def test_lint_error_severity_exits_3_and_its_workaround_is_recognised(cli):
+    """aiter#3997 (severity error) on AITER 0.1.17: an error finding with the env fix, exit 3; the launch that
+    already exports AITER_KSPLIT=-1 is clean of it."""
+    base = ["lint", "--target", "MI300X", "--aiter-version", "0.1.17", "--model", "Qwen3.5-397B-A17B-FP8", "--env",
+            "VLLM_ROCM_USE_AITER=1", "--format", "json"]
+    launch = ["--", "vllm", "serve", "Qwen/Qwen3.5-397B-A17B-FP8", "--tensor-parallel-size", "8"]
+    out = cli(*base, *launch)
+    assert out.returncode == 3, out.stderr
+    errors = [f for f in json.loads(out.stdout)["findings"] if f["severity"] == "error"]
+    assert any("gibberish" in f["message"] and f["fix"].startswith("export AITER_KSPLIT=-1") for f in errors)
+    fixed = cli(*base[:-2], "--env", "AITER_KSPLIT=-1", "--format", "json", *launch)
+    assert not [f for f in json.loads(fixed.stdout)["findings"] if "gibberish" in f["message"]]

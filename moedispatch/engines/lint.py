@@ -379,10 +379,38 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 "default tuned_fmoe.csv and every model_configs/*tuned_fmoe*.csv are not merged): "
                                 "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
                                 "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
+    forwarded = _dispatch_findings(plan, launch, fix_line, findings)
     for w in plan.warnings:
-        if w.confidence != "confirmed" or w.issue == "default-target":
-            findings.append(Finding("info", w.text, w.source, None))
+        if w.issue is not None and w.issue in forwarded:
+            continue  # said above with the severity its data declares
+        # The plan's other warnings (model facts, caveats the launch cannot change, a guessed target): said, as info.
+        findings.append(Finding("info", w.text, w.source, None))
     return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+
+
+def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: list[Finding]) -> set[str]:
+    """The known kernel × bucket issues and AITER refusals the launch's own AITER dispatch hits, with the severity
+    their data declares (capability_db/dispatch_issues.toml); one whose environment workaround the launch already
+    sets is handled and not reported. Returns the issue ids seen (the plan's warnings repeat them)."""
+    seen: set[str] = set()
+    for d in plan.decisions:
+        dispatch = getattr(d, "dispatch", None)
+        if d.layer.kind != "moe" or dispatch is None:
+            continue
+        for hit in dispatch.issues:
+            if hit.issue in seen:
+                continue
+            seen.add(hit.issue)
+            env = dict(hit.workaround_env)
+            if env and all(str(launch.env.get(k, "")) == v for k, v in env.items()):
+                continue  # the launch applies the workaround
+            toks = f"token {hit.tokens[0]}" if hit.tokens[0] == hit.tokens[1] else \
+                f"tokens {hit.tokens[0]}–{hit.tokens[1]}"
+            severity = hit.severity if hit.severity in ("error", "warning", "info") else "warning"
+            fix = "; ".join([f"export {k}={v}" for k, v in env.items()] + ([fix_line] if fix_line else [])) or None
+            findings.append(Finding(severity, f"AITER runs {hit.kernel} for {toks} (bucket {hit.bucket}): "
+                                    f"{hit.effect}. Workaround: {hit.workaround}", hit.source, fix))
+    return seen
 
 
 def _fam_of(backend: str, plan: Any) -> str | None:

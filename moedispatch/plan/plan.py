@@ -72,8 +72,28 @@ class Plan:
         return tuple(tuple(g) for g in by_key.values())
 
     @property
+    def decision_fingerprint(self) -> str:
+        """Hash of what must agree across ranks and nodes: the target (gfx, product, CUs, partition, AITER version —
+        not how it was named), the parallelism, per layer the backend and padding (kernel pads included), the AITER
+        environment the plan assumed, and which AITER rows and dispatch rules it read. Display-only inputs do not
+        enter: token counts planned, costs, reason wording. Computable offline for an expected target
+        (``explain --target … --format json`` → ``decision_fingerprint``); equal plans on two ranks give equal hashes.
+        """
+        target = {k: v for k, v in target_entry(self.caps).items() if k != "source"}
+        layers = [{"index": d.layer.index, "kind": d.layer.kind, "backend": d.backend,
+                   "padding": d.padding.to_dict() if d.layer.kind == "moe" else None} for d in self.decisions]
+        aiter = [{"rules": u["rules"], "rows": u["release"] or (u["origin"] if u["origin"] == "installed"
+                                                                  else u["rows"])} for u in aiter_data(self)]
+        payload = json.dumps({"target": target, "parallel": [self.tp, self.ep], "layers": layers,
+                              "aiter_env": dict(self.runtime.env) if self.runtime is not None else {},
+                              "aiter": aiter}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    @property
     def fingerprint(self) -> str:
-        """Stable hash of everything that must agree across ranks (target, parallelism, every decision)."""
+        """Stable hash of the whole plan as shown (target and how it was named, parallelism, every decision with its
+        reasons, dispatch per planned token count and cost): it changes with ``--tokens`` and wording. Ranks compare
+        :attr:`decision_fingerprint` instead."""
         payload = json.dumps({"target": self.caps.target_dict(), "parallel": [self.tp, self.ep],
                               "layers": [layer_entry(d) for d in self.decisions]}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -261,6 +281,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "warning_details": [w.to_dict() for w in plan.warnings],
         "padded_bytes": sum(extra for _, extra in totals),
         "fingerprint": plan.fingerprint,
+        "decision_fingerprint": plan.decision_fingerprint,
         "aiter_data": aiter_data(plan),
     }
 

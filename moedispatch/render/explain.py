@@ -130,7 +130,7 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
                  + (f", {plan.model.architecture}" if plan.model.architecture else "") + ")")
     lines.append(f"target  {target} [{caps.source}]")
     lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
-                 f" plan fingerprint {plan.fingerprint}")
+                 f" plan fingerprint {plan.fingerprint}, decision fingerprint {plan.decision_fingerprint}")
     for used in aiter_data(plan):
         lines += _wrap(f"rows {used['rows']}; rules {used['rules']} ({used['rules_source']})", "aiter   ")
     lines.append("")
