@@ -156,3 +156,48 @@ def test_lint_error_severity_exits_3_and_its_workaround_is_recognised(cli):
     assert any("gibberish" in f["message"] and f["fix"].startswith("export AITER_KSPLIT=-1") for f in errors)
     fixed = cli(*base[:-2], "--env", "AITER_KSPLIT=-1", "--format", "json", *launch)
     assert not [f for f in json.loads(fixed.stdout)["findings"] if "gibberish" in f["message"]]
+
+
+# -- 5. lint reads a launch as the engine's own argument parser does ---------------------------------------------
+
+LINT = ("lint", "--target", "MI355X", "--model", "MiniMax-M3-MXFP4", "--format", "json", "--")
+
+
+def test_lint_misspelled_flag_is_an_error_with_did_you_mean(cli):
+    out = cli(*LINT, "vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tensor-paralel-size", "8", "--trust-remote-code")
+    assert out.returncode == 3
+    errors = [f["message"] for f in json.loads(out.stdout)["findings"] if f["severity"] == "error"]
+    assert any("has no option --tensor-paralel-size (did you mean '--tensor-parallel-size'?)" in m for m in errors)
+    # vLLM 0.33 has -tp but no --tp (argparse rejects it: no option starts with --tp)
+    tp = cli(*LINT, "vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tp", "8")
+    assert any("has no option --tp (did you mean '-tp'?)" in f["message"] for f in json.loads(tp.stdout)["findings"])
+
+
+@pytest.mark.parametrize("spelling", [["--tensor_parallel_size", "8"], ["--tensor-parallel", "8"], ["-tp", "8"],
+                                      ["--tensor-parallel-size=8"]])
+def test_lint_reads_the_spellings_vllm_accepts(cli, spelling):
+    """FlexibleArgumentParser reads _ as -, argparse takes a unique prefix (allow_abbrev): all of these are TP 8."""
+    out = cli(*LINT, "vllm", "serve", "amd/MiniMax-M3-MXFP4", *spelling)
+    doc = json.loads(out.stdout)
+    assert doc["parallel"]["tp"] == 8 and not [f for f in doc["findings"] if "has no option" in f["message"]]
+
+
+def test_lint_reads_docker_run_env(cli):
+    """`docker run -e VLLM_ROCM_USE_AITER=1 …` was not read (a false 'unset' warning)."""
+    out = cli(*LINT, "docker", "run", "--rm", "-e", "VLLM_ROCM_USE_AITER=1", "--env=VLLM_ROCM_USE_AITER_MOE=1",
+              "rocm/vllm:latest", "vllm", "serve", "amd/MiniMax-M3-MXFP4", "-tp", "8")
+    doc = json.loads(out.stdout)
+    assert doc["env"]["VLLM_ROCM_USE_AITER"] == "1" and doc["env"]["VLLM_ROCM_USE_AITER_MOE"] == "1"
+    assert not [f for f in doc["findings"] if "VLLM_ROCM_USE_AITER is unset" in f["message"]]
+
+
+def test_sglang_options_are_sglangs(cli):
+    """SGLang 0.5.23 reads --tp-size, its alias --tensor-parallel-size and the prefix --tp as one option (tp_size);
+    --tensor-parallel-sizes is no option of it."""
+    base = ("lint", "--target", "MI355X", "--model", "MiniMax-M3-MXFP4", "--format", "json", "--", "python", "-m",
+            "sglang.launch_server", "--model-path", "amd/MiniMax-M3-MXFP4")
+    for flag in ("--tp-size", "--tensor-parallel-size", "--tp"):
+        doc = json.loads(cli(*base, flag, "8").stdout)
+        assert doc["parallel"]["tp"] == 8 and not [f for f in doc["findings"] if "has no option" in f["message"]]
+    bad = json.loads(cli(*base, "--tensor-parallel-sizes", "8").stdout)
+    assert any("sglang 0.5.23 has no option --tensor-parallel-sizes" in f["message"] for f in bad["findings"])

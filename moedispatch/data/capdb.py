@@ -28,6 +28,7 @@ else:  # pragma: no cover
 __all__ = [
     "load_toml",
     "load_json",
+    "load_db_json",
     "list_model_files",
     "gpus",
     "aiter_db",
@@ -89,6 +90,16 @@ def _check_confidences(node: Any, where: str, path: str) -> None:
 
 
 @memoize(maxsize=None)
+@memoize(maxsize=None)
+def load_db_json(name: str) -> Any:
+    """A JSON file of capability_db by its path there (``engines/options.json``), parsed once per process."""
+    raw = _read(_PACKAGE, name)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CapabilityDBError(f"capability_db/{name}: not valid JSON: {exc}") from None
+
+
 def load_json(name: str) -> Any:
     package, _, leaf = name.rpartition("/")
     pkg = _PACKAGE + ("." + package.replace("/", ".") if package else "")

@@ -18,7 +18,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from moedispatch.core.errors import MoedispatchError, UsageError
+from moedispatch._util.suggest import did_you_mean
+from moedispatch.core.errors import CapabilityDBError, MoedispatchError, UsageError
+from moedispatch.data import capdb
 from moedispatch.core.workload import parse_env_args
 from moedispatch.engines.recipes import _forced, _match, _try_backend, _version, build_recipe, conversion, engine_data, matching_issues, modelled_choice
 from moedispatch.plan.plan import plan_model
@@ -104,27 +106,40 @@ def _engine_of(tokens: list[str]) -> tuple[str, int] | None:
     return None
 
 
-_VALUE_FLAGS = {
-    "vllm": {"--model": "model", "--tensor-parallel-size": "tp", "-tp": "tp", "--data-parallel-size": "dp",
-             "-dp": "dp", "--moe-backend": "moe_backend", "--pipeline-parallel-size": "pp", "-pp": "pp",
-             "--quantization": "quantization", "-q": "quantization"},
-    "sglang": {"--model-path": "model", "--model": "model", "--tp-size": "tp", "--tp": "tp", "--ep-size": "ep",
-               "--ep": "ep", "--dp-size": "dp", "--dp": "dp", "--moe-runner-backend": "moe_backend",
-               "--quantization": "quantization", "--pp-size": "pp"},
+#: What lint reads from a launch, by the argparse ``dest`` the engine's own parser gives the option (aliases and
+#: abbreviations resolve to it: capability_db/engines/options.json ``dest``).
+_DEST_KEYS = {
+    "vllm": {"model": "model", "tensor_parallel_size": "tp", "data_parallel_size": "dp", "moe_backend": "moe_backend",
+             "pipeline_parallel_size": "pp", "quantization": "quantization",
+             "max_num_batched_tokens": "max_batched_tokens", "enable_expert_parallel": "ep_flag"},
+    "sglang": {"model_path": "model", "tp_size": "tp", "ep_size": "ep", "dp_size": "dp",
+               "moe_runner_backend": "moe_backend", "quantization": "quantization", "pp_size": "pp",
+               "chunked_prefill_size": "max_batched_tokens", "enable_dp_attention": "dp_attention",
+               "enable_ep_moe": "ep_flag"},
 }
-_BOOL_FLAGS = {"vllm": {"--enable-expert-parallel": "ep_flag", "-ep": "ep_flag"},
-               "sglang": {"--enable-dp-attention": "dp_attention", "--enable-ep-moe": "ep_flag"}}
+
+
+def _newest_options(engine: str) -> dict[str, Any]:
+    releases = capdb.load_db_json("engines/options.json").get(engine) or {}
+    if not releases:
+        raise CapabilityDBError(f"capability_db/engines/options.json has no {engine} release")
+    return releases[max(releases, key=capdb.parse_aiter_version)]
 
 
 def _parse_args(engine: str, args: Sequence[str]) -> tuple[str | None, dict[str, str | bool]]:
+    """(model, flags) as the engine's parser reads them: every spelling of an option (alias, ``_`` for ``-``, unique
+    prefix) resolves to its dest; ``--disable-x`` / ``--no-x`` set a boolean off."""
     flags: dict[str, str | bool] = {}
     model = None
-    values, bools = _VALUE_FLAGS[engine], _BOOL_FLAGS[engine]
+    opts = _newest_options(engine)
+    values, dests, keys = set(opts["value_options"]), opts["dest"], _DEST_KEYS[engine]
     i = 0
     args = list(args)
     while i < len(args):
         tok = args[i]
         name, _, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+        name = _canonical(engine, name)
+        key = keys.get(dests.get(name, ""))
         if name in values:
             if inline:
                 val = inline
@@ -133,14 +148,88 @@ def _parse_args(engine: str, args: Sequence[str]) -> tuple[str | None, dict[str,
                 i += 1
             else:
                 raise UsageError(f"{tok} needs a value")
-            flags[values[name]] = val
-        elif name in bools:
-            flags[bools[name]] = True
+            if key:
+                flags[key] = val
+        elif name in dests:
+            if key:
+                flags[key] = not name.startswith(("--disable-", "--no-"))
         elif not tok.startswith("-") and model is None and engine == "vllm" and not flags:
             model = tok
         i += 1
     model = str(flags.pop("model")) if "model" in flags else model
     return model, flags
+
+
+def _canonical(engine: str, name: str) -> str:
+    """An option as the engine's argparse resolves it: vLLM reads ``_`` as ``-``; a unique prefix of a known option
+    (``--tensor-parallel``) is that option (argparse's allow_abbrev), per the newest modelled release's options."""
+    if not name.startswith("--"):
+        return name
+    opts = _newest_options(engine)
+    if opts.get("underscores"):
+        name = "--" + name[2:].replace("_", "-")
+    known = opts["value_options"] + opts["flag_options"]
+    if name in known or not opts.get("allow_abbrev"):
+        return name
+    prefixed = [o for o in known if o.startswith(name)]
+    return prefixed[0] if len(prefixed) == 1 else name
+
+
+def _container_env(tokens: Sequence[str]) -> dict[str, str]:
+    """``docker run -e K=V`` / ``--env K=V`` / ``--env=K=V`` (podman alike) before the engine command."""
+    out: dict[str, str] = {}
+    for i, tok in enumerate(tokens):
+        pair = None
+        if tok in ("-e", "--env") and i + 1 < len(tokens):
+            pair = tokens[i + 1]
+        elif tok.startswith("--env="):
+            pair = tok[len("--env="):]
+        m = _ASSIGN.match(pair or "")
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def engine_options(engine: str, version: str) -> dict[str, Any] | None:
+    """The engine release's command-line options (capability_db/engines/options.json, read from its own argument
+    parser by scripts/build_engine_options.py); None when that release is not in the file."""
+    doc = capdb.load_db_json("engines/options.json")
+    return (doc.get(engine) or {}).get(version)
+
+
+def unknown_options(launch: "Launch", version: str) -> list[tuple[str, str]]:
+    """(option as written, did-you-mean text) for every option the engine release's parser would reject, as argparse
+    reads it (exact, then a unique prefix when the parser allows abbreviations; vLLM also reads ``_`` as ``-``)."""
+    opts = engine_options(launch.engine, version)
+    found = _engine_of(list(launch.argv))
+    if opts is None or found is None:
+        return []
+    values, flags = set(opts["value_options"]), set(opts["flag_options"])
+    known = values | flags
+    out = []
+    args = list(launch.argv)[found[1]:]
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if not tok.startswith("-") or tok in ("-", "--") or re.fullmatch(r"-\d.*", tok):
+            continue
+        name = tok.partition("=")[0] if tok.startswith("--") else tok
+        if opts.get("underscores") and name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        hit = name if name in known else None
+        if hit is None and opts.get("allow_abbrev") and name.startswith("--"):
+            prefixed = [o for o in known if o.startswith(name)]
+            hit = prefixed[0] if len(prefixed) == 1 else None
+        if hit is None:
+            hint = did_you_mean(name, sorted(known))
+            out.append((tok, hint))
+            guess = hint.split("'")[1] if "'" in hint else ""
+            if "=" not in tok and guess in values and i < len(args) and not args[i].startswith("-"):
+                i += 1  # the misspelled option's value
+        elif hit in values and "=" not in tok:
+            i += 1
+    return out
 
 
 def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
@@ -196,6 +285,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                          "`python -m sglang.launch_server …`)")
     engine, start = found
     model, flags = _parse_args(engine, tokens[start:])
+    script_env.update({k: v for k, v in _container_env(tokens[:start]).items() if k not in script_env})
     merged = dict(script_env)
     merged.update(env or {})
     return Launch(engine, model, flags, merged, tokens)
@@ -301,6 +391,11 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     caps, first_line = resolve_capabilities(target, aiter_version)
     tp, ep = _plan_layout(launch)
     findings: list[Finding] = []
+    opts = engine_options(engine, version)
+    for tok, hint in unknown_options(launch, version):
+        findings.append(Finding("error", f"{engine} {version} has no option {tok}{hint}: its argument parser rejects "
+                                "the launch (and moedispatch planned without it)", opts["source"] if opts else None,
+                                None))
     warnings = [first_line] if first_line else []
     try:
         # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
@@ -404,6 +499,9 @@ def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: l
             env = dict(hit.workaround_env)
             if env and all(str(launch.env.get(k, "")) == v for k, v in env.items()):
                 continue  # the launch applies the workaround
+            cap = launch.flags.get("max_batched_tokens")
+            if hit.token_cap and str(cap or "").isdigit() and int(str(cap)) <= hit.token_cap:
+                continue  # the launch caps the batch below the bug (--max-num-batched-tokens / --chunked-prefill-size)
             toks = f"token {hit.tokens[0]}" if hit.tokens[0] == hit.tokens[1] else \
                 f"tokens {hit.tokens[0]}–{hit.tokens[1]}"
             severity = hit.severity if hit.severity in ("error", "warning", "info") else "warning"
