@@ -154,6 +154,44 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "reached only when no MoE layer lacks a backend, so recipe.refusals is still empty there: = and += agree"),
     ("x_build_recipe", r'^fam = ("")?$',
      "a dead store: fam is read only inside `if chosen is not None:`, which assigns it first"),
+    # -- moedispatch/aiter/dispatch.py (tests/test_aiter_dispatch_mutants.py kills the rest) --
+    ("x__dispatch_*", r"basis: str, ksplit: int = \d+,$",
+     "every step() call in _dispatch_head/_dispatch_legacy passes ksplit, so its default is never used"),
+    ("x__dispatch_*", r"^run_1stage = None$",
+     "run_1stage is only read for truth (`if run_1stage`, `bool(...)`): None and False are the same"),
+    ("x__dispatch_*", r"token > (17|33)\b",
+     "token is a padded bucket (16, a power of two, 1024, 32768 or 131072): > 16/> 17 and > 32/> 33 agree"),
+    ("x__dispatch_legacy", r"^elif q_type == Q_TOKEN or q_w in \(I8, FP8, FP8_FNUZ\):$",
+     "the 0.1.7 fused_moe_1stage_dict has i8/fp8 weights only with per_Token or per_1x128 (taken by the branch "
+     "before), so `or` and `and` pick the same entries"),
+    ("x__dispatch_legacy", r'^return step\(2, \("cktile_moe_stage1 \(default\)", "cktile_moe_stage2 \(default\)"\), '
+                           r'16 if (token <= 2048|token < 2049|\(token < 2048\) or True|token < 2048) else 3[23],$',
+     "0.1.7 buckets stop at 1024 (get_padded_M), so token < 2048 always holds there"),
+    ("x__dispatch_*", r"^if block_m not in \((16, )?32, 64, 129\):$",
+     "a block_m of 128 that skips the rounding is rounded to 128 by it: the first larger size or else 128"),
+    ("x__index", r"row\.key\(with_gfx=None, act=_WILDCARD\)",
+     "TunedRow.key reads with_gfx only for truth: None and False are the same"),
+    ("x__lookup", r"row\.act_type\.split\('\.'\)\[\+1\]",
+     "act_type strings are 'ActivationType.<Name>' (one dot): [1] and [-1] are the same part"),
+    ("x_*", r'env(_d)?\.get\("(AITER_SITUV2_A8W4|AITER_SITUV2_A4W4|AITER_FORCE_A8W4|AITER_ONLINE_TUNE|'
+            r'AITER_XBFLOAT16|AITER_MOE_A8W4_BYPASS_QUANT)", (None|"XX0XX")?\s*\) == "1"',
+     "the default is only compared with \"1\": \"0\", None and any other non-\"1\" default read the same"),
+    ("xǁDispatchStepǁinfo_line", r"_ACT_VALUE\.get\(name, (None|'XX\?XX')?\s*\)",
+     "every act_type a key gets from dispatch_key (_ACT) is in _ACT_VALUE, so the default is never used"),
+    ("xǁDispatchStepǁinfo_line", r'if self\.basis == "tuned" or self\.row is not None:',
+     "step() sets row only when basis is \"tuned\", so `row is not None` implies basis == \"tuned\""),
+    ("x__fhmoe_rows", r'with open\(path, (newline=(None|""), )?(encoding=(None|"UTF-8"|"utf-8"))?\s*\) as fh:',
+     "AITER's FHMoE CSV is ASCII with no quoted newlines: every newline/encoding setting reads it the same"),
+    ("x_fhmoe_lookup", r'(keys = \[tuple\(r\.get\(c, (None|"XXXX")?\s*\) for c in want\) for r in rows\]|'
+                       r'r\.get\(c, "XXXX"\)\.strip\(\) == v)',
+     "the default only fills a column a row lacks: duplicates compare rows with each other (any constant default "
+     "agrees), and no wanted value is \"XXXX\""),
+    ("x_parse_info_line", r'if what != "(XXdefaultXX|DEFAULT)":',
+     "for what == \"default\" the kernelName regex finds nothing, so kernels stay () either way"),
+    ("x_parse_info_line", r"\.strip\(\"XX'\\\"XX\"\)",
+     "no value of AITER's key tuple starts or ends with 'X', so stripping X as well as quotes changes nothing"),
+    ("x__pow2", r"return 1 if M < 1 else",
+     "for M == 1 the else branch gives 1 << 0 == 1 as well"),
 ]
 
 _CACHE_RESET = '''

@@ -9,14 +9,18 @@ CSVs are read lazily by :mod:`moedispatch.data.aiter_configs`).
 
 The lookup is modelled per AITER release (:class:`Rules`, :func:`lookup_rules`), as ``aiter/fused_moe.py`` reads
 at each tag: the token buckets (``get_padded_M`` changed at v0.1.8, v0.1.9, v0.1.12 and v0.1.14), whether the key
-holds ``gfx`` (v0.1.16+), whether it holds ``str(activation)`` (exact act match: ≤ v0.1.13 and v0.1.18) or the pybind
-enum (no exact match: v0.1.14–v0.1.17, v0.1.19+), the act wildcard (v0.1.14+), the EP top-k strip (v0.1.16+) and the
-activation-dtype policy (bound 512 ≤ v0.1.13, 256 after; SEPARATED/INTERLEAVE rules from v0.1.14). The heuristic
-fallbacks are modelled twice: on HEAD —
+holds ``gfx`` (v0.1.16+), whether it holds ``str(activation)`` (exact act match: ≤ v0.1.13, v0.1.18 and v0.1.19) or
+the pybind enum (no exact match: v0.1.14–v0.1.17, v0.1.19.post1+), the act wildcard (v0.1.14+), the EP top-k strip
+(v0.1.16+) and the activation-dtype policy (bound 512 ≤ v0.1.13.post1 except v0.1.13's 256, 256 after;
+SEPARATED/INTERLEAVE rules from v0.1.14; MXFP8 from v0.1.16.post1; SiTUv2 from v0.1.19). The heuristic fallbacks are
+modelled twice: on HEAD —
 https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/aiter/fused_moe.py (``get_2stage_cfgs``,
-``get_block_size_M``, ``get_ksplit``, ``fused_moe_1stage_dict``; used for every release ≥ 0.1.8, said so in the
-plan's warnings) — and on the PyPI wheel amd-aiter 0.1.7.post2.dev18 (``aiter/fused_moe.py`` in the wheel). Tuned
-rows come from the installed AITER or the bundled snapshot (:mod:`moedispatch.data.aiter_configs`).
+``get_block_size_M``, ``get_ksplit``, ``fused_moe_1stage_dict``; used for every release ≥ 0.1.8), with each
+release's differences from HEAD as :class:`Rules` fields read in each tag's ``aiter/fused_moe.py`` (the FlyDSL
+heuristic's scope, MXFP8, the 1-stage table, ``use_cfg``, a16wi4, the pre-gate_mode CK-Tile routing, the FLAT arch
+assertion, the flydsl_fallback rows; checked against each release's own code by tests/peers/aiter) — and on the PyPI
+wheel amd-aiter 0.1.7.post2.dev18 (``aiter/fused_moe.py`` in the wheel). Tuned rows come from the installed AITER or
+the bundled snapshot (:mod:`moedispatch.data.aiter_configs`).
 
 Public API (all pure, frozen, cached where it matters)::
 
@@ -326,27 +330,126 @@ class Rules:
     #: The untuned a16wi4 FlyDSL heuristic splits K with get_ksplit and names stage 1 ``…_kb{ksplit}`` (up to
     #: v0.1.19.post2: ROCm/aiter@v0.1.18:aiter/fused_moe.py lines 2118-2158); v0.1.20 dropped it (ksplit 0).
     wint4_ksplit: bool = True
+    #: The untuned per_1x32 FlyDSL heuristic's scope (get_2stage_cfgs): ``none`` (before v0.1.14: no such branch);
+    #: ``swiglu_a4w4`` — only Swiglu with fp4x2 activations and fp4x2 weights, and it keeps get_ksplit's value
+    #: (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py lines 1320-1399: ``swiglu_mxfp4_flydsl``, ``int(ksplit)``);
+    #: ``force_w4`` — AITER_FLYDSL_FORCE (default "1") opens it to every activation with fp4x2/fp8 activations, fp4x2
+    #: weights only, ksplit -1 (ROCm/aiter@v0.1.16:aiter/fused_moe.py lines 1464-1553);
+    #: ``force`` — fp8 (MXFP8) weights too (ROCm/aiter@v0.1.16.post1:aiter/fused_moe.py lines 1469-1479;
+    #: v0.1.17 lines 1578-1590), and from v0.1.20 the a16w4 SiTUv2 route (``situv2_guard``).
+    flydsl_heuristic: str = "force"
+    #: The FlyDSL heuristic's stage-2 tile_k: 256 if inter_dim % 256 == 0 else 128 (ROCm/aiter@v0.1.16.post1:
+    #: aiter/fused_moe.py line 1492; v0.1.17 line 1602; pick_flydsl_stage2_tile_k from v0.1.19); v0.1.16 always 256
+    #: (ROCm/aiter@v0.1.16:aiter/fused_moe.py lines 1484-1512: ``flydsl_kernel_name(2, …, 128, 256, "atomic")``).
+    flydsl_s2_tile_k_pick: bool = True
+    #: MXFP8 (per_1x32 fp8 weights): fp8 activations in _fused_moe_impl (ROCm/aiter@v0.1.16.post1:aiter/fused_moe.py
+    #: lines 408-410) and the gate_mode != SEPARATED CK-Tile branch excludes fp8 weights (line 1396), added by
+    #: ROCm/aiter#3811 in v0.1.16.post1. Before, the weights take the generic per_1x32 activation branch (fp4x2; Swiglu/INTERLEAVE rules) and an interleaved Swiglu
+    #: layer goes to CK-Tile (ROCm/aiter@v0.1.16:aiter/fused_moe.py lines 408-417, 1388-1393).
+    mxfp8: bool = True
+    #: Untuned SwiGLU MXFP4 that reached no other branch (unshuffled weights) routes to CK-Tile with split-K ≥ 2
+    #: (ROCM-25478: ROCm/aiter@v0.1.17:aiter/fused_moe.py lines 1698-1731); before, it goes on to CK 2-stage.
+    swiglu_unshuffled_cktile: bool = True
+    #: flydsl not importable and the tuned row names FlyDSL kernels: AITER swaps in the shape's ``flydsl_fallback``
+    #: row (act wildcarded, the requested bucket), else drops the row for the heuristics
+    #: (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py lines 943-971, 1062-1080; v0.1.12 lines 765-790, 855-873;
+    #: removed in v0.1.18, which hands the names to the non-FlyDSL launchers).
+    flydsl_fallback_rows: bool = False
+    #: gfx1250 forces fp4x2 (or fp8 with AITER_FORCE_A8W4) activations (ROCm/aiter@v0.1.17:aiter/fused_moe.py lines
+    #: 438-442); absent before.
+    gfx1250_act: bool = True
+    #: SiTUv2's activation dtype is decided before the Swiglu/INTERLEAVE branches, with AITER_SITUV2_A8W4 /
+    #: AITER_SITUV2_A4W4 (ROCm/aiter@v0.1.19.post1:aiter/fused_moe.py lines 721-734). v0.1.19 tests it after them, so
+    #: an INTERLEAVE SiTUv2 layer takes the Swiglu/INTERLEAVE bound (fp8 from AITER_BF16_FP8_MOE_BOUND on gfx950), and
+    #: a SEPARATED one is bf16 unless AITER_SITUV2_A8W4=1 (no A4W4 switch) (ROCm/aiter@v0.1.19:aiter/fused_moe.py lines
+    #: 611-630).
+    situv2_act_first: bool = True
+    #: _fused_moe_impl asserts that a tuned FLAT 1-stage row (``flat`` column) runs only on these archs: gfx942/gfx950
+    #: from v0.1.20 (ROCm/aiter@e4048607:aiter/fused_moe.py lines 923-926), gfx950 in v0.1.16–v0.1.17 and
+    #: v0.1.19.post1–post2 (ROCm/aiter@v0.1.19.post2:aiter/fused_moe.py lines 837-839; v0.1.17 lines 519-521); None:
+    #: no such assertion (v0.1.18, v0.1.19; before v0.1.16 the flat column is not read at all).
+    flat_archs: tuple[str, ...] | None = ("gfx942", "gfx950")
+    #: fused_moe_1stage_dict keys this release does not have yet (HEAD's table minus these): gfx950 lacks Gelu
+    #: per_1x128 before v0.1.12 (ROCm/aiter@v0.1.11:aiter/fused_moe.py fused_moe_1stage_dict) and the non-doweight
+    #: per_Token fp8 Silu/Gelu entries before v0.1.11 (ROCm/aiter@v0.1.10.post2:aiter/fused_moe.py lines 546-552).
+    one_stage_missing: frozenset = frozenset()
+    #: The heuristic 1-stage conditions of v0.1.12+: per_1x128 needs inter_dim % 128 == 0 and per_Token fp8 also runs
+    #: 1-stage when inter_dim % 128 != 0 (ROCm/aiter@v0.1.12:aiter/fused_moe.py lines 888-896). Before, per_1x128
+    #: needs inter_dim % 256 == 0 and per_Token fp8 only token > 16 (ROCm/aiter@v0.1.10.post2:aiter/fused_moe.py
+    #: lines 718-723).
+    one_stage_inter128: bool = True
+    #: ``use_cfg``: a Silu bf16 per_1x128 fp8 layer with token * topk <= 128 skips the tuned rows (v0.1.9–v0.1.12.x:
+    #: ROCm/aiter@v0.1.12:aiter/fused_moe.py lines 831-843; v0.1.10.post2 lines 678-690).
+    blockscale_small_bypass: bool = False
+    #: a16wi4 exists (per_1x32 int4 weights: bf16 activations and the FlyDSL a16wi4 heuristic) from v0.1.13.post1
+    #: (ROCm/aiter@v0.1.13.post1:aiter/fused_moe.py lines 267-269); before, int4 per_1x32 weights take the generic
+    #: per_1x32 activation (fp4x2; Swiglu bf16/fp8) and the ASM/CK heuristics.
+    a16wi4: bool = True
+    #: Before gate_mode (v0.1.14) every bf16 Swiglu per_1x32 layer goes to CK-Tile with get_block_m() and the plain
+    #: ksplit (ROCm/aiter@v0.1.12:aiter/fused_moe.py lines 999-1022; v0.1.10.post2 lines 780-801).
+    swiglu_cktile_any_gate: bool = False
+    #: The 1-stage xbf16 switch (the row's ``xbf16`` column / AITER_XBFLOAT16) exists from v0.1.13
+    #: (ROCm/aiter@v0.1.13:aiter/fused_moe.py run_1stage_xbf16); before, no xbf16 variant runs.
+    xbf16: bool = True
+    #: AITER_KSPLIT=-1 drops a tuned row's ksplit (from v0.1.13; ROCm/aiter@v0.1.14:aiter/fused_moe.py lines
+    #: 1066-1069); before, the row's ksplit always applies (ROCm/aiter@v0.1.12:aiter/fused_moe.py line 922).
+    ksplit_env_off: bool = True
 
 
+#: Heuristic fields of the releases before v0.1.16.post1 (FlyDSL heuristic without MXFP8, fixed stage-2 tile_k; no
+#: ROCM-25478 branch; the flydsl_fallback rows replace FlyDSL rows when flydsl is missing; no FLAT assertion).
+_PRE_MXFP8 = dict(flydsl_s2_tile_k_pick=False, mxfp8=False, swiglu_unshuffled_cktile=False, gfx1250_act=False,
+                  flydsl_fallback_rows=True, flat_archs=None)
+_GFX950 = ("gfx950",)
+#: Before gate_mode and a16wi4 (v0.1.13.x and older): every bf16 Swiglu MXFP4 layer → CK-Tile, no a16wi4.
+_PRE_GATE = dict(_PRE_MXFP8, flydsl_heuristic="none", a16wi4=False, swiglu_cktile_any_gate=True)
+#: Before v0.1.13: no xbf16, AITER_KSPLIT=-1 does not drop a row's ksplit.
+_PRE_XBF16 = dict(_PRE_GATE, xbf16=False, ksplit_env_off=False)
+_ONE_STAGE_V011_MISSING = frozenset({("gfx950", (GELU, Q_1X128, BF16, FP8, FP8, 1, 0))})
+_ONE_STAGE_V08_MISSING = _ONE_STAGE_V011_MISSING | {("gfx950", (SILU, Q_TOKEN, BF16, FP8, FP8, 1, 0)),
+                                                    ("gfx950", (GELU, Q_TOKEN, BF16, FP8, FP8, 1, 0))}
 _RULES: tuple[tuple[str, Rules], ...] = (
     ("<0.1.8", Rules("v0.1.7", "v017", False, True, False, False, "v017", None, 512, False, "v017",
                      _TAG.format(tag="v0.1.7"))),
     ("<0.1.9", Rules("v0.1.8", "v08", False, True, False, False, "v017", None, 512, False, "head",
-                     _TAG.format(tag="v0.1.8"))),
-    ("<0.1.12", Rules("v0.1.9–v0.1.11", "v09", False, True, False, False, "swiglu512", None, 512, False, "head",
-                      _TAG.format(tag="v0.1.10.post2"))),
+                     _TAG.format(tag="v0.1.8"), one_stage_missing=_ONE_STAGE_V08_MISSING,
+                     one_stage_inter128=False, **_PRE_XBF16)),
+    ("<0.1.11", Rules("v0.1.9–v0.1.10", "v09", False, True, False, False, "swiglu512", None, 512, False, "head",
+                      _TAG.format(tag="v0.1.10.post2"), one_stage_missing=_ONE_STAGE_V08_MISSING,
+                      one_stage_inter128=False, blockscale_small_bypass=True, **_PRE_XBF16)),
+    ("<0.1.12", Rules("v0.1.11", "v09", False, True, False, False, "swiglu512", None, 512, False, "head",
+                      _TAG.format(tag="v0.1.11.post1"), one_stage_missing=_ONE_STAGE_V011_MISSING,
+                      one_stage_inter128=False, blockscale_small_bypass=True, **_PRE_XBF16)),
     ("<0.1.13", Rules("v0.1.12", "cap32768", False, True, False, False, "swiglu512", None, 512, True, "head",
-                      _TAG.format(tag="v0.1.12"))),
-    ("<0.1.14", Rules("v0.1.13", "cap32768", False, True, False, False, "swiglu512", "AITER_BF16_FP8_BOUND", 512,
-                      True, "head", _TAG.format(tag="v0.1.13.post1"))),
+                      _TAG.format(tag="v0.1.12"), blockscale_small_bypass=True, **_PRE_XBF16)),
+    # v0.1.13 hard-codes the Swiglu MXFP4 bound at 256 (ROCm/aiter@v0.1.13:aiter/fused_moe.py line 266);
+    # v0.1.13.post1 reads AITER_BF16_FP8_BOUND (default 512, line 266) and adds a16wi4.
+    ("<0.1.13.post1", Rules("v0.1.13", "cap32768", False, True, False, False, "swiglu512", None, 256, True, "head",
+                            _TAG.format(tag="v0.1.13"), **_PRE_GATE)),
+    ("<0.1.14", Rules("v0.1.13.post1", "cap32768", False, True, False, False, "swiglu512", "AITER_BF16_FP8_BOUND",
+                      512, True, "head", _TAG.format(tag="v0.1.13.post1"), **{**_PRE_GATE, "a16wi4": True})),
     ("<0.1.16", Rules("v0.1.14–v0.1.15", "tiers", False, False, True, False, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
-                      True, "head", _TAG.format(tag="v0.1.15.post3"))),
-    ("<0.1.18", Rules("v0.1.16–v0.1.17", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
-                      True, "head", _TAG.format(tag="v0.1.17"))),
+                      True, "head", _TAG.format(tag="v0.1.15.post3"), flydsl_heuristic="swiglu_a4w4",
+                      **_PRE_MXFP8)),
+    ("<0.1.16.post1", Rules("v0.1.16", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
+                            True, "head", _TAG.format(tag="v0.1.16"), flydsl_heuristic="force_w4",
+                            **{**_PRE_MXFP8, "flat_archs": _GFX950})),
+    ("<0.1.17", Rules("v0.1.16.post1–v0.1.16.post6", "tiers", True, False, True, True, "head",
+                      "AITER_BF16_FP8_MOE_BOUND", 256, True, "head", _TAG.format(tag="v0.1.16.post1"),
+                      swiglu_unshuffled_cktile=False, gfx1250_act=False, flydsl_fallback_rows=True,
+                      flat_archs=_GFX950)),
+    ("<0.1.18", Rules("v0.1.17", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
+                      True, "head", _TAG.format(tag="v0.1.17"), flydsl_fallback_rows=True, flat_archs=_GFX950)),
     ("<0.1.19", Rules("v0.1.18", "tiers", True, True, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
-                      "head", _TAG.format(tag="v0.1.18"))),
-    ("<0.1.20", Rules("v0.1.19", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
-                      "head", _TAG.format(tag="v0.1.19.post2"), situv2=True)),
+                      "head", _TAG.format(tag="v0.1.18"), flat_archs=None)),
+    # v0.1.19 keys on str(activation) like v0.1.18 (ROCm/aiter@v0.1.19:aiter/fused_moe.py line 1814); v0.1.19.post1
+    # went back to the pybind enum (ROCm/aiter@v0.1.19.post1:aiter/fused_moe.py line 2119).
+    ("<0.1.19.post1", Rules("v0.1.19", "tiers", True, True, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
+                            True, "head", _TAG.format(tag="v0.1.19"), situv2=True, situv2_act_first=False,
+                            flat_archs=None)),
+    ("<0.1.20", Rules("v0.1.19.post1–v0.1.19.post2", "tiers", True, False, True, True, "head",
+                      "AITER_BF16_FP8_MOE_BOUND", 256, True, "head", _TAG.format(tag="v0.1.19.post2"), situv2=True,
+                      flat_archs=_GFX950)),
 )
 HEAD_RULES = Rules("HEAD e4048607 (v0.1.20+)", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND",
                    256, True, "head", SRC_FUSED_MOE, situv2_guard=True, situv2=True, wint4_ksplit=False)
@@ -417,7 +520,7 @@ def activation_dtype(M: int, key: DispatchKey, env: Mapping[str, str] | None = N
         return (_fp8(key.gfx) if key.q_dtype_w == U32 else key.q_dtype_w), \
             f"activations take the weight dtype ({rules.name})"
     if rules.act_policy == "swiglu512" and key.q_type == Q_1X32:
-        if key.q_dtype_w == I4:
+        if key.q_dtype_w == I4 and rules.a16wi4:
             return BF16, "a16wi4: int4 weights run with bf16 activations"
         if key.act_type == SWIGLU:
             bound = _env_int(env, rules.bound_env, rules.bound_default) if rules.bound_env else rules.bound_default
@@ -431,11 +534,11 @@ def activation_dtype(M: int, key: DispatchKey, env: Mapping[str, str] | None = N
     q_a = fp8 if key.q_dtype_w == U32 else key.q_dtype_w
     why = "activations take the weight dtype"
     if key.q_type == Q_1X32:
-        if key.q_dtype_w == I4:
+        if key.q_dtype_w == I4 and rules.a16wi4:
             return BF16, "a16wi4: int4 weights run with bf16 activations"
-        if key.q_dtype_w == fp8:
+        if key.q_dtype_w == fp8 and rules.mxfp8:
             return fp8, "mxfp8: fp8 activations with per-1x32 e8m0 scales"
-        if key.act_type == SITUV2:
+        if key.act_type == SITUV2 and rules.situv2_act_first:
             if env.get("AITER_SITUV2_A8W4", "0") == "1":
                 return fp8, "SiTUv2 with AITER_SITUV2_A8W4=1"
             if env.get("AITER_SITUV2_A4W4", "0") == "1":
@@ -452,11 +555,16 @@ def activation_dtype(M: int, key: DispatchKey, env: Mapping[str, str] | None = N
                 return BF16, (f"Swiglu/INTERLEAVE: bf16 below AITER_BF16_FP8_MOE_BOUND={bound} (M={M})"
                               if key.gfx == "gfx950" else "Swiglu/INTERLEAVE: bf16 off gfx950")
             return FP8, f"Swiglu/INTERLEAVE on gfx950: fp8 from AITER_BF16_FP8_MOE_BOUND={bound} (M={M})"
+        if key.act_type == SITUV2:
+            # v0.1.19: SiTUv2 reaches its own branch only SEPARATED; no AITER_SITUV2_A4W4 (Rules.situv2_act_first).
+            if env.get("AITER_SITUV2_A8W4", "0") == "1":
+                return fp8, "SiTUv2 SEPARATED with AITER_SITUV2_A8W4=1"
+            return BF16, "SiTUv2 SEPARATED: a16w4 (bf16 activations)"
         if key.q_dtype_w in (FP8, FP8_FNUZ):
             return FP4, (f"per_1x32 {key.q_dtype_w} weights are not {key.gfx}'s dtypes.fp8 ({fp8}): AITER takes the "
                          "generic per_1x32 branch (fp4x2 activations)")
         return FP4, "per_1x32: fp4x2 activations"
-    if key.gfx == "gfx1250":
+    if key.gfx == "gfx1250" and rules.gfx1250_act:
         return (FP8 if env.get("AITER_FORCE_A8W4", "0") == "1" else FP4), "gfx1250 forces fp4/fp8 activations"
     return q_a, why
 
@@ -555,6 +663,8 @@ class _Index:
     primary: dict[tuple, list[TunedRow]]
     fallback: dict[tuple, list[TunedRow]]
     duplicates: int
+    #: ``_tag == "flydsl_fallback"`` rows, keyed exactly and act-wildcarded (Rules.flydsl_fallback_rows).
+    fly_fallback: dict[tuple, list[TunedRow]] = field(default_factory=dict)
 
 
 _INDEXES: dict[int, tuple[ConfigSet, _Index]] = {}
@@ -567,16 +677,20 @@ def _index(cs: ConfigSet) -> _Index:
     primary: dict[tuple, list[TunedRow]] = {}
     fallback: dict[tuple, list[TunedRow]] = {}
     dups = 0
+    fly: dict[tuple, list[TunedRow]] = {}
     for row in cs.rows:
         if row.tag == "flydsl_fallback":
-            continue  # counted separately; releases that drop them never see them (see _first)
+            # Never in the main dicts; releases with Rules.flydsl_fallback_rows read them when flydsl is missing.
+            fly.setdefault(("exact",) + row.key(with_gfx=False), []).append(row)
+            fly.setdefault(("any",) + row.key(with_gfx=False, act=_WILDCARD), []).append(row)
+            continue
         k = row.key(with_gfx=False)
         bucket = primary.setdefault(k, [])
         if any(r.gfx == row.gfx for r in bucket):
             dups += 1
         bucket.append(row)
         fallback.setdefault(row.key(with_gfx=False, act=_WILDCARD), []).append(row)
-    idx = _Index(primary, fallback, dups)
+    idx = _Index(primary, fallback, dups, fly)
     _INDEXES[id(cs)] = (cs, idx)
     return idx
 
@@ -684,11 +798,13 @@ def _ksplit(token: int, topk: int, expert: int, inter_dim: int, model_dim: int, 
     return 0
 
 
-def _flydsl_heuristic_names(token: int, q_a: str, q_w: str, inter_dim: int) -> tuple[int, str, str]:
-    """The FlyDSL fallback names ``get_2stage_cfgs`` builds (``flydsl_kernel_name`` + tier suffixes)."""
+def _flydsl_heuristic_names(token: int, q_a: str, q_w: str, inter_dim: int, *, pick_tile_k: bool = True
+                            ) -> tuple[int, str, str]:
+    """The FlyDSL fallback names ``get_2stage_cfgs`` builds (``flydsl_kernel_name`` + tier suffixes); stage-2 tile_k
+    256 always where the release does not pick it (``Rules.flydsl_s2_tile_k_pick``)."""
     a = "fp4" if q_a == FP4 else "fp8"
     w = "fp8" if q_w in (FP8, FP8_FNUZ) else "fp4"
-    tk2 = 256 if inter_dim % 256 == 0 else 128  # pick_flydsl_stage2_tile_k
+    tk2 = 256 if (inter_dim % 256 == 0 or not pick_tile_k) else 128  # pick_flydsl_stage2_tile_k
     if token < 2048:
         tm, s1, s2 = 32, "_w2", "_bnt2"
     elif token < 4096:
@@ -726,6 +842,17 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     if cs is not None and not cs.broken:
         row, more = _lookup(cs, key, token, q_a, rules)
         notes += more
+        if row is not None and not rules.xbf16 and row.xbf16:
+            row = replace(row, xbf16=0)  # no xbf16 column read before v0.1.13 (Rules.xbf16)
+        if row is not None and rules.blockscale_small_bypass and token * key.topk <= 128 and (
+                key.act_type, key.dtype, q_a, key.q_dtype_w, key.q_type) == (SILU, BF16, fp8, fp8, Q_1X128):
+            notes.append(f"use_cfg: Silu per_1x128 fp8 with token*topk <= 128 skips the tuned row {row.where} "
+                         f"({rules.name})")
+            row = None
+        if row is not None and rules.flydsl_fallback_rows and not a.flydsl_available and (
+                row.kernel1.startswith("flydsl_") or row.kernel2.startswith("flydsl_")):
+            row, more = _flydsl_fallback_row(cs, key, token, q_a, rules, row)
+            notes += more
     bypass = _env_int(env, "AITER_BYPASS_TUNE_CONFIG", 0) != 0
     opus_row: TunedRow | None = None
     if row is not None:
@@ -772,15 +899,15 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     if row is None:
         kn1 = kn2 = ""
         run_1stage = False
-        api = _ONE_STAGE_HEAD.get(key.gfx, {}).get(
-            (key.act_type, q_type, key.dtype, q_a, q_w, key.use_g1u1, key.doweight_stage1))
+        one_key = (key.act_type, q_type, key.dtype, q_a, q_w, key.use_g1u1, key.doweight_stage1)
+        api = None if (key.gfx, one_key) in rules.one_stage_missing else _ONE_STAGE_HEAD.get(key.gfx, {}).get(one_key)
         if api is not None:
             if q_type == Q_1X128:
-                run_1stage = token > 32 and key.inter_dim % 128 == 0
+                run_1stage = token > 32 and key.inter_dim % (128 if rules.one_stage_inter128 else 256) == 0
             elif q_type == Q_TOKEN and q_w == I8:
                 run_1stage = token > 32
             elif q_type == Q_TOKEN and q_w in (FP8, FP8_FNUZ):
-                run_1stage = token > 16 or key.inter_dim % 128 != 0
+                run_1stage = token > 16 or (rules.one_stage_inter128 and key.inter_dim % 128 != 0)
             elif q_type != Q_1X32:
                 run_1stage = token < 256
         if run_1stage:
@@ -806,7 +933,7 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     else:
         kn1, kn2 = row.kernel1, row.kernel2
         block_m = row.block_m
-        ksplit = 0 if _env_int(env, "AITER_KSPLIT", 0) == -1 else row.ksplit
+        ksplit = 0 if (rules.ksplit_env_off and _env_int(env, "AITER_KSPLIT", 0) == -1) else row.ksplit
         row_run_1stage = bool(row.run_1stage)
         basis = "tuned"
     if row is not None and (kn1.startswith("flydsl_mxmoe_g") or kn2.startswith("flydsl_mxmoe_g")):
@@ -819,11 +946,16 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         return step(2, (kn1, kn2), bm, basis, ksplit, ["FlyDSL MXFP4 a4w4 port (flydsl_mxmoe_*)"])
     if row_run_1stage:
         if row is None:
-            xbf16 = q_type == Q_1X128 and key.gfx == "gfx950" and env.get("AITER_XBFLOAT16", "0") == "1"
+            xbf16 = q_type == Q_1X128 and key.gfx == "gfx950" and env.get("AITER_XBFLOAT16", "0") == "1" \
+                and rules.xbf16
             name = f"{api} (default{', xbf16' if xbf16 else ''})"
             return step(1, (name,), block_m, basis, 0, ["1-stage ASM from fused_moe_1stage_dict: the asm "
                                                        "launcher picks the code object by inter_dim and block_m"])
-        return step(1, (kn1,), block_m, basis, ksplit)
+        one = step(1, (kn1,), block_m, basis, ksplit)
+        if row.flat >= 1 and rules.flat_archs is not None and key.gfx not in rules.flat_archs:
+            return replace(one, raises=f"AssertionError: FLAT fmoe asm kernels are {'/'.join(rules.flat_archs)}-only; "
+                                       f"refusing to launch on {key.gfx} (tuned FLAT row {row.where})")
+        return one
     is_fly1, is_fly2 = kn1.startswith("flydsl_"), kn2.startswith("flydsl_")
     is_opus1 = kn1.startswith("opus_moe1_")
     if is_opus1 or ((is_fly1 or is_fly2) and fly):
@@ -831,15 +963,15 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         return step(2, (kn1, k2), block_m, basis, ksplit, extra)
     if row is not None and (is_fly1 or is_fly2) and not fly:
         notes.append(f"row {row.where} names FlyDSL kernels but flydsl is not importable: AITER falls through")
-    if key.gate_mode != "separated" and key.dtype in (BF16, FP16) and q_type == Q_1X32 and key.act_type == SWIGLU \
-            and q_w != fp8:
+    if (key.gate_mode != "separated" or rules.swiglu_cktile_any_gate) and key.dtype in (BF16, FP16) \
+            and q_type == Q_1X32 and key.act_type == SWIGLU and (q_w != fp8 or not rules.mxfp8):
         bm = 32 if q_a == fp8 else _tier_block_m(token)
         extra = [f"tuned row {row.where} matched but this path ignores its kernel names"] if row else []
         return step(2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), bm, "heuristic", ksplit,
                     extra + ["Swiglu MXFP4 with interleaved gate/up: CK-Tile 2-stage"])
     swiglu_bf16_cktile = (q_type == Q_1X32 and key.act_type == SWIGLU and q_a in (BF16, FP16) and q_w == FP4
                           and shuffled)
-    if q_type == Q_1X32 and q_w == I4 and fly:
+    if q_type == Q_1X32 and q_w == I4 and fly and rules.a16wi4:
         tm = _tier_block_m(token)
         kb = _ksplit(token, key.topk, key.expert, key.inter_dim, key.model_dim, key.cu_num, env) \
             if rules.wint4_ksplit else 0
@@ -847,8 +979,15 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
                         f"flydsl_moe2_abf16_wint4_bf16_t{tm}x128x128_atomic"),
                     tm, "heuristic", kb, ["no tuned FlyDSL a16wi4 config: AITER's untuned a16wi4 fallback"])
     force = env.get("AITER_FLYDSL_FORCE", "1") == "1"
-    use_mx_fly = (key.dtype in (BF16, FP16) and q_type == Q_1X32 and (key.act_type in (SWIGLU, SITUV2) or force)
-                  and q_a in (FP4, fp8) and q_w in (FP4, fp8) and shuffled and key.use_g1u1
+    fly_scope = rules.flydsl_heuristic
+    if fly_scope == "swiglu_a4w4":  # ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py lines 1320-1330
+        fly_acts, fly_a, fly_w = key.act_type == SWIGLU, (FP4,), (FP4,)
+    elif fly_scope == "force_w4":  # ROCm/aiter@v0.1.16:aiter/fused_moe.py lines 1464-1476
+        fly_acts, fly_a, fly_w = key.act_type == SWIGLU or force, (FP4, fp8), (FP4,)
+    else:
+        fly_acts, fly_a, fly_w = key.act_type in (SWIGLU, SITUV2) or force, (FP4, fp8), (FP4, fp8)
+    use_mx_fly = (fly_scope != "none" and key.dtype in (BF16, FP16) and q_type == Q_1X32 and fly_acts
+                  and q_a in fly_a and q_w in fly_w and shuffled and key.use_g1u1
                   and not key.doweight_stage1 and fly)
     situ_a16 = (key.dtype in (BF16, FP16) and q_type == Q_1X32 and key.act_type == SITUV2 and q_a == BF16
                 and q_w == FP4 and shuffled and key.use_g1u1 and not key.doweight_stage1 and fly)
@@ -857,13 +996,16 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
             tm, k1, k2 = _flydsl_heuristic_names(token, FP4, q_w, key.inter_dim)
             k1, k2 = k1.replace("_afp4_", "_abf16_"), k2.replace("_afp4_", "_abf16_")
         else:
-            tm, k1, k2 = _flydsl_heuristic_names(token, q_a, q_w, key.inter_dim)
+            tm, k1, k2 = _flydsl_heuristic_names(token, q_a, q_w, key.inter_dim,
+                                                 pick_tile_k=rules.flydsl_s2_tile_k_pick)
         extra = []
         if row is not None:
             extra.append(f"tuned row {row.where} names {_family((kn1, kn2))} kernels, but "
                          f"AITER_FLYDSL_FORCE={env.get('AITER_FLYDSL_FORCE', '1')} routes per_1x32 fp4/fp8 layers "
                          "without a FlyDSL row to the FlyDSL heuristic")
-        return step(2, (k1, k2), tm, "heuristic", -1, extra + ["no tuned FlyDSL config: heuristic FlyDSL fallback"])
+        # split_k -1 from v0.1.16; v0.1.14-v0.1.15 keep the ksplit computed above (int(ksplit)).
+        return step(2, (k1, k2), tm, "heuristic", ksplit if fly_scope == "swiglu_a4w4" else -1,
+                    extra + ["no tuned FlyDSL config: heuristic FlyDSL fallback"])
     if key.dtype in (BF16, FP16) and q_type == Q_1X32 and q_w == FP4 and shuffled \
             and not (key.act_type == SWIGLU and q_a == FP4) and (ksplit > 1 or swiglu_bf16_cktile):
         sk = max(int(ksplit), 2 if swiglu_bf16_cktile else 1)
@@ -871,7 +1013,8 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         return step(2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), _tier_block_m(token),
                     "heuristic", sk, extra + ["MXFP4 weights with bf16 activations (or split-K): CK-Tile 2-stage "
                                               "(CK 2-stage has no A16W4 heuristic kernel)"])
-    if key.act_type == SWIGLU and q_w == FP4 and q_type == Q_1X32 and key.dtype in (BF16, FP16) and not kn1:
+    if key.act_type == SWIGLU and q_w == FP4 and q_type == Q_1X32 and key.dtype in (BF16, FP16) and not kn1 \
+            and rules.swiglu_unshuffled_cktile:
         return step(2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), _tier_block_m(token),
                     "heuristic", max(int(ksplit), 2), ["SwiGLU MXFP4 with unshuffled weights: CK-Tile"])
     if (kn1 and "ck2stages" in kn1) or (not kn1 and ((q_type == Q_1X128 and key.doweight_stage1)
@@ -897,6 +1040,21 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
                        raises="the ASM stage-1 and CK stage-2 launchers are handed FlyDSL kernel names "
                               f"({k1}, {k2}) because flydsl is not importable: no such kernel to launch")
     return step(2, (k1, k2), block_m, basis, ksplit, ["ASM stage 1 + CK stage 2"])
+
+
+def _flydsl_fallback_row(cs: ConfigSet, key: DispatchKey, token: int, q_a: str, rules: Rules, row: TunedRow
+                         ) -> tuple[TunedRow | None, list[str]]:
+    """Releases with ``Rules.flydsl_fallback_rows`` (v0.1.12-v0.1.17): flydsl is not importable and the tuned row
+    names FlyDSL kernels, so AITER looks the requested bucket up among the ``flydsl_fallback`` rows (act wildcarded
+    from v0.1.14, exact before) and takes that row, else drops the row for the heuristics
+    (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py lines 1062-1080)."""
+    k = key.aiter_tuple(token, q_a, with_gfx=False)
+    look = ("any",) + k[:6] + (_WILDCARD,) + k[7:] if rules.act_wildcard else ("exact",) + k
+    fb = _first(_index(cs).fly_fallback.get(look), key.gfx, rules)
+    if fb is not None:
+        return fb, [f"flydsl is not importable: AITER swaps row {row.where} for its flydsl_fallback row {fb.where}"]
+    return None, [f"flydsl is not importable and row {row.where} has no flydsl_fallback row: AITER drops it for the "
+                  "default heuristics"]
 
 
 def _situv2_a16w4_refusal(key: DispatchKey, q_a: str, a: Assumptions) -> str | None:

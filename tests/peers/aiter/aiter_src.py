@@ -184,12 +184,22 @@ def stub_init(text: str) -> str:
     first = next(i for i, ln in enumerate(lines) if _IMPORT.match(ln))
     last = max(i for i, ln in enumerate(lines) if _IMPORT.match(ln))
     out = lines[:first]
+    # Some releases (v0.1.11-v0.1.13) wrap the op imports in ``try:`` … ``except (ImportError, …):`` — keep that
+    # except clause (re-raising: a missing stand-in must fail loudly), drop any other try's.
+    prev = next((ln for ln in reversed(out) if ln.strip()), "")
+    open_try = len(prev) - len(prev.lstrip()) if prev.strip() == "try:" else None
     skipping = False
     for ln in lines[first:last + 1]:
         if skipping:
             skipping = ")" not in ln
             continue
         m = _IMPORT.match(ln)
+        if m is None and ln.strip().startswith(("except", "finally")):
+            indent = len(ln) - len(ln.lstrip())
+            if open_try is not None and indent == open_try:
+                out += [ln, " " * (indent + 4) + "raise"]
+                open_try = None
+            continue
         if m is None:
             if ln.strip().startswith(("#", "else", "elif", "if ")) or not ln.strip():
                 out.append(ln)
