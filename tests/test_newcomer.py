@@ -201,3 +201,16 @@ def test_sglang_options_are_sglangs(cli):
         assert doc["parallel"]["tp"] == 8 and not [f for f in doc["findings"] if "has no option" in f["message"]]
     bad = json.loads(cli(*base, "--tensor-parallel-sizes", "8").stdout)
     assert any("sglang 0.5.23 has no option --tensor-parallel-sizes" in f["message"] for f in bad["findings"])
+
+
+# -- 6. lint's fix line is the user's command with the minimal changes ------------------------------------------
+
+def test_lint_fix_keeps_the_users_flags_and_model_id(cli):
+    out = cli(*LINT, "vllm", "serve", "amd/MiniMax-M3-MXFP4", "--trust-remote-code", "--max-model-len", "32768",
+              "-tp", "8")
+    fixes = [f["fix"] for f in json.loads(out.stdout)["findings"] if f["fix"]]
+    assert fixes
+    for fix in fixes:
+        line = fix.split("the full recipe: ")[-1]
+        assert "vllm serve amd/MiniMax-M3-MXFP4 --trust-remote-code --max-model-len 32768" in line
+        assert line.count("--tensor-parallel-size 8") == 1 and " -tp " not in line  # replaced in place, not twice

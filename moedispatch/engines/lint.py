@@ -405,7 +405,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 eng.get("heads_source"), "pick a TP that divides the model (e.g. 1, 2, 4, 8)"))
         return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
     recipe = build_recipe(plan, engine, version)
-    fix_line = _fix(recipe)
+    fix_line = _fix_from_launch(launch, recipe) or _fix(recipe)
     for r in recipe.layout.errors if recipe.layout else []:
         findings.append(Finding("error", r.text, r.source, fix_line))
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
@@ -515,6 +515,45 @@ def _fam_of(backend: str, plan: Any) -> str | None:
     b = plugins.get_registry().get(backend)
     fam = getattr(b, "family", None) if b is not None else None
     return "aiter" if fam in ("ck", "cktile", "flydsl", "asm") else fam
+
+
+def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
+    """The user's own command with the recipe's minimal changes: every option the recipe sets replaces the user's
+    spelling of the same option (same dest), the others are added; every other user option, the model id as written
+    and the launcher prefix (``docker run …``) stay; the recipe's environment is prefixed where the launch differs.
+    None when the recipe has no launch (its alternatives are the fix then)."""
+    found = _engine_of(list(launch.argv))
+    if not recipe.ok or found is None:
+        return None
+    opts = _newest_options(launch.engine)
+    dests, values = opts["dest"], set(opts["value_options"])
+    head, args = list(launch.argv[:found[1]]), list(launch.argv[found[1]:])
+    # the user's options as (dest, tokens) runs; positional tokens stay as they are
+    runs: list[tuple[str | None, list[str]]] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name = _canonical(launch.engine, tok.partition("=")[0] if tok.startswith("--") else tok)
+        if name in dests:
+            take = 2 if name in values and "=" not in tok and i + 1 < len(args) else 1
+            runs.append((dests[name], args[i:i + take]))
+            i += take
+        else:
+            runs.append((None, [tok]))
+            i += 1
+    for a in recipe.args:
+        toks = shlex.split(a["arg"])
+        name = _canonical(launch.engine, toks[0])
+        dest = dests.get(name)
+        at = next((k for k, (d, _) in enumerate(runs) if d is not None and d == dest), None)
+        if at is None:
+            runs.append((dest, toks))
+        else:
+            runs[at] = (dest, toks)
+            runs[at + 1:] = [r for r in runs[at + 1:] if r[0] is None or r[0] != dest]
+    env = [f"{e['name']}={e['value']}" for e in recipe.env if launch.env.get(e["name"]) != e["value"]]
+    words = env + head + [t for _, toks in runs for t in toks]
+    return " ".join(shlex.quote(w) if w and not re.fullmatch(r"[\w@%+=:,./-]+", w) else w for w in words)
 
 
 def _fix(recipe: Any) -> str | None:
