@@ -449,7 +449,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                            "target": _target_entry(caps), "backend": backend, "padding": padding.to_dict(),
                            "checks": checks}, indent=2))
     else:
-        lines = [f"verify {model.name} layer {layer.index} on {caps.arch_label}: backend {backend}"]
+        aiter = f"AITER {caps.aiter_version}" if caps.aiter_version else "no AITER"
+        lines = [f"verify {model.name} layer {layer.index} on {caps.arch_label} with {aiter} "
+                 f"({caps.source_of('aiter_version') or caps.source}): backend {backend}"]
         for c in checks:
             mark = {True: "PASS", False: "FAIL", None: "SKIP"}[c.get("passed")]
             lines.append(f"  {mark:<4} {c['name']}: {c['detail']}")

@@ -214,3 +214,13 @@ def test_lint_fix_keeps_the_users_flags_and_model_id(cli):
         line = fix.split("the full recipe: ")[-1]
         assert "vllm serve amd/MiniMax-M3-MXFP4 --trust-remote-code --max-model-len 32768" in line
         assert line.count("--tensor-parallel-size 8") == 1 and " -tp " not in line  # replaced in place, not twice
+
+
+# -- 13. verify's header names the AITER it assumed -------------------------------------------------------------
+
+def test_verify_header_names_the_aiter(cli):
+    pytest.importorskip("torch")
+    out = cli("verify", "--model", "Mixtral-8x7B", "--target", "MI300X", "--tp", "8", "--aiter-version", "0.1.20")
+    assert out.returncode in (0, 1), out.stderr
+    assert out.stdout.splitlines()[0].startswith("verify Mixtral-8x7B layer 0 on gfx942 (MI300X) with AITER 0.1.20 "
+                                                 "(flag): backend ")
