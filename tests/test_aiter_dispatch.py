@@ -926,3 +926,21 @@ def test_ck_stage1_row_with_a_flydsl_stage2_without_flydsl(head):
     (fly,) = simulate(moe("MiniMax-M2.5-MXFP4", tp=2), target_capabilities(*MI355X), configs=head, env={},
                       tokens=(4096,))
     assert fly.raises is None
+
+
+def test_a_hit_range_never_spans_a_step_it_does_not_apply_to(head):
+    """evaluate_issues / raising_hits / pad_hazards merge only consecutive steps: an issue at tokens 1 and 8 with a
+    clean step at 4 between them is two hits, never one for 1–8 (found by the mutation run)."""
+    def step(m, kernels, raises=None):
+        return ad.DispatchStep(tokens=(m, m), bucket=m, stages=2, family="ck", kernels=kernels, block_m=16,
+                               activation_dtype="fp8", basis="heuristic", config=None, raises=raises)
+
+    key = ad.dispatch_key(layer(), target_capabilities(*MI355X))
+    issue = ad.DispatchIssue(id="x", title="t", source="s", status="open", kernel="^bad", effect="e", workaround="w",
+                             confidence="derived", severity="error")
+    steps = [step(1, ("bad1", "k2")), step(4, ("good1", "k2")), step(8, ("bad1", "k2"))]
+    assert [h.tokens for h in ad.evaluate_issues(steps, key, "0.1.20", issues=[issue])] == [(1, 1), (8, 8)]
+    raising = [step(1, (), "ValueError: x"), step(4, ("good1",)), step(8, (), "ValueError: x")]
+    assert [h.tokens for h in ad.raising_hits(raising, key, {})] == [(1, 1), (8, 8)]
+    together = [step(1, ("bad1", "k2")), step(2, ("bad1", "k2"))]
+    assert [h.tokens for h in ad.evaluate_issues(together, key, "0.1.20", issues=[issue])] == [(1, 2)]

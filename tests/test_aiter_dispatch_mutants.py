@@ -1520,9 +1520,11 @@ def test_raising_hits(raises, workaround):
 
     base = head_step(16, key(inter_dim=384))
     steps = [dataclasses.replace(base, tokens=(m, m), bucket=m, raises=raises) for m in (1, 2)]
-    steps.insert(1, dataclasses.replace(base, tokens=(1, 1), raises=None))
     steps.append(dataclasses.replace(base, tokens=(4, 4), kernels=(), raises=raises))
     (h,) = ad.raising_hits(steps, key(), {})
+    # a step that runs between two that raise splits the range (ranges merge consecutive steps only)
+    gap = steps[:1] + [dataclasses.replace(base, tokens=(2, 2), bucket=2, raises=None)] + steps[2:]
+    assert [x.tokens for x in ad.raising_hits(gap, key(), {})] == [(1, 1), (4, 4)]
     assert (h.issue, h.tokens, h.bucket, h.kernel, h.effect, h.workaround, h.workaround_env, h.token_cap, h.source,
             h.confidence, h.severity, h.raises) == (
         "aiter-raises", (1, 4), 1, "moe_ck2stages_gemm1 (default) + moe_ck2stages_gemm2 (default)",

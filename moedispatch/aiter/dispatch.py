@@ -17,10 +17,10 @@ modelled twice: on HEAD —
 https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/aiter/fused_moe.py (``get_2stage_cfgs``,
 ``get_block_size_M``, ``get_ksplit``, ``fused_moe_1stage_dict``; used for every release ≥ 0.1.8), with each
 release's differences from HEAD as :class:`Rules` fields read in each tag's ``aiter/fused_moe.py`` (the FlyDSL
-heuristic's scope, MXFP8, the 1-stage table, ``use_cfg``, a16wi4, the pre-gate_mode CK-Tile routing, the FLAT arch
-assertion, the flydsl_fallback rows; checked against each release's own code by tests/peers/aiter) — and on the PyPI
-wheel amd-aiter 0.1.7.post2.dev18 (``aiter/fused_moe.py`` in the wheel). Tuned rows come from the installed AITER or
-the bundled snapshot (:mod:`moedispatch.data.aiter_configs`).
+heuristic's scope, MXFP8, the 1-stage table, ``use_cfg``, a16wi4, the pre-gate_mode CK-Tile routing, the
+flydsl_fallback rows; checked against each release's own code by tests/peers/aiter) — and on the PyPI wheel amd-aiter
+0.1.7.post2.dev18 (``aiter/fused_moe.py`` in the wheel). Tuned rows come from the installed AITER or the bundled
+snapshot (:mod:`moedispatch.data.aiter_configs`).
 
 Public API (all pure, frozen, cached where it matters)::
 
@@ -344,16 +344,17 @@ class Rules:
     flydsl_s2_tile_k_pick: bool = True
     #: MXFP8 (per_1x32 fp8 weights): fp8 activations in _fused_moe_impl (ROCm/aiter@v0.1.16.post1:aiter/fused_moe.py
     #: lines 408-410) and the gate_mode != SEPARATED CK-Tile branch excludes fp8 weights (line 1396), added by
-    #: ROCm/aiter#3811 in v0.1.16.post1. Before, the weights take the generic per_1x32 activation branch (fp4x2; Swiglu/INTERLEAVE rules) and an interleaved Swiglu
-    #: layer goes to CK-Tile (ROCm/aiter@v0.1.16:aiter/fused_moe.py lines 408-417, 1388-1393).
+    #: ROCm/aiter#3811 in v0.1.16.post1. Before, the weights take the generic per_1x32 activation branch (fp4x2;
+    #: Swiglu/INTERLEAVE rules) and an interleaved Swiglu layer goes to CK-Tile (ROCm/aiter@v0.1.16:aiter/fused_moe.py
+    #: lines 408-417, 1388-1393).
     mxfp8: bool = True
     #: Untuned SwiGLU MXFP4 that reached no other branch (unshuffled weights) routes to CK-Tile with split-K ≥ 2
     #: (ROCM-25478: ROCm/aiter@v0.1.17:aiter/fused_moe.py lines 1698-1731); before, it goes on to CK 2-stage.
     swiglu_unshuffled_cktile: bool = True
     #: flydsl not importable and the tuned row names FlyDSL kernels: AITER swaps in the shape's ``flydsl_fallback``
     #: row (act wildcarded, the requested bucket), else drops the row for the heuristics
-    #: (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py lines 943-971, 1062-1080; v0.1.12 lines 765-790, 855-873;
-    #: removed in v0.1.18, which hands the names to the non-FlyDSL launchers).
+    #: (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py lines 943-971, 1062-1080; v0.1.12 lines 765-790, 855-873, exact
+    #: key; from v0.1.11 to v0.1.17 — v0.1.18 removed it and hands the names to the non-FlyDSL launchers).
     flydsl_fallback_rows: bool = False
     #: gfx1250 forces fp4x2 (or fp8 with AITER_FORCE_A8W4) activations (ROCm/aiter@v0.1.17:aiter/fused_moe.py lines
     #: 438-442); absent before.
@@ -364,20 +365,17 @@ class Rules:
     #: a SEPARATED one is bf16 unless AITER_SITUV2_A8W4=1 (no A4W4 switch) (ROCm/aiter@v0.1.19:aiter/fused_moe.py lines
     #: 611-630).
     situv2_act_first: bool = True
-    #: _fused_moe_impl asserts that a tuned FLAT 1-stage row (``flat`` column) runs only on these archs: gfx942/gfx950
-    #: from v0.1.20 (ROCm/aiter@e4048607:aiter/fused_moe.py lines 923-926), gfx950 in v0.1.16–v0.1.17 and
-    #: v0.1.19.post1–post2 (ROCm/aiter@v0.1.19.post2:aiter/fused_moe.py lines 837-839; v0.1.17 lines 519-521); None:
-    #: no such assertion (v0.1.18, v0.1.19; before v0.1.16 the flat column is not read at all).
-    flat_archs: tuple[str, ...] | None = ("gfx942", "gfx950")
     #: fused_moe_1stage_dict keys this release does not have yet (HEAD's table minus these): gfx950 lacks Gelu
     #: per_1x128 before v0.1.12 (ROCm/aiter@v0.1.11:aiter/fused_moe.py fused_moe_1stage_dict) and the non-doweight
     #: per_Token fp8 Silu/Gelu entries before v0.1.11 (ROCm/aiter@v0.1.10.post2:aiter/fused_moe.py lines 546-552).
     one_stage_missing: frozenset = frozenset()
-    #: The heuristic 1-stage conditions of v0.1.12+: per_1x128 needs inter_dim % 128 == 0 and per_Token fp8 also runs
-    #: 1-stage when inter_dim % 128 != 0 (ROCm/aiter@v0.1.12:aiter/fused_moe.py lines 888-896). Before, per_1x128
-    #: needs inter_dim % 256 == 0 and per_Token fp8 only token > 16 (ROCm/aiter@v0.1.10.post2:aiter/fused_moe.py
-    #: lines 718-723).
-    one_stage_inter128: bool = True
+    #: The heuristic 1-stage conditions: ``head`` (v0.1.12+: per_1x128 needs inter_dim % 128 == 0, per_Token fp8 runs
+    #: 1-stage when token > 16 or inter_dim % 128 != 0; ROCm/aiter@v0.1.12:aiter/fused_moe.py lines 888-896);
+    #: ``v08`` (v0.1.8–v0.1.10: per_1x128 needs inter_dim % 256 == 0, per_Token fp8 only token > 16;
+    #: ROCm/aiter@v0.1.10.post2:aiter/fused_moe.py lines 718-723); ``v011`` (v0.1.11: as ``v08``, but a non-doweight
+    #: per_Token fp8 layer on gfx950 runs 1-stage only when inter_dim == 192; ROCm/aiter@v0.1.11.post1:
+    #: aiter/fused_moe.py lines 842-851).
+    one_stage_conds: str = "head"
     #: ``use_cfg``: a Silu bf16 per_1x128 fp8 layer with token * topk <= 128 skips the tuned rows (v0.1.9–v0.1.12.x:
     #: ROCm/aiter@v0.1.12:aiter/fused_moe.py lines 831-843; v0.1.10.post2 lines 678-690).
     blockscale_small_bypass: bool = False
@@ -388,23 +386,36 @@ class Rules:
     #: Before gate_mode (v0.1.14) every bf16 Swiglu per_1x32 layer goes to CK-Tile with get_block_m() and the plain
     #: ksplit (ROCm/aiter@v0.1.12:aiter/fused_moe.py lines 999-1022; v0.1.10.post2 lines 780-801).
     swiglu_cktile_any_gate: bool = False
+    #: The a16wi4 FlyDSL heuristic is tested before that Swiglu CK-Tile branch (v0.1.13.post1: ROCm/aiter@v0.1.13.post1:
+    #: aiter/fused_moe.py lines 1026-1063 before 1064); from v0.1.14 the gate_mode CK-Tile branch comes first.
+    wint4_before_swiglu_cktile: bool = False
     #: The 1-stage xbf16 switch (the row's ``xbf16`` column / AITER_XBFLOAT16) exists from v0.1.13
     #: (ROCm/aiter@v0.1.13:aiter/fused_moe.py run_1stage_xbf16); before, no xbf16 variant runs.
     xbf16: bool = True
     #: AITER_KSPLIT=-1 drops a tuned row's ksplit (from v0.1.13; ROCm/aiter@v0.1.14:aiter/fused_moe.py lines
     #: 1066-1069); before, the row's ksplit always applies (ROCm/aiter@v0.1.12:aiter/fused_moe.py line 922).
     ksplit_env_off: bool = True
+    #: A tuned Opus row is dropped for unshuffled weights or an activation other than Silu/Swiglu/SiTUv2 (from
+    #: v0.1.20: ROCm/aiter@v0.1.20.post1:aiter/fused_moe.py lines 2285-2309); v0.1.17–v0.1.19.x keep it (only
+    #: cfg_is_supported's EP/bias/arch checks: ROCm/aiter@v0.1.17:aiter/fused_moe.py lines 1277-1295).
+    opus_discard: bool = True
+    #: AITER_BYPASS_TUNE_CONFIG with an Opus row: HEAD validates the kept row against the heuristic block_m and raises
+    #: ValueError (ROCm/aiter@e4048607:aiter/fused_moe.py lines 2452-2458, parse_stage2_config); v0.1.17–v0.1.19.x
+    #: only read its values (stage2_cfg_values, no check: ROCm/aiter@v0.1.17:aiter/fused_moe.py lines 1390-1396) and
+    #: run the heuristics.
+    opus_bypass_raises: bool = True
 
 
 #: Heuristic fields of the releases before v0.1.16.post1 (FlyDSL heuristic without MXFP8, fixed stage-2 tile_k; no
-#: ROCM-25478 branch; the flydsl_fallback rows replace FlyDSL rows when flydsl is missing; no FLAT assertion).
+#: ROCM-25478 branch; the flydsl_fallback rows replace FlyDSL rows when flydsl is missing).
 _PRE_MXFP8 = dict(flydsl_s2_tile_k_pick=False, mxfp8=False, swiglu_unshuffled_cktile=False, gfx1250_act=False,
-                  flydsl_fallback_rows=True, flat_archs=None)
-_GFX950 = ("gfx950",)
+                  flydsl_fallback_rows=True)
 #: Before gate_mode and a16wi4 (v0.1.13.x and older): every bf16 Swiglu MXFP4 layer → CK-Tile, no a16wi4.
 _PRE_GATE = dict(_PRE_MXFP8, flydsl_heuristic="none", a16wi4=False, swiglu_cktile_any_gate=True)
 #: Before v0.1.13: no xbf16, AITER_KSPLIT=-1 does not drop a row's ksplit.
 _PRE_XBF16 = dict(_PRE_GATE, xbf16=False, ksplit_env_off=False)
+#: v0.1.17–v0.1.19.x: Opus rows exist, without v0.1.20's discard checks or HEAD's bypass validation.
+_PRE_OPUS_CHECKS = dict(opus_discard=False, opus_bypass_raises=False)
 _ONE_STAGE_V011_MISSING = frozenset({("gfx950", (GELU, Q_1X128, BF16, FP8, FP8, 1, 0))})
 _ONE_STAGE_V08_MISSING = _ONE_STAGE_V011_MISSING | {("gfx950", (SILU, Q_TOKEN, BF16, FP8, FP8, 1, 0)),
                                                     ("gfx950", (GELU, Q_TOKEN, BF16, FP8, FP8, 1, 0))}
@@ -413,13 +424,14 @@ _RULES: tuple[tuple[str, Rules], ...] = (
                      _TAG.format(tag="v0.1.7"))),
     ("<0.1.9", Rules("v0.1.8", "v08", False, True, False, False, "v017", None, 512, False, "head",
                      _TAG.format(tag="v0.1.8"), one_stage_missing=_ONE_STAGE_V08_MISSING,
-                     one_stage_inter128=False, **_PRE_XBF16)),
+                     one_stage_conds="v08", **{**_PRE_XBF16, "flydsl_fallback_rows": False})),
     ("<0.1.11", Rules("v0.1.9–v0.1.10", "v09", False, True, False, False, "swiglu512", None, 512, False, "head",
                       _TAG.format(tag="v0.1.10.post2"), one_stage_missing=_ONE_STAGE_V08_MISSING,
-                      one_stage_inter128=False, blockscale_small_bypass=True, **_PRE_XBF16)),
+                      one_stage_conds="v08", blockscale_small_bypass=True,
+                      **{**_PRE_XBF16, "flydsl_fallback_rows": False})),
     ("<0.1.12", Rules("v0.1.11", "v09", False, True, False, False, "swiglu512", None, 512, False, "head",
                       _TAG.format(tag="v0.1.11.post1"), one_stage_missing=_ONE_STAGE_V011_MISSING,
-                      one_stage_inter128=False, blockscale_small_bypass=True, **_PRE_XBF16)),
+                      one_stage_conds="v011", blockscale_small_bypass=True, **_PRE_XBF16)),
     ("<0.1.13", Rules("v0.1.12", "cap32768", False, True, False, False, "swiglu512", None, 512, True, "head",
                       _TAG.format(tag="v0.1.12"), blockscale_small_bypass=True, **_PRE_XBF16)),
     # v0.1.13 hard-codes the Swiglu MXFP4 bound at 256 (ROCm/aiter@v0.1.13:aiter/fused_moe.py line 266);
@@ -427,29 +439,28 @@ _RULES: tuple[tuple[str, Rules], ...] = (
     ("<0.1.13.post1", Rules("v0.1.13", "cap32768", False, True, False, False, "swiglu512", None, 256, True, "head",
                             _TAG.format(tag="v0.1.13"), **_PRE_GATE)),
     ("<0.1.14", Rules("v0.1.13.post1", "cap32768", False, True, False, False, "swiglu512", "AITER_BF16_FP8_BOUND",
-                      512, True, "head", _TAG.format(tag="v0.1.13.post1"), **{**_PRE_GATE, "a16wi4": True})),
+                      512, True, "head", _TAG.format(tag="v0.1.13.post1"),
+                      **{**_PRE_GATE, "a16wi4": True, "wint4_before_swiglu_cktile": True})),
     ("<0.1.16", Rules("v0.1.14–v0.1.15", "tiers", False, False, True, False, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
                       True, "head", _TAG.format(tag="v0.1.15.post3"), flydsl_heuristic="swiglu_a4w4",
                       **_PRE_MXFP8)),
     ("<0.1.16.post1", Rules("v0.1.16", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
-                            True, "head", _TAG.format(tag="v0.1.16"), flydsl_heuristic="force_w4",
-                            **{**_PRE_MXFP8, "flat_archs": _GFX950})),
+                            True, "head", _TAG.format(tag="v0.1.16"), flydsl_heuristic="force_w4", **_PRE_MXFP8)),
     ("<0.1.17", Rules("v0.1.16.post1–v0.1.16.post6", "tiers", True, False, True, True, "head",
                       "AITER_BF16_FP8_MOE_BOUND", 256, True, "head", _TAG.format(tag="v0.1.16.post1"),
-                      swiglu_unshuffled_cktile=False, gfx1250_act=False, flydsl_fallback_rows=True,
-                      flat_archs=_GFX950)),
+                      swiglu_unshuffled_cktile=False, gfx1250_act=False, flydsl_fallback_rows=True)),
     ("<0.1.18", Rules("v0.1.17", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
-                      True, "head", _TAG.format(tag="v0.1.17"), flydsl_fallback_rows=True, flat_archs=_GFX950)),
+                      True, "head", _TAG.format(tag="v0.1.17"), flydsl_fallback_rows=True, **_PRE_OPUS_CHECKS)),
     ("<0.1.19", Rules("v0.1.18", "tiers", True, True, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256, True,
-                      "head", _TAG.format(tag="v0.1.18"), flat_archs=None)),
+                      "head", _TAG.format(tag="v0.1.18"), **_PRE_OPUS_CHECKS)),
     # v0.1.19 keys on str(activation) like v0.1.18 (ROCm/aiter@v0.1.19:aiter/fused_moe.py line 1814); v0.1.19.post1
     # went back to the pybind enum (ROCm/aiter@v0.1.19.post1:aiter/fused_moe.py line 2119).
     ("<0.1.19.post1", Rules("v0.1.19", "tiers", True, True, True, True, "head", "AITER_BF16_FP8_MOE_BOUND", 256,
                             True, "head", _TAG.format(tag="v0.1.19"), situv2=True, situv2_act_first=False,
-                            flat_archs=None)),
+                            **_PRE_OPUS_CHECKS)),
     ("<0.1.20", Rules("v0.1.19.post1–v0.1.19.post2", "tiers", True, False, True, True, "head",
                       "AITER_BF16_FP8_MOE_BOUND", 256, True, "head", _TAG.format(tag="v0.1.19.post2"), situv2=True,
-                      flat_archs=_GFX950)),
+                      **_PRE_OPUS_CHECKS)),
 )
 HEAD_RULES = Rules("HEAD e4048607 (v0.1.20+)", "tiers", True, False, True, True, "head", "AITER_BF16_FP8_MOE_BOUND",
                    256, True, "head", SRC_FUSED_MOE, situv2_guard=True, situv2=True, wint4_ksplit=False)
@@ -858,10 +869,10 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
     if row is not None:
         kn1, kn2 = row.kernel1, row.kernel2
         has_opus = kn1.startswith("opus_") or kn2.startswith("opus_")
-        if has_opus and not a.weights_shuffled:
+        if has_opus and not a.weights_shuffled and rules.opus_discard:
             notes.append(f"Opus row {row.where} discarded: weights not pre-shuffled")
             row = None
-        elif kn1.startswith("opus_") and key.act_type not in (SILU, SWIGLU, SITUV2):
+        elif kn1.startswith("opus_") and key.act_type not in (SILU, SWIGLU, SITUV2) and rules.opus_discard:
             notes.append(f"Opus row {row.where} discarded: activation {key.act_type} unsupported")
             row = None
         elif kn2.startswith("opus_"):
@@ -902,12 +913,16 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         one_key = (key.act_type, q_type, key.dtype, q_a, q_w, key.use_g1u1, key.doweight_stage1)
         api = None if (key.gfx, one_key) in rules.one_stage_missing else _ONE_STAGE_HEAD.get(key.gfx, {}).get(one_key)
         if api is not None:
+            conds = rules.one_stage_conds
             if q_type == Q_1X128:
-                run_1stage = token > 32 and key.inter_dim % (128 if rules.one_stage_inter128 else 256) == 0
+                run_1stage = token > 32 and key.inter_dim % (128 if conds == "head" else 256) == 0
             elif q_type == Q_TOKEN and q_w == I8:
                 run_1stage = token > 32
             elif q_type == Q_TOKEN and q_w in (FP8, FP8_FNUZ):
-                run_1stage = token > 16 or (rules.one_stage_inter128 and key.inter_dim % 128 != 0)
+                if conds == "v011" and key.gfx == "gfx950" and not key.doweight_stage1:
+                    run_1stage = key.inter_dim == 192
+                else:
+                    run_1stage = token > 16 or (conds == "head" and key.inter_dim % 128 != 0)
             elif q_type != Q_1X32:
                 run_1stage = token < 256
         if run_1stage:
@@ -921,7 +936,7 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
                 if q_type in (Q_1X128, Q_1X32) else 0
         row_run_1stage = run_1stage
         basis = "heuristic"
-        if opus_row is not None and block_m != opus_row.block_m:
+        if opus_row is not None and block_m != opus_row.block_m and rules.opus_bypass_raises:
             # The bypass keeps cfg, and parse_stage2_config(cfg, block_m) checks the heuristic block_m against the
             # Opus kernel's sort block_m (fused_moe.py get_2stage_cfgs; aiter/ops/opus/moe_stage2_a8w4.py).
             return DispatchStep(tokens=(M, M), bucket=token, stages=2, family="none", kernels=(), block_m=block_m,
@@ -951,11 +966,7 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
             name = f"{api} (default{', xbf16' if xbf16 else ''})"
             return step(1, (name,), block_m, basis, 0, ["1-stage ASM from fused_moe_1stage_dict: the asm "
                                                        "launcher picks the code object by inter_dim and block_m"])
-        one = step(1, (kn1,), block_m, basis, ksplit)
-        if row.flat >= 1 and rules.flat_archs is not None and key.gfx not in rules.flat_archs:
-            return replace(one, raises=f"AssertionError: FLAT fmoe asm kernels are {'/'.join(rules.flat_archs)}-only; "
-                                       f"refusing to launch on {key.gfx} (tuned FLAT row {row.where})")
-        return one
+        return step(1, (kn1,), block_m, basis, ksplit)
     is_fly1, is_fly2 = kn1.startswith("flydsl_"), kn2.startswith("flydsl_")
     is_opus1 = kn1.startswith("opus_moe1_")
     if is_opus1 or ((is_fly1 or is_fly2) and fly):
@@ -963,15 +974,17 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         return step(2, (kn1, k2), block_m, basis, ksplit, extra)
     if row is not None and (is_fly1 or is_fly2) and not fly:
         notes.append(f"row {row.where} names FlyDSL kernels but flydsl is not importable: AITER falls through")
+    wint4 = q_type == Q_1X32 and q_w == I4 and fly and rules.a16wi4
     if (key.gate_mode != "separated" or rules.swiglu_cktile_any_gate) and key.dtype in (BF16, FP16) \
-            and q_type == Q_1X32 and key.act_type == SWIGLU and (q_w != fp8 or not rules.mxfp8):
+            and q_type == Q_1X32 and key.act_type == SWIGLU and (q_w != fp8 or not rules.mxfp8) \
+            and not (wint4 and rules.wint4_before_swiglu_cktile):
         bm = 32 if q_a == fp8 else _tier_block_m(token)
         extra = [f"tuned row {row.where} matched but this path ignores its kernel names"] if row else []
         return step(2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), bm, "heuristic", ksplit,
                     extra + ["Swiglu MXFP4 with interleaved gate/up: CK-Tile 2-stage"])
     swiglu_bf16_cktile = (q_type == Q_1X32 and key.act_type == SWIGLU and q_a in (BF16, FP16) and q_w == FP4
                           and shuffled)
-    if q_type == Q_1X32 and q_w == I4 and fly and rules.a16wi4:
+    if wint4:
         tm = _tier_block_m(token)
         kb = _ksplit(token, key.topk, key.expert, key.inter_dim, key.model_dim, key.cu_num, env) \
             if rules.wint4_ksplit else 0
@@ -1044,7 +1057,7 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
 
 def _flydsl_fallback_row(cs: ConfigSet, key: DispatchKey, token: int, q_a: str, rules: Rules, row: TunedRow
                          ) -> tuple[TunedRow | None, list[str]]:
-    """Releases with ``Rules.flydsl_fallback_rows`` (v0.1.12-v0.1.17): flydsl is not importable and the tuned row
+    """Releases with ``Rules.flydsl_fallback_rows`` (v0.1.11-v0.1.17): flydsl is not importable and the tuned row
     names FlyDSL kernels, so AITER looks the requested bucket up among the ``flydsl_fallback`` rows (act wildcarded
     from v0.1.14, exact before) and takes that row, else drops the row for the heuristics
     (ROCm/aiter@v0.1.15.post3:aiter/fused_moe.py lines 1062-1080)."""
@@ -1606,15 +1619,19 @@ def evaluate_issues(steps: Iterable[DispatchStep], key: DispatchKey, aiter_versi
                     issues: Iterable[DispatchIssue] | None = None) -> tuple[IssueHit, ...]:
     """Known issues hit by the simulated dispatch, one hit per (issue, consecutive token range)."""
     hits: list[IssueHit] = []
+    steps = tuple(steps)
     for issue in (dispatch_issues() if issues is None else issues):
-        for step in steps:
+        last = -2  # index of the step that made hits[-1]: a range merges only consecutive steps
+        for i, step in enumerate(steps):
             name = _issue_matches(issue, step, key, aiter_version)
             if name is None:
                 continue
             prev = hits[-1] if hits else None
-            if prev and prev.issue == issue.id and prev.kernel == name and prev.tokens[1] < step.tokens[0]:
+            if prev and last == i - 1 and prev.issue == issue.id and prev.kernel == name:
                 hits[-1] = replace(prev, tokens=(prev.tokens[0], step.tokens[1]))
+                last = i
                 continue
+            last = i
             hits.append(IssueHit(issue=issue.id, tokens=step.tokens, bucket=step.bucket, kernel=name,
                                  effect=issue.effect, workaround=issue.workaround,
                                  workaround_env=issue.workaround_env, token_cap=issue.token_cap,
@@ -1626,13 +1643,16 @@ def evaluate_issues(steps: Iterable[DispatchStep], key: DispatchKey, aiter_versi
 def raising_hits(steps: Iterable[DispatchStep], key: DispatchKey, env: Mapping[str, str]) -> tuple[IssueHit, ...]:
     """One blocking hit per run of token counts where AITER raises instead of running (DispatchStep.raises)."""
     hits: list[IssueHit] = []
-    for s in steps:
+    last = -2  # a range merges only consecutive steps
+    for i, s in enumerate(steps):
         if not s.raises:
             continue
-        if hits and hits[-1].effect.endswith(s.raises) and hits[-1].tokens[1] < s.tokens[0]:
+        if hits and last == i - 1 and hits[-1].effect.endswith(s.raises):
             prev = hits[-1]
             hits[-1] = replace(prev, tokens=(prev.tokens[0], s.tokens[1]))
+            last = i
             continue
+        last = i
         workaround, wenv = "none known for this configuration", ()
         if "SiTUv2" in s.raises:
             # Not an env workaround: it changes the activation numerics (fp8 instead of the checkpoint's bf16).
@@ -1668,7 +1688,8 @@ def pad_hazards(steps: Iterable[DispatchStep], key: DispatchKey, padding: "Paddi
     if not (apad_i or apad_h):
         return ()
     hits: list[IssueHit] = []
-    for step in steps:
+    last = -2  # a range merges only consecutive steps
+    for i, step in enumerate(steps):
         fams = set(step.family.split("+"))
         why = None
         if fams & {"ck", "asm"}:
@@ -1686,9 +1707,11 @@ def pad_hazards(steps: Iterable[DispatchStep], key: DispatchKey, padding: "Paddi
         if why is None:
             continue
         prev = hits[-1] if hits else None
-        if prev and prev.issue == "pad-not-zeroed" and prev.effect.startswith(why[0]):
+        if prev and last == i - 1 and prev.issue == "pad-not-zeroed" and prev.effect.startswith(why[0]):
             hits[-1] = replace(prev, tokens=(prev.tokens[0], step.tokens[1]))
+            last = i
             continue
+        last = i
         hits.append(IssueHit(issue="pad-not-zeroed", tokens=step.tokens, bucket=step.bucket,
                              kernel=" + ".join(step.kernels), effect=why[0] + "; the plan does not zero-fill them",
                              workaround="allocate the padded weights (and scales) with zeros", workaround_env=(),

@@ -12,6 +12,11 @@ Grid: ``MOEDISPATCH_AITER_PEER_GRID`` = ``ci`` (default: 3 targets × 16 token c
 {1,2,4,8} × EP {1,8} with assumption/environment variants, synthetic shapes, tuned shapes; ~2.5 min on 2 cores),
 ``quick`` (~40 s) or ``full``. Summary JSON: ``.aiter-peer-build/out/<grid>-<source>/summary.json``.
 
+``test_model_matches_each_release_dispatch`` runs the quick grid (~45 s each) for every release in ``RELEASES``
+(``MOEDISPATCH_AITER_PEER_RELEASES=all``: every release of moedispatch's AITER index)
+against that tag's own ``aiter/fused_moe.py`` from the same git directory (skipped without it or without the tag),
+modelled with the release's Rules and tuned rows.
+
 The thresholds below are what holds now; a fix to the model raises them. Skipped (saying why) when the
 environment or the AITER source is absent.
 """
@@ -55,20 +60,29 @@ WHEEL_ALLOWED: set[str] = set()
 
 #: Releases of moedispatch's AITER index checked against their OWN ``aiter/fused_moe.py`` (the mirror's tag) on the
 #: quick grid; the harness models a release of the index with that release's Rules and tuned rows. Minimum strict
-#: agreement per target: 0.99, or what was measured when higher (all 1.0 on the quick grid after the release-keyed
-#: Rules of tests/test_aiter_releases.py). Allowed classes: none — every disagreement these runs found had a cause in
-#: the release's fused_moe.py and is encoded as a Rules field.
+#: agreement per target: 0.99, or what was measured when higher (1.0 on the quick grid after the release-keyed Rules
+#: of tests/test_aiter_releases.py, except v0.1.19.post2). Allowed classes: none, except v0.1.19.post2's
+#: ``other-aiter-raise`` — 2 points (MI300X, "tuned 6144x256 E257 k9 Silu per_1x128 float8_e4m3fnuz", M=4, plain and
+#: EP): the bucket-4 glm5_1 row is a FLAT 1-stage kernel and v0.1.19.post1/.post2 assert FLAT kernels are gfx950-only
+#: (ROCm/aiter@v0.1.19.post2:aiter/fused_moe.py lines 837-839). moedispatch models that refusal as the known issue
+#: ROCm/aiter#4394 (raises, workaround AITER_BYPASS_TUNE_CONFIG=1; capability_db/dispatch_issues.toml), not as a
+#: step that raises, so the step comparison sees "runs" where AITER raises.
 _ALL_ONE = {"all": 1.0, "MI300X": 1.0, "MI308X": 1.0, "MI355X": 1.0}
 RELEASES: dict[str, dict] = {
     "v0.1.10.post2": {"min": _ALL_ONE, "allowed": set()},
+    "v0.1.11.post1": {"min": _ALL_ONE, "allowed": set()},
     "v0.1.12": {"min": _ALL_ONE, "allowed": set()},
+    "v0.1.13": {"min": _ALL_ONE, "allowed": set()},
+    "v0.1.13.post1": {"min": _ALL_ONE, "allowed": set()},
     "v0.1.14": {"min": _ALL_ONE, "allowed": set()},
     "v0.1.15.post3": {"min": _ALL_ONE, "allowed": set()},
     "v0.1.16": {"min": _ALL_ONE, "allowed": set()},
+    "v0.1.16.post1": {"min": _ALL_ONE, "allowed": set()},
     "v0.1.17": {"min": _ALL_ONE, "allowed": set()},
     "v0.1.18": {"min": _ALL_ONE, "allowed": set()},
     "v0.1.19": {"min": _ALL_ONE, "allowed": set()},
-    "v0.1.19.post2": {"min": _ALL_ONE, "allowed": set()},
+    "v0.1.19.post2": {"min": {"all": 0.9996, "MI300X": 0.999, "MI308X": 1.0, "MI355X": 1.0},
+                      "allowed": {"other-aiter-raise"}},
     "v0.1.20.post1": {"min": _ALL_ONE, "allowed": set()},
 }
 
@@ -158,7 +172,20 @@ def _release_git_dir_or_skip(tag: str) -> Path:
     return git_dir
 
 
-@pytest.mark.parametrize("tag", sorted(RELEASES))
+#: Releases not listed above (``MOEDISPATCH_AITER_PEER_RELEASES=all`` runs every release of the index, v0.1.10 …
+#: v0.1.20.post1): the issue's floor until measured.
+_UNLISTED = {"min": {"all": 0.99, "MI300X": 0.99, "MI308X": 0.99, "MI355X": 0.99}, "allowed": set()}
+
+
+def _release_tags() -> list[str]:
+    if os.environ.get("MOEDISPATCH_AITER_PEER_RELEASES", "").strip().lower() == "all":
+        from moedispatch.data import aiter_index
+
+        return [r.tag for r in aiter_index.releases() if r.version is not None]
+    return sorted(RELEASES)
+
+
+@pytest.mark.parametrize("tag", _release_tags())
 def test_model_matches_each_release_dispatch(tag):
     """Each release's own ``aiter/fused_moe.py`` (quick grid) against moedispatch's Rules and tuned rows for that
     release (the harness picks both from the index by the tag's commit)."""
@@ -168,5 +195,5 @@ def test_model_matches_each_release_dispatch(tag):
     _report(s)
     assert s["source"].get("commit"), s["source"]
     assert not s["model_errors"], s["model_errors"][:5]
-    want = RELEASES[tag]
+    want = RELEASES.get(tag, _UNLISTED)
     _check(s, want["min"], want["allowed"])
