@@ -160,19 +160,25 @@ def _parse_args(engine: str, args: Sequence[str]) -> tuple[str | None, dict[str,
     return model, flags
 
 
-def _canonical(engine: str, name: str) -> str:
-    """An option as the engine's argparse resolves it: vLLM reads ``_`` as ``-``; a unique prefix of a known option
-    (``--tensor-parallel``) is that option (argparse's allow_abbrev), per the newest modelled release's options."""
+def _resolve(opts: Mapping[str, Any], name: str) -> tuple[str, bool]:
+    """(the option as argparse resolves ``name``, whether it is one of ``opts``): vLLM reads ``_`` as ``-``; a unique
+    prefix of a known option (``--tensor-parallel``) is that option when the parser allows abbreviations."""
     if not name.startswith("--"):
-        return name
-    opts = _newest_options(engine)
+        return name, name in opts["dest"]
     if opts.get("underscores"):
         name = "--" + name[2:].replace("_", "-")
-    known = opts["value_options"] + opts["flag_options"]
-    if name in known or not opts.get("allow_abbrev"):
-        return name
-    prefixed = [o for o in known if o.startswith(name)]
-    return prefixed[0] if len(prefixed) == 1 else name
+    if name in opts["dest"]:
+        return name, True
+    if opts.get("allow_abbrev"):
+        prefixed = [o for o in opts["dest"] if o.startswith(name)]
+        if len(prefixed) == 1:
+            return prefixed[0], True
+    return name, False
+
+
+def _canonical(engine: str, name: str) -> str:
+    """An option as the engine's argparse resolves it, per the newest modelled release's options."""
+    return _resolve(_newest_options(engine), name)[0]
 
 
 def _container_env(tokens: Sequence[str]) -> dict[str, str]:
@@ -214,13 +220,8 @@ def unknown_options(launch: "Launch", version: str) -> list[tuple[str, str]]:
         i += 1
         if not tok.startswith("-") or tok in ("-", "--") or re.fullmatch(r"-\d.*", tok):
             continue
-        name = tok.partition("=")[0] if tok.startswith("--") else tok
-        if opts.get("underscores") and name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-")
-        hit = name if name in known else None
-        if hit is None and opts.get("allow_abbrev") and name.startswith("--"):
-            prefixed = [o for o in known if o.startswith(name)]
-            hit = prefixed[0] if len(prefixed) == 1 else None
+        name, ok = _resolve(opts, tok.partition("=")[0] if tok.startswith("--") else tok)
+        hit = name if ok else None
         if hit is None:
             hint = did_you_mean(name, sorted(known))
             out.append((tok, hint))
