@@ -124,7 +124,7 @@ class AiterFlyDSL(AiterFamily):
 
     def notes(self, layer: MoELayer, caps: Capabilities, combo: Combo) -> list[Reason | str]:
         notes: list[Reason | str] = [*swiglu_decode_note(layer, combo), *tuned_coverage_note(caps),
-                                     *version_floor_notes(layer, caps), *_narrowing_notes(layer, caps, combo)]
+                                     *version_floor_notes(layer, caps)]
         if (layer.ep > 1 and layer.weight.dtype == "mxfp4" and layer.act.dtype == "mxfp4"
                 and caps.aiter_at_least(A4W4_PORT_SINCE)):
             notes.append(Reason(
@@ -153,12 +153,17 @@ class AiterFlyDSL(AiterFamily):
 
     def _plan_padding(self, layer: MoELayer, caps: Capabilities) -> Padding:
         # A version-keyed alignment (NarrowingCombo): plan with the combo as the target AITER runs it.
+        # Why a narrower alignment does (or does not yet) apply travels with the padding it explains, so a plan that
+        # AITER's dispatch re-pads (selector.runtime.dispatched_padding) does not keep a stale note.
         combo = next(iter(find_combo([c for c in self.combos if caps.gfx in c.archs], layer)), None)
         if not isinstance(combo, NarrowingCombo) or combo.for_caps(caps) is combo:
-            return super()._plan_padding(layer, caps)
-        view = copy.copy(self)
-        view.combos = (combo.for_caps(caps),)
-        return RuleBackend._plan_padding(view, layer, caps)
+            plan = super()._plan_padding(layer, caps)
+        else:
+            view = copy.copy(self)
+            view.combos = (combo.for_caps(caps),)
+            plan = RuleBackend._plan_padding(view, layer, caps)
+        extra = tuple(_narrowing_notes(layer, caps, combo)) if combo is not None else ()
+        return replace(plan, notes=extra + plan.notes) if extra else plan
 
     def kernel_pads(self, layer: MoELayer, caps: Capabilities,
                     padding: Padding) -> tuple[int, int, list[Reason | str]]:

@@ -71,11 +71,14 @@ def test_older_aiter_keeps_padding_dsv4_w4a8_to_512(aiter):
 
 
 def test_the_narrower_alignment_is_a8w4_only():
-    """The source is FlyDSL afp8_wfp4 (DeepSeek-V4 W4A8); MXFP4 activations (a4w4) keep the 256 alignment."""
+    """The source is FlyDSL afp8_wfp4 (DeepSeek-V4 W4A8): the feature's note is a8w4-only. MXFP4 activations (a4w4)
+    keep the family table's 256 alignment; 384 is then kept only because AITER's dispatch at 384 runs FlyDSL kernels
+    whose tiles divide it (issue 23), which the padding note says instead."""
     d = _decide("MI355X", None, force="aiter-flydsl", **{**DSV4_W4A8, "activation_quant": "mxfp4"})
     assert d.backend == "aiter-flydsl"
-    assert d.padding.intermediate_per_rank == 512
     assert not any("runs unpadded" in t for t in _texts(d))
+    assert d.padding.intermediate_per_rank == 384
+    assert any("not the family table's 7168 × 512" in t and "tile_k 128" in t for t in _texts(d))
 
 
 def test_multiples_of_256_are_unaffected_and_odd_multiples_of_64_pad_to_128():

@@ -78,6 +78,8 @@ __all__ = [
     "dispatch_issues",
     "evaluate_issues",
     "pad_hazards",
+    "tile_hazards",
+    "tile_misfit",
     "fhmoe_supports",
     "fhmoe_lookup",
     "fhmoe_config_scope",
@@ -133,6 +135,18 @@ def _label(torch_dtype: str, q_type: str) -> str:
 
 # -- assumptions and the lookup key ------------------------------------------------------------------------------
 
+#: Why an a8w4 layer's gate/up layout is interleaved by default.
+A8W4_LAYOUT_SOURCE = ("ROCm/aiter@v0.1.20.post1:aiter/configs/model_configs/dsv4_fp8fp4_tuned_fmoe.csv (every "
+                      "flydsl_moe1_afp8_wfp4_* kernel is _gui_: gate/up interleaved; the same in kimik2/gptoss/kimik3 "
+                      "a8w4 tables of every release); sgl-project/sglang@v0.5.23:python/sglang/srt/layers/moe/"
+                      "moe_runner/aiter.py (GateMode.INTERLEAVE unless SGLANG_USE_AITER_MOE_GU_ITLV=0)")
+
+
+def _a8w4(layer: "MoELayer") -> bool:
+    """FP8 activations × MXFP4 weights: AITER's a8w4 kernels, whose weights are laid out gate/up interleaved."""
+    return layer.weight.dtype == "mxfp4" and layer.act.dtype == "fp8"
+
+
 @dataclass(frozen=True)
 class Assumptions:
     """Engine choices the lookup key depends on. ``None`` fields are derived from the layer (see :meth:`resolve`).
@@ -144,7 +158,9 @@ class Assumptions:
       (``topk -= int(is_ep)``). vLLM's fused-shared-expert EP path appends it, its standard routing path does not
       (https://github.com/ROCm/aiter/issues/3999). Default: on only with a fused shared expert.
     * ``gate_mode``: ``separated`` or ``interleave`` gate/up layout passed to ``fused_moe(gate_mode=)``. Default:
-      ``interleave`` for ``swigluoai`` (gpt-oss W4A16, vLLM ``shuffle_weight_a16w4(…, True)``), ``separated``
+      ``interleave`` for ``swigluoai`` (gpt-oss W4A16, vLLM ``shuffle_weight_a16w4(…, True)``) and for a8w4 (fp8
+      activations × MXFP4 weights: every afp8_wfp4 stage-1 kernel in AITER's tuned CSVs of every release is ``_gui_``,
+      gate/up interleaved, and SGLang passes ``GateMode.INTERLEAVE`` — :data:`A8W4_LAYOUT_SOURCE`), ``separated``
       otherwise (``swigluoai_uninterleave``: vLLM PR #46419).
     * ``flydsl_available``: ``aiter.ops.flydsl.utils.is_flydsl_available()`` on the target (default True: AITER
       pins flydsl).
@@ -174,7 +190,7 @@ class Assumptions:
         return cls(fused_shared_expert=fused, **overrides)
 
     def resolve(self, layer: "MoELayer") -> "Assumptions":
-        gate = self.gate_mode or ("interleave" if layer.activation == "swigluoai" else "separated")
+        gate = self.gate_mode or ("interleave" if layer.activation == "swigluoai" or _a8w4(layer) else "separated")
         if gate not in ("separated", "interleave"):
             raise UsageError(f"gate_mode must be 'separated' or 'interleave', got {gate!r}")
         fake = self.ep_fake_slot if self.ep_fake_slot is not None else (self.fused_shared_expert and layer.ep > 1)
@@ -1436,7 +1452,7 @@ def plan_dispatch(layer: "MoELayer", caps: "Capabilities", *, tokens: Iterable[i
                         "activations to fp8 with unit scales instead of quantizing them — wrong output for real "
                         f"weights ({SRC_FUSED_MOE})")
     hits = (raising_hits(raw, key, env_d) + evaluate_issues(raw, key, version)
-            + pad_hazards(raw, key, padding, has_bias=layer.has_bias))
+            + pad_hazards(raw, key, padding, has_bias=layer.has_bias) + tile_hazards(steps, key, version))
     return DispatchPlan(layer_index=layer.index, steps=steps, key=key, tokens=counts,
                         env=tuple(sorted(env_d.items())), assumptions=a.describe(layer), configs=cs.label,
                         dispatch_model=rules.name, aiter_version=version, warnings=tuple(warnings),
@@ -1615,6 +1631,22 @@ def _issue_matches(issue: DispatchIssue, step: DispatchStep, key: DispatchKey, v
     return None
 
 
+#: Activation-policy variables and the call shape under which AITER reads them (fused_moe.py _fused_moe_impl: the
+#: SEPARATED Swiglu branch reads GPTOSS_SWIGLU_MXFP4_BF16_BOUND, the Swiglu-or-INTERLEAVE branch after it
+#: AITER_BF16_FP8_MOE_BOUND); see :func:`activation_dtype`.
+_ACTS_UNDER = {
+    "GPTOSS_SWIGLU_MXFP4_BF16_BOUND": lambda key: key.act_type == SWIGLU and key.gate_mode == "separated",
+    "AITER_BF16_FP8_MOE_BOUND": lambda key: not (key.act_type == SWIGLU and key.gate_mode == "separated")
+    and (key.act_type == SWIGLU or key.gate_mode == "interleave"),
+}
+
+
+def acting_env(env: tuple[tuple[str, str], ...], key: DispatchKey) -> tuple[tuple[str, str], ...]:
+    """The workaround variables that act under this call shape (an activation-policy bound AITER does not read for
+    this gate/up layout is a no-op: never exported as a fix)."""
+    return tuple((k, v) for k, v in env if k not in _ACTS_UNDER or _ACTS_UNDER[k](key))
+
+
 def evaluate_issues(steps: Iterable[DispatchStep], key: DispatchKey, aiter_version: str | None,
                     issues: Iterable[DispatchIssue] | None = None) -> tuple[IssueHit, ...]:
     """Known issues hit by the simulated dispatch, one hit per (issue, consecutive token range)."""
@@ -1634,7 +1666,7 @@ def evaluate_issues(steps: Iterable[DispatchStep], key: DispatchKey, aiter_versi
             last = i
             hits.append(IssueHit(issue=issue.id, tokens=step.tokens, bucket=step.bucket, kernel=name,
                                  effect=issue.effect, workaround=issue.workaround,
-                                 workaround_env=issue.workaround_env, token_cap=issue.token_cap,
+                                 workaround_env=acting_env(issue.workaround_env, key), token_cap=issue.token_cap,
                                  source=issue.source, confidence=issue.confidence, severity=issue.severity,
                                  fixed_by=issue.fixed_by, raises=issue.raises))
     return tuple(hits)
@@ -1716,6 +1748,77 @@ def pad_hazards(steps: Iterable[DispatchStep], key: DispatchKey, padding: "Paddi
                              kernel=" + ".join(step.kernels), effect=why[0] + "; the plan does not zero-fill them",
                              workaround="allocate the padded weights (and scales) with zeros", workaround_env=(),
                              token_cap=None, source=why[1], confidence="derived", severity="error"))
+    return tuple(hits)
+
+
+#: FlyDSL kernel names carry their tile: ``flydsl_moe{stage}_a{act}_w{weight}_…_t{tile_m}x{tile_n}x{tile_k}``.
+_FLYDSL_TILE = re.compile(r"^flydsl_moe([12])_a([a-z0-9]+)_w([a-z0-9]+)_.*?_t(\d+)x(\d+)x(\d+)")
+#: FlyDSL's tile constraints, in AITER's own words: stage 1's gate/up (N) tile must divide inter_dim for bf16/fp8
+#: activations × fp4 weights ("a4w4 is unaffected"), stage 2's K tile must divide inter_dim, else "OOB -> wrong output
+#: or memfault"; from v0.1.19 both are downgraded to 128 at launch where 128 divides. The model_dim axes (stage-1 K,
+#: stage-2 N) must be divided by their tiles as well (the same file's tile-alignment notes).
+FLYDSL_TILE_SOURCE = ("ROCm/aiter@v0.1.19:aiter/ops/flydsl/moe_kernels.py (flydsl_moe_stage1: 'The gate/up (N) axis "
+                      "tile must divide inter_dim … Applies to both a16w4 and a8w4; a4w4 is unaffected'; "
+                      "resolve_flydsl_stage1_tile_n, resolve_flydsl_stage2_tile_k: 256 if inter_dim % 256 == 0 else "
+                      "128; the gfx1250 MXScale shape-alignment notes); ROCm/aiter#4397")
+FLYDSL_TILE_RESOLVE_SINCE = "0.1.19"
+
+
+def flydsl_tile(name: str) -> tuple[int, int, int, int] | None:
+    """(stage, tile_m, tile_n, tile_k) of a FlyDSL MoE kernel name, or None for any other kernel."""
+    m = _FLYDSL_TILE.match(name)
+    return (int(m.group(1)), int(m.group(4)), int(m.group(5)), int(m.group(6))) if m else None
+
+
+def tile_misfit(name: str, inter_dim: int, model_dim: int, version: str | None) -> tuple[str | None, str | None]:
+    """(problem, note) of running FlyDSL kernel ``name`` on an allocation of ``inter_dim`` × ``model_dim``.
+
+    problem: a tile that does not divide its axis and that this AITER does not resolve — the kernel reads out of
+    bounds. note: AITER >= 0.1.19 replaces an inter_dim tile that does not divide by 128 where 128 divides (it runs,
+    with another tile than the row names). (None, None) for a kernel that tiles the shape or is not FlyDSL.
+    """
+    m = _FLYDSL_TILE.match(name)
+    if m is None:
+        return None, None
+    stage, act, weight = int(m.group(1)), m.group(2), m.group(3)
+    tn, tk = int(m.group(5)), int(m.group(6))
+    inter_tile, dim_tile = (tn, tk) if stage == 1 else (tk, tn)
+    axis, other = ("tile_n", "tile_k") if stage == 1 else ("tile_k", "tile_n")
+    if model_dim % dim_tile:
+        return f"stage-{stage} {other} {dim_tile} does not divide model_dim {model_dim}", None
+    if stage == 1 and not (weight == "fp4" and act in ("bf16", "fp8")):
+        return None, None  # AITER: the stage-1 N-tile constraint is a16w4/a8w4's; "a4w4 is unaffected"
+    # A gate/up-interleaved (_gui) stage 1 tiles N over both halves, 2 × inter_dim (derived: AITER's tuner measured
+    # 0.0% error for t…x256x… _gui_ kernels at inter_dim 384 in ROCm/aiter@v0.1.18:aiter/configs/model_configs/
+    # dsv4_fp8fp4_tuned_fmoe.csv, before the 0.1.19 downgrade existed).
+    extent = 2 * inter_dim if stage == 1 and "_gui" in name else inter_dim
+    if extent % inter_tile == 0:
+        return None, None
+    if _at_least(version, FLYDSL_TILE_RESOLVE_SINCE) and inter_dim % 128 == 0:
+        return None, (f"{name}: AITER {version} runs it with {axis} 128 (its {axis} {inter_tile} does not divide "
+                      f"inter_dim {inter_dim})")
+    return f"stage-{stage} {axis} {inter_tile} does not divide inter_dim {inter_dim}", None
+
+
+def tile_hazards(steps: Iterable[DispatchStep], key: DispatchKey, version: str | None) -> tuple[IssueHit, ...]:
+    """Steps whose FlyDSL kernels cannot tile the allocated shape (``key.inter_dim`` × ``key.model_dim``): AITER's
+    own comment says such a tile reads out of bounds ("wrong output or memfault"). Blocking: the only fix is an
+    allocation the tiles divide."""
+    hits: list[IssueHit] = []
+    for step in steps:
+        problems = [p for k in step.kernels for p in [tile_misfit(k, key.inter_dim, key.model_dim, version)[0]] if p]
+        if not problems:
+            continue
+        prev = hits[-1] if hits else None
+        effect = ("FlyDSL kernel tile does not fit the allocation (" + "; ".join(problems)
+                  + "): the kernel reads out of bounds — wrong output or a memory fault")
+        if prev and prev.effect == effect and prev.tokens[1] < step.tokens[0]:
+            hits[-1] = replace(prev, tokens=(prev.tokens[0], step.tokens[1]))
+            continue
+        hits.append(IssueHit(issue="flydsl-tile", tokens=step.tokens, bucket=step.bucket,
+                             kernel=" + ".join(step.kernels), effect=effect,
+                             workaround="", workaround_env=(), token_cap=None, source=FLYDSL_TILE_SOURCE,
+                             confidence="confirmed", severity="error"))
     return tuple(hits)
 
 

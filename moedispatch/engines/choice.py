@@ -220,8 +220,47 @@ def _try(doc: dict[str, Any], oracle: str, backend: str, layer: "MoELayer", sche
     return None, reason
 
 
+def _vllm_wna16(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabilities", moe_backend: str,
+                quant_method: str | None) -> EngineChoice:
+    """Weight-only INT experts (bf16 activations): compressed-tensors' own FlyDSL W4A16 gate, else the WNA16 oracle
+    (``[oracle.wna16]`` in the engine model)."""
+    o = doc["oracle"]["wna16"]
+    src = o["source"]
+    mb = moe_backend.strip().lower().replace("-", "_")
+    fly = o["flydsl"]
+    w = layer.weight
+    group = int(w.granularity[5:]) if w.granularity.startswith("group") else None
+    qm = (quant_method or "").lower()
+    if (mb == fly["value"] and qm == fly["quant_method"] and (caps.gfx or "") in fly["gfx"]
+            and group == fly["group"] and w.dtype == f"int{fly['bits']}"):
+        return EngineChoice("vllm", version, mb, fly["backend"], fly["family"], layer.hidden,
+                            layer.intermediate_per_rank, None, None, fly["kernel_class"], (), (Reason(
+                                f"vLLM {version} runs {fly['kernel_class']} (compressed-tensors INT4 group-32 on "
+                                f"gfx950 with --moe-backend flydsl): AITER's FlyDSL a16wi4 kernels called directly",
+                                "decision", fly["source"]),))
+    if mb in o["as_auto"]:
+        name = o["auto"][0]
+        why = (f"vLLM {version} picks {name} ({o['classes'][name]}; the first backend of the ROCm auto list whose "
+               "kernels run there)")
+        return EngineChoice("vllm", version, mb, name, None, layer.hidden, layer.intermediate_per_rank, None, None,
+                            o["classes"][name], (), (Reason(why, "decision", src, None,
+                                                            o.get("auto_confidence", "confirmed")),))
+    if mb not in o["map"]:
+        msg = (f"moe_backend='{mb}' is not supported for WNA16 MoE. Expected one of {list(o['map'])}."
+               + (f" (FlyDSL W4A16 needs --moe-backend flydsl, compressed-tensors INT4 group 32, gfx950)"
+                  if mb != fly["value"] else " (FlyDSL W4A16 needs compressed-tensors INT4 group 32 on gfx950)"))
+        return EngineChoice("vllm", version, mb, None, None, None, None, msg, "select", None, (), (Reason(
+            f"vLLM {version} refuses the layer: {msg}", "failed", src),))
+    name = o["map"][mb]
+    return EngineChoice("vllm", version, mb, name, None, layer.hidden, layer.intermediate_per_rank, None, None,
+                        o["classes"][name], (), (Reason(f"vLLM {version} picks {name} (forced by --moe-backend {mb})",
+                                                        "decision", src),))
+
+
 def _vllm(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabilities", env: Mapping[str, str],
           moe_backend: str, quant_method: str | None) -> EngineChoice:
+    if layer.weight.dtype in ("int4", "int8") and layer.act.dtype in ("bf16", "fp16"):
+        return _vllm_wna16(doc, version, layer, caps, moe_backend, quant_method)
     ref = doc["ref"]
     gates = _vllm_gates(caps, env)
     scheme = _scheme(layer)

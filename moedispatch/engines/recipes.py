@@ -249,6 +249,14 @@ def _row_args(row: dict[str, Any], weight: str) -> list[dict[str, str]]:
     return row.get("args_when_weight", {}).get(weight, row["args"])
 
 
+def backend_rows(eng: dict[str, Any], backend: str, version: str, weights: set[str]) -> list[dict[str, Any]]:
+    """The engine release's rows that select ``backend`` for experts of these weight dtypes (a row's ``weights``
+    limits it to those dtypes, ``not_weights`` excludes some: one engine path per quant method)."""
+    return [r for r in eng.get("backend", []) if backend in r["backends"] and _in(r["versions"], version)
+            and (not r.get("weights") or weights <= set(r["weights"]))
+            and not (weights & set(r.get("not_weights", ())))]
+
+
 def _engine_env(rows: list[dict[str, Any]]) -> dict[str, str]:
     return {e["name"]: e["value"] for r in rows for e in r["env"]}
 
@@ -259,7 +267,7 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
     eng = engine_data(engine)[engine]
     refusals: list[Reason] = []
     warnings: list[Reason] = []
-    rows = [r for r in eng.get("backend", []) if backend in r["backends"] and _in(r["versions"], version)]
+    rows = backend_rows(eng, backend, version, {d.layer.weight.dtype for d in decisions})
     if not rows:
         return [Reason(f"{engine} {version}: no known way to select {backend} (capability_db/engines.toml has no "
                        "row for this release)", "failed")], [], []

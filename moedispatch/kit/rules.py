@@ -22,6 +22,8 @@ from moedispatch.core.errors import CapabilityDBError
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import Reason
 
+#: How a family table's alignment note starts (a dispatch-derived plan replaces it: it says which kernels tile).
+ALIGNMENT_NOTE = "alignment:"
 #: The OCP Microscaling Formats (MX) v1.0 specification (E8M0 0xFF is NaN).
 OCP_MX_SPEC = "https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf"
 #: SGLang's AITER MoE weight and scale padding (pads each gate/up half and its scales at the end).
@@ -487,6 +489,18 @@ class RuleBackend(Backend):
                 inter_multiple = to
                 notes.append(Reason(f"intermediate padded to a multiple of {to} to avoid [{issue.id}]", "padding",
                                     issue.source, issue.id, issue.confidence))
+        alignment = Reason(
+            f"{ALIGNMENT_NOTE} hidden to a multiple of {hidden_multiple}, intermediate per rank to a multiple of "
+            f"{inter_multiple} ({combo.kernel} tiles); pad regions must be zero-filled (allocate with torch.zeros, "
+            f"vLLM #55251)", "padding", combo.source, None, combo.confidence)
+        return self.padding_at(layer, caps, hidden_multiple, inter_multiple, notes=tuple(notes),
+                               alignment=alignment)
+
+    def padding_at(self, layer: MoELayer, caps: Capabilities, hidden_multiple: int, inter_multiple: int, *,
+                   notes: tuple[Reason, ...] = (), alignment: Reason | None = None) -> Padding:
+        """The plan for an allocation rounded to these multiples: this backend's kernel pads (and the known-issue
+        workaround that zeroes them), its pad semantics and the scale layout. ``alignment`` says why the multiples
+        (the family's table, or the kernels AITER dispatches: :func:`moedispatch.selector.runtime.dispatched_padding`)."""
         plan = Padding.aligned(layer, hidden_multiple=hidden_multiple, intermediate_multiple=inter_multiple)
         kh, ki, raw_pad_notes = self.kernel_pads(layer, caps, plan)
         pad_notes = [Reason.coerce(n, "padding") for n in raw_pad_notes]
@@ -500,14 +514,13 @@ class RuleBackend(Backend):
                                 f"over the zero-filled intermediate pad" + (f"; hidden pad {kh} is still passed"
                                                                             if kh else ""),
                                 "padding", issue.source, issue.id, issue.confidence)]
+        out = list(notes)
         if plan.padded:
-            notes.insert(0, Reason(
-                f"alignment: hidden to a multiple of {hidden_multiple}, intermediate per rank to a multiple of "
-                f"{inter_multiple} ({combo.kernel} tiles); pad regions must be zero-filled (allocate with torch.zeros, "
-                f"vLLM #55251)", "padding", combo.source, None, combo.confidence))
-            notes += _scale_notes(layer, plan)
+            if alignment is not None:
+                out.insert(0, alignment)
+            out += _scale_notes(layer, plan)
         return Padding.aligned(layer, hidden_multiple=hidden_multiple, intermediate_multiple=inter_multiple,
-                               kernel_hidden_pad=kh, kernel_intermediate_pad=ki, notes=tuple(notes + pad_notes),
+                               kernel_hidden_pad=kh, kernel_intermediate_pad=ki, notes=tuple(out + pad_notes),
                                pad_semantics=self.pad_semantics_for(layer, caps, kh, ki))
 
 

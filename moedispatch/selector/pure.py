@@ -24,7 +24,7 @@ from moedispatch._util.deadline import PluginTimeout
 from moedispatch.core.families import FUSED_MOE_FAMILIES
 from moedispatch.cost.model import rank, reason
 from moedispatch.selector.plugins import plugin_manager_for
-from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, dispatch_reasons, native_padding
+from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, dispatch_reasons, dispatched_padding
 
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.workload import Runtime
@@ -197,7 +197,8 @@ def select_uncached(
             rejected.append(Rejection(b.name, (Reason(f"supported, not chosen: --backend {force} was forced",
                                                       "outranked"),) + verdict.reasons, supported=True))
         elif b.name in slower:
-            rejected.append(Rejection(b.name, (Reason(f"supported, slower: {slower[b.name]}", "outranked"),)
+            text = slower[b.name] if slower[b.name].startswith(SAME_LAUNCH) else f"slower: {slower[b.name]}"
+            rejected.append(Rejection(b.name, (Reason(f"supported, {text}", "outranked"),)
                                       + verdict.reasons, supported=True, cost=costs.get(b.name, ())))
         else:
             cmp = ">" if winner.preference > b.preference else "=" if winner.preference == b.preference else "<"
@@ -232,6 +233,9 @@ def select_uncached(
     top = max((b for b in candidates if b.name in supported_names), key=lambda b: (b.preference, [-ord(c) for c in b.name]))
     if force is not None:
         head = f"forced with --backend {winner.name}; its checks pass"
+    elif slower.get(top.name, "").startswith(SAME_LAUNCH):
+        head = (f"{winner.name}: correct for this layer; AITER's dispatcher never runs the higher-preference "
+                f"{top.name}'s family at this allocation, so the launch both name is named after the family it runs")
     elif len(supported_names) > 1 and winner is not top:
         head = (f"{winner.name}: correct for this layer and predicted faster than the higher-preference "
                 f"{top.name}: {_cost_reason(winner.name, costs, top.name)}")
@@ -275,10 +279,11 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
     alive: list[Backend] = []
     for b in candidates:
         if b.family in FUSED_MOE_FAMILIES and is_builtin(b):
-            native = native_padding(b, layer, caps, plans[b.name], runtime)
+            native = dispatched_padding(b, layer, caps, plans[b.name], runtime)
             if native is not None:
                 plans[b.name] = native[0]
-                replaced[b.name] = native[1]
+                if native[1] is not None:
+                    replaced[b.name] = native[1]
             dp = dispatch_for(layer, caps, plans[b.name], runtime)
             why = blocking_reasons(dp)
             if why:
@@ -299,7 +304,47 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
         if why is not None:
             slower[name] = why
     winner = by_name[order[0][0]]
+    same = _same_launch(winner, alive, plans, dispatch)
+    if same is not None:
+        for name in (winner.name, *same[1]):
+            if name != same[0].name:
+                slower[name] = same[2]
+        winner = same[0]
     return winner, plans[winner.name]
+
+
+#: How a backend that names the same AITER launch as the winner is reported.
+SAME_LAUNCH = "same launch as"
+
+
+def _runs(b: Backend, dp: Any) -> int:
+    """How many of the dispatch's steps run ``b``'s family (alone or in a mixed 2-stage pair)."""
+    return sum(1 for s in dp.steps if b.family in s.family.split("+"))
+
+
+def _same_launch(winner: Backend, alive: list[Backend], plans: dict[str, Padding],
+                 dispatch: dict[str, Any]) -> tuple[Backend, list[str], str] | None:
+    """AITER backends handing aiter.fused_moe the same allocation and pad arguments are one launch, whose dispatcher
+    picks the family per token bucket: a winner whose family AITER runs at no bucket is named after the same-launch backend
+    whose family runs at most of them (never a family that does not run).
+    Returns (that backend, the other names of the same launch, why) or None when the winner already is it."""
+    if winner.name not in dispatch:
+        return None
+    dp = dispatch[winner.name]
+    def call(p: Padding) -> tuple:  # what aiter.fused_moe is handed: the allocation and the pad arguments
+        return p.hidden, p.intermediate_per_rank, p.kernel_hidden_pad, p.kernel_intermediate_pad, p.zero_fill
+
+    same = [b for b in alive if b.name in dispatch and dispatch[b.name].steps == dp.steps
+            and call(plans[b.name]) == call(plans[winner.name])]
+    if _runs(winner, dp):
+        return None  # AITER runs the winner's family at some bucket: the name holds
+    best = max(same, key=lambda b: (_runs(b, dp), b is winner))
+    if best is winner or not _runs(best, dp):
+        return None
+    fams = ", ".join(dict.fromkeys(s.family for s in dp.steps))
+    why = (f"{SAME_LAUNCH} {best.name} (aiter.fused_moe with the same allocation and pads): AITER's dispatcher runs {fams} "
+           f"there, so the layer is named after the family it runs")
+    return best, [b.name for b in same if b is not best], why
 
 
 def _log_decision(decision: Decision) -> None:

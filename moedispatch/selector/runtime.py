@@ -11,6 +11,7 @@ Everything here is a pure function of values; the CSV and priors loading behind 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from moedispatch.core.errors import UsageError
@@ -18,7 +19,7 @@ from moedispatch.core.reason import Reason
 from moedispatch.core.workload import SERVING_BUCKETS, Runtime
 from moedispatch.aiter import dispatch as aiter_dispatch
 from moedispatch.aiter.dispatch import Assumptions
-from moedispatch.core.backend import Padding
+from moedispatch.core.backend import Padding, round_up
 from moedispatch.cost import model as cost
 from moedispatch.kit.rules import evaluate_issues
 
@@ -37,32 +38,143 @@ def dispatch_for(layer: "MoELayer", caps: "Capabilities", padding: "Padding", ru
                          assumptions=Assumptions.from_engine_env(layer, env))
 
 
-def native_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilities", padded: "Padding",
-                   runtime: Runtime) -> "tuple[Padding, tuple[Reason, ...]] | None":
-    """An unpadded plan for an AITER backend when AITER runs the unpadded shape natively: at every serving token
-    bucket (and every planned count) a tuned row of the unpadded shape decides, no known kernel × bucket bug
-    applies, and no known issue of the backend applies to the unpadded plan. Returns (padding, notes that replace
-    the padded plan's known-issue notes) or None (keep the padded plan)."""
-    if not padded.padded:
+#: Intermediate-per-rank multiples tried below a family table's alignment, smallest allocation first (1: unpadded).
+_TRIAL_MULTIPLES = (1, 64, 128, 256, 512)
+_DISPATCH_SOURCE = "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py (get_2stage_cfgs)"
+
+
+def _trial_allocations(layer: "MoELayer", static: "Padding") -> list[tuple[int, int]]:
+    """(hidden multiple, intermediate multiple) pairs, smallest allocation first: those below the family table's
+    ``static`` allocation, the table's own, and two coarser multiples of its intermediate alignment above it (for a
+    table allocation AITER's dispatch cannot run). Each allocation once, with its smallest multiples."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for hm in dict.fromkeys((1, static.hidden_multiple)):
+        for im in _TRIAL_MULTIPLES:
+            h, i = round_up(layer.hidden, hm), round_up(layer.intermediate_per_rank, im)
+            if h <= static.hidden and i <= static.intermediate_per_rank:
+                out.setdefault((h, i), (hm, im))
+    out[(static.hidden, static.intermediate_per_rank)] = (static.hidden_multiple, static.intermediate_multiple)
+    for k in (2, 4):
+        im = static.intermediate_multiple * k
+        i = round_up(layer.intermediate_per_rank, im)
+        if i > static.intermediate_per_rank:
+            out.setdefault((static.hidden, i), (static.hidden_multiple, im))
+    return [out[k] for k in sorted(out, key=lambda hi: (hi[0] * hi[1], hi))]
+
+
+def _misfit(dp: Any, below_table: bool) -> str | None:
+    """Why AITER's dispatch of an allocation cannot be planned, or None. Below the family table the evidence must be
+    positive: no known-wrong or raising kernel even with a workaround, and no heuristic kernel outside FlyDSL (whose
+    tiles the dispatch model checks) — those kernels' tiles are known only from the table. At or above the table only
+    a blocking hit counts (one with an environment workaround is exported by the recipe)."""
+    for hit in dp.issues:
+        if hit.blocking or (below_table and hit.severity == "error"):
+            env = ", ".join(f"{k}={v}" for k, v in hit.workaround_env)
+            return (f"AITER's dispatcher runs {hit.kernel} for {_span(hit.tokens)} (bucket {hit.bucket}) — "
+                    f"[{hit.issue}] {hit.effect}" + (f" (AITER steers away with {env})" if env else ""))
+    if not below_table:
         return None
-    unpadded = Padding.none(layer)
-    outcome = evaluate_issues(backend.name, layer, caps, unpadded)
-    if outcome.blocking:
+    for s in dp.steps:
+        if s.raises:
+            return f"AITER raises for {_span(s.tokens)}: {s.raises}"
+        if s.basis != "tuned" and s.family != "flydsl":
+            return (f"AITER runs heuristic {' + '.join(s.kernels)} for {_span(s.tokens)}; no tuned row of this shape "
+                    "shows those kernels tile it")
+    return None
+
+
+def dispatched_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilities", static: "Padding",
+                       runtime: Runtime) -> "tuple[Padding, tuple[Reason, ...] | None] | None":
+    """The least allocation every kernel AITER's dispatcher runs can tile, at every serving token bucket (and every
+    planned count), for an AITER backend, starting below its family table's allocation (``static``).
+
+    An allocation below the table is kept when, at every bucket, a tuned row of that shape decides (AITER's tuner ran
+    and checked the kernel there) or a FlyDSL kernel whose tiles divide it runs (AITER's own tile rule, see
+    :func:`moedispatch.aiter.dispatch.tile_misfit`), no known kernel × bucket bug applies, and no known issue of the
+    backend applies to it. The table's allocation is kept unless AITER's dispatch of it is blocked; then a coarser
+    multiple of its alignment is tried. Returns (padding, the backend's known-issue notes for it) for another
+    allocation; (the table's padding with a note saying why no smaller one is kept and which AITER switches would keep
+    it, None) — the table's known-issue notes stand; or None when there is nothing to say (or nothing runs)."""
+    if not hasattr(backend, "padding_at"):
         return None
     env = runtime.env_dict
     tokens = tuple(sorted(set(SERVING_BUCKETS) | set(runtime.tokens)))
-    dp = aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env=env, padding=unpadded,
-                       assumptions=Assumptions.from_engine_env(layer, env))
-    if not dp.steps or any(s.basis != "tuned" for s in dp.steps) or any(h.severity == "error" for h in dp.issues):
-        return None
-    rows = ", ".join(dict.fromkeys(s.config for s in dp.steps if s.config))
-    note = Reason(f"no padding: AITER {dp.aiter_version} runs hidden {layer.hidden} × intermediate/rank "
-                  f"{layer.intermediate_per_rank} natively — tuned rows decide every token bucket "
-                  f"{tokens[0]}–{tokens[-1]} ({dp.configs}: {rows}); padding to {padded.hidden} × "
-                  f"{padded.intermediate_per_rank} would only add work and miss those rows", "padding",
-                  "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py (get_2stage_cfgs)")
-    return Padding(hidden=layer.hidden, intermediate_per_rank=layer.intermediate_per_rank,
-                   pad_semantics=padded.pad_semantics, notes=(note,)), outcome.notes
+    table = (static.hidden, static.intermediate_per_rank)
+    refused: tuple[int, int, str] | None = None
+    for hm, im in _trial_allocations(layer, static):
+        plan = static if (hm, im) == (static.hidden_multiple, static.intermediate_multiple) else \
+            backend.padding_at(layer, caps, hm, im)
+        alloc = (plan.hidden, plan.intermediate_per_rank)
+        below = alloc != table and alloc[0] * alloc[1] < table[0] * table[1]
+        outcome = evaluate_issues(backend.name, layer, caps, plan)
+        if outcome.blocking:
+            refused = refused or (*alloc, outcome.blocking[0].text)
+            continue
+        dp = aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env=env, padding=plan,
+                                          assumptions=Assumptions.from_engine_env(layer, env))
+        why = _misfit(dp, below)
+        if why is not None:
+            refused = refused or (*alloc, why + (_switches(layer, caps, plan, dp, env, tokens) if below else ""))
+            continue
+        if alloc == table:
+            if refused is None:
+                return None
+            note = Reason(f"padded to {table[0]} × {table[1]}/rank, not {refused[0]} × {refused[1]}: at "
+                          f"{refused[0]} × {refused[1]} {refused[2]}", "padding", _DISPATCH_SOURCE)
+            return replace(static, notes=(note,) + static.notes), None
+        note = _kept_note(static, plan, dp, tokens) if below else Reason(
+            f"padded to {alloc[0]} × {alloc[1]}/rank, beyond the family table's {table[0]} × {table[1]}: at "
+            f"{refused[0]} × {refused[1]} {refused[2]}" if refused else "", "padding", _DISPATCH_SOURCE)
+        return replace(plan, notes=(note,) + plan.notes), outcome.notes
+    return None
+
+
+def _switches(layer: "MoELayer", caps: "Capabilities", plan: "Padding", dp: Any, env: dict[str, str],
+              tokens: tuple[int, ...]) -> str:
+    """``; with X=1 AITER runs this allocation correctly`` when the known issues' environment workarounds (and the
+    engine switch whose fused key AITER's rows are tuned for) make the dispatch trustworthy, else ``""``."""
+    switch = {k: v for h in dp.issues for k, v in h.workaround_env}
+    if not switch or all(env.get(k) == v for k, v in switch.items()):
+        return ""
+    trial = {**env, **switch}
+    again = aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env=trial, padding=plan,
+                                         assumptions=Assumptions.from_engine_env(layer, trial))
+    if _misfit(again, True) is not None:
+        return ""
+    what = ", ".join(f"{k}={v}" for k, v in switch.items())
+    return (f"; with {what} AITER runs {plan.intermediate_per_rank}/rank correctly at every bucket "
+            f"({', '.join(dict.fromkeys(s.family for s in again.steps))}) — export it to keep this allocation")
+
+
+def _kept_note(static: "Padding", plan: "Padding", dp: Any, tokens: tuple[int, ...]) -> Reason:
+    tuned = [s for s in dp.steps if s.basis == "tuned"]
+    heur = [s for s in dp.steps if s.basis != "tuned"]
+    parts = []
+    if tuned:
+        parts.append(f"tuned rows of this shape decide {_spans(tuned)} "
+                     f"({', '.join(dict.fromkeys(s.config for s in tuned if s.config))})")
+    if heur:
+        tiles = sorted({f"stage-{t[0]} {'tile_n' if t[0] == 1 else 'tile_k'} {t[2] if t[0] == 1 else t[3]}"
+                        for s in heur for k in s.kernels for t in [aiter_dispatch.flydsl_tile(k)] if t})
+        parts.append(f"FlyDSL heuristic kernels run {_spans(heur)} with inter_dim tiles that divide it "
+                     f"({', '.join(tiles)})")
+    what = ("no padding" if not plan.padded
+            else f"allocate {plan.hidden} × {plan.intermediate_per_rank}/rank")
+    return Reason(f"{what} (not the family table's {static.hidden} × {static.intermediate_per_rank}): every kernel "
+                  f"AITER {dp.aiter_version} dispatches for tokens {tokens[0]}–{tokens[-1]} tiles "
+                  f"{plan.hidden} × {plan.intermediate_per_rank} — " + "; ".join(parts),
+                  "padding", f"{_DISPATCH_SOURCE}; {aiter_dispatch.FLYDSL_TILE_SOURCE}")
+
+
+def _spans(steps: list[Any]) -> str:
+    """``tokens 1–1024, 4096–8192`` for the steps' token ranges, consecutive ranges merged."""
+    merged: list[list[int]] = []
+    for s in steps:
+        if merged and s.tokens[0] <= merged[-1][1] * 2:
+            merged[-1][1] = s.tokens[1]
+        else:
+            merged.append([s.tokens[0], s.tokens[1]])
+    return "tokens " + ", ".join(f"{lo}" if lo == hi else f"{lo}–{hi}" for lo, hi in merged)
 
 
 def _span(tokens: tuple[int, int]) -> str:
