@@ -195,10 +195,14 @@ def test_an_engine_that_converts_the_experts_does_not_run_the_planned_path(caps)
     plan = plan_model(load_model("MiniMax-M3-MXFP8"), caps("MI300X"), tp=8, backends=backends)
     assert {d.backend for d in plan.decisions if d.layer.kind == "moe"} == {"aiter-ck"}
     r = build_recipe(plan, "vllm")
-    assert r.backend == "emulation"
-    why = [w for w in r.warnings if "does not run aiter-ck here: " in w.text]
-    assert why and "dequantizes the MXFP8 experts to BF16" in why[0].text, [w.text for w in r.warnings]
-    assert "ROCm/MAD#201" in why[0].source and why[0].kind == "warning"
+    # What vLLM would run is its emulation fallback: never printed while a native launch exists (issue 23 item 5);
+    # the refusal says why and names it.
+    assert r.backend is None and r.command is None
+    why = [w for w in r.refusals if "does not run aiter-ck here: " in w.text]
+    assert why and "dequantizes the MXFP8 experts to BF16" in why[0].text, [w.text for w in r.refusals]
+    assert "ROCm/MAD#201" in why[0].source and why[0].kind == "failed"
+    assert any("the only vllm 0.33.0 launch left for this layout is emulation" in w.text for w in r.refusals)
+    assert r.alternatives and all(a["backend"] != "emulation" for a in r.alternatives)
     sgl = build_recipe(plan, "sglang")
     assert any("re-quantizes the MXFP8 experts to block-FP8" in c.text and "sglang#32036" in (c.source or "")
                for c in sgl.caveats)

@@ -39,7 +39,7 @@ from moedispatch.plan.plan import plan_model, plan_to_json
 from moedispatch.plan.whatif import switch_variants
 from moedispatch.selector import plugins
 from moedispatch.selector.pure import select
-from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons
+from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons, dispatched_family_issues
 from moedispatch.sources.models import builtin_models
 
 __all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding", "engine_data", "matching_issues",
@@ -375,7 +375,10 @@ def _allocation_issues(plan: Plan, d: Decision, backend: str, h: int, i: int, kh
                  if r.issue and r.issue not in planned and r.kind in ("caveat", "warning")]
     if plan.runtime is not None and d.dispatch is not None:
         dispatch = dispatch_for(layer, plan.caps, alloc, plan.runtime)
-        refusals += [dataclasses.replace(r, text=where + r.text) for r in blocking_reasons(dispatch)
+        others, other_notes = dispatched_family_issues(layer, plan.caps, alloc, dispatch, b.name if b else backend)
+        refusals += [dataclasses.replace(r, text=where + r.text) for r in (*blocking_reasons(dispatch), *others)
+                     if r.issue not in planned]
+        warnings += [dataclasses.replace(r, text=where + r.text, kind="warning") for r in other_notes
                      if r.issue not in planned]
         warnings += [dataclasses.replace(r, text=where + r.text, kind="warning")
                      for r in dispatch_reasons(dispatch, backend, d.family)
@@ -419,8 +422,19 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
                 chosen, rows, extra_warnings = backend, rows_b, warns
                 break
             tried += [Reason(f"{backend}: {r.text}", "failed", r.source, r.issue, r.confidence) for r in refusals]
+        if chosen is not None and tried and _reference_only(chosen) and alternatives:
+            # Never print the slow reference path while a native launch of this model exists elsewhere (another
+            # TP/EP, engine release or engine): refuse and name those (issue 23 item 5).
+            native = [a for a in _alternatives(plan, engine, version) if not _reference_only(a["backend"])]
+            if native:
+                recipe.refusals += tried + [Reason(
+                    f"the only {engine} {version} launch left for this layout is {chosen}, the slow reference path "
+                    "(do not serve); the nearest native launches follow", "failed")]
+                recipe.alternatives = native
+                chosen = None
         if chosen is None:
-            recipe.refusals += tried
+            if not recipe.refusals:
+                recipe.refusals += tried
         elif tried:
             recipe.warnings += [Reason(f"{engine} {version} cannot carry out the plan's first choice — recipe uses "
                                        f"{chosen} instead. Not realizable: {r.text}", "warning", r.source, r.issue,
@@ -471,8 +485,9 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     recipe.args = layout.args + args
     if recipe.refusals:
         recipe.command = None
-        if alternatives:
-            recipe.alternatives = _alternatives(plan, engine, version)
+        if alternatives and not recipe.alternatives:
+            recipe.alternatives = [a for a in _alternatives(plan, engine, version)
+                                   if not _reference_only(a["backend"])]
         return recipe
     model_ref = plan.model.path or _hf_id(plan.model.name) or plan.model.name
     parts = [eng["command"].format(model=model_ref)] + [a["arg"] for a in recipe.args]
@@ -550,6 +565,12 @@ def _replan(plan: Plan, tp: int, ep: int) -> Plan | None:
         return plan_model(plan.model, plan.caps, tp, ep, warnings=[])
     except UsageError:
         return None
+
+
+def _reference_only(backend: str | None) -> bool:
+    """True for a registered backend that is the slow reference path (``Backend.reference_only``)."""
+    b = plugins.get_registry().get(backend) if backend else None
+    return bool(getattr(b, "reference_only", False))
 
 
 def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]:

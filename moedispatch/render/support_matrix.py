@@ -73,8 +73,9 @@ def engine_ranges() -> dict[str, str]:
         for row in data.get(engine, {}).get("backend", []):
             if row.get("unsupported"):
                 continue
+            only = f" ({'/'.join(row['weights'])} weights)" if row.get("weights") else ""
             for backend in row.get("backends", []):
-                out.setdefault(backend, []).append(f"{label} {row.get('versions', 'any')}")
+                out.setdefault(backend, []).append(f"{label} {row.get('versions', 'any')}{only}")
     return {b: ", ".join(v) for b, v in out.items()}
 
 

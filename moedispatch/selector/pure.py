@@ -24,7 +24,7 @@ from moedispatch._util.deadline import PluginTimeout
 from moedispatch.core.families import FUSED_MOE_FAMILIES
 from moedispatch.cost.model import rank, reason
 from moedispatch.selector.plugins import plugin_manager_for
-from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, dispatch_reasons, dispatched_padding
+from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, dispatch_reasons, dispatched_family_issues, dispatched_padding
 
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.workload import Runtime
@@ -285,7 +285,7 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
                 if native[1] is not None:
                     replaced[b.name] = native[1]
             dp = dispatch_for(layer, caps, plans[b.name], runtime)
-            why = blocking_reasons(dp)
+            why = blocking_reasons(dp) + dispatched_family_issues(layer, caps, plans[b.name], dp, b.name)[0]
             if why:
                 blocked[b.name] = why
                 continue

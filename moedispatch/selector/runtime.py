@@ -15,20 +15,21 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from moedispatch.core.errors import UsageError
+from moedispatch.core.families import BACKEND_OF_FAMILY, family_of
 from moedispatch.core.reason import Reason
 from moedispatch.core.workload import SERVING_BUCKETS, Runtime
 from moedispatch.aiter import dispatch as aiter_dispatch
 from moedispatch.aiter.dispatch import Assumptions
 from moedispatch.core.backend import Padding, round_up
 from moedispatch.cost import model as cost
-from moedispatch.kit.rules import evaluate_issues
+from moedispatch.kit.rules import evaluate_issues, issues_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.backend import Backend
     from moedispatch.core.capabilities import Capabilities
     from moedispatch.core.layers import MoELayer
 
-__all__ = ["dispatch_for", "dispatch_reasons", "blocking_reasons",
+__all__ = ["dispatch_for", "dispatch_reasons", "blocking_reasons", "dispatched_family_issues", "dispatched_padding",
            "costs_for"]
 
 def dispatch_for(layer: "MoELayer", caps: "Capabilities", padding: "Padding", runtime: Runtime) -> Any:
@@ -113,6 +114,9 @@ def dispatched_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilitie
         dp = aiter_dispatch.plan_dispatch(layer, caps, tokens=tokens, env=env, padding=plan,
                                           assumptions=Assumptions.from_engine_env(layer, env))
         why = _misfit(dp, below)
+        if why is None:
+            others = dispatched_family_issues(layer, caps, plan, dp, backend.name)[0]
+            why = others[0].text if others else None
         if why is not None:
             refused = refused or (*alloc, why + (_switches(layer, caps, plan, dp, env, tokens) if below else ""))
             continue
@@ -175,6 +179,37 @@ def _spans(steps: list[Any]) -> str:
         else:
             merged.append([s.tokens[0], s.tokens[1]])
     return "tokens " + ", ".join(f"{lo}" if lo == hi else f"{lo}–{hi}" for lo, hi in merged)
+
+
+#: Known-issue predicate / workaround keys about the pad arguments handed to aiter.fused_moe.
+_PAD_KEYS = {"kernel_inter_pad_gt", "kernel_intermediate_pad", "pad_semantics"}
+
+
+def dispatched_family_issues(layer: "MoELayer", caps: "Capabilities", padding: "Padding", dispatch: Any,
+                             backend: str) -> tuple[tuple[Reason, ...], tuple[Reason, ...]]:
+    """(blocking, notes): the known issues (capability_db/known_issues.toml) of the AITER families the dispatch runs
+    at this allocation other than ``backend``'s own — the launch is what AITER runs, not the family a plan names
+    (e.g. a plan named aiter-ck that hands FlyDSL a non-zero intermediate_pad meets FlyDSL's bug there)."""
+    blocking: list[Reason] = []
+    notes: list[Reason] = []
+    own = family_of(backend)
+    for fams in dict.fromkeys(s.family for s in dispatch.steps):
+        for fam in fams.split("+"):
+            other = BACKEND_OF_FAMILY.get(fam)
+            if other is None or fam == own:
+                continue
+            spans = [s.tokens for s in dispatch.steps if fam in s.family.split("+")]
+            where = (f"AITER's dispatcher runs {fam} for {_span((spans[0][0], spans[-1][1]))} at "
+                     f"{padding.hidden} × {padding.intermediate_per_rank}/rank: ")
+            # Only the issues about the pad arguments travel: the call hands every family AITER picks the same
+            # pads, while a family's dtype/shape predicates describe the layer as that family would be asked for it
+            # (AITER's own kernel × bucket issues cover what the dispatched kernel meets).
+            pads = {i.id for i in issues_for(other, caps) if _PAD_KEYS & (set(i.pred) | set(i.fix))}
+            outcome = evaluate_issues(other, layer, caps, padding)
+            blocking += [replace(r, text=where + r.text) for r in outcome.blocking if r.issue in pads]
+            notes += [replace(r, text=where + r.text) for r in outcome.notes
+                      if r.issue in pads and r.kind in ("caveat", "warning")]
+    return tuple(dict.fromkeys(blocking)), tuple(dict.fromkeys(notes))
 
 
 def _span(tokens: tuple[int, int]) -> str:
