@@ -14,6 +14,7 @@ from moedispatch.core.backend import Padding
 from moedispatch.core.workload import Runtime
 from moedispatch.engines import choice as ec
 from moedispatch.engines.recipes import build_recipe
+from moedispatch.plan.plan import plan_model as plan_full
 from moedispatch.selector import runtime as rt
 from moedispatch.sources.models import expand_layers, load_model
 from moedispatch.testing import fake_capabilities
@@ -262,3 +263,65 @@ def test_pad_issues_of_the_family_aiter_runs_apply_to_a_plan_named_otherwise():
     assert none == ()
     zero = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=128, zero_fill=True)
     assert rt.dispatched_family_issues(layer, caps, zero, dp, "aiter-cktile")[0] == ()
+
+
+# -- every recipe in tests: what it names runs, and what it reports is the dispatch model's --------------------------
+
+def _recipe_cases():
+    import test_golden_recipes as g
+    return [c for c in g.CASES if g.RUNTIMES[c[7]] is not None]
+
+
+@pytest.mark.parametrize("case", _recipe_cases(), ids=lambda c: " ".join(map(str, c)))
+def test_a_recipe_names_a_family_aiter_runs_and_reports_the_dispatch_models_runs(case):
+    """Done when: no recipe names a family the engine cannot make AITER run; for every recipe in tests the families
+    it reports per bucket equal the dispatch model's for the engine's allocation and call shape."""
+    import test_golden_recipes as g
+    from moedispatch.aiter.dispatch import Assumptions
+    from moedispatch.core.families import FUSED_MOE_FAMILIES, family_of
+
+    model, target, aiter, engine, version, tp, ep, rt_key = case
+    runtime = Runtime.build(tokens=g.TOKENS, env={}, overrides=g.RUNTIMES[rt_key])
+    caps = fake_capabilities(target, aiter)
+    plan = plan_full(load_model(model), caps, tp, ep, runtime=runtime)
+    recipe = build_recipe(plan, engine, version)
+    if not recipe.ok or family_of(recipe.backend) not in FUSED_MOE_FAMILIES:
+        assert recipe.runs == []
+        return
+    realized = recipe.plan or plan
+    assert recipe.runs, "an aiter.fused_moe launch reports what AITER runs"
+    env = {**realized.runtime.env_dict, **{e["name"]: e["value"] for e in recipe.env}}
+    ran = set()
+    for run in recipe.runs:
+        d = next(x for x in realized.decisions if x.layer.index == run["layers"][0])
+        h, i = run["allocation"]
+        kh, ki = run["kernel_pads"]
+        alloc = Padding(hidden=h, intermediate_per_rank=i, hidden_pad=h - d.layer.hidden,
+                        intermediate_pad=i - d.layer.intermediate_per_rank, kernel_hidden_pad=kh,
+                        kernel_intermediate_pad=ki, zero_fill=(h, i) != (d.layer.hidden, d.layer.intermediate_per_rank))
+        dp = ad.plan_dispatch(d.layer, caps, tokens=realized.runtime.tokens, env=env, padding=alloc,
+                              assumptions=Assumptions.from_engine_env(d.layer, env))
+        assert [s.to_dict() for s in dp.steps] == run["steps"]
+        ran |= {f for s in dp.steps for f in s.family.split("+")}
+        if engine == "vllm" and (version or "0.33.0") == "0.33.0":  # the engine model checked against vLLM's code
+            forced = next(a["arg"].split()[-1] for a in recipe.args if a["arg"].startswith("--moe-backend"))
+            ch = ec.choice_for_layer(d.layer, caps, "vllm", "0.33.0", env=env, moe_backend=forced,
+                                     quant_method=realized.model.quant_method)
+            if ch.ok and ch.intermediate_per_rank:
+                assert (ch.hidden, ch.intermediate_per_rank) == (h, i)
+    named = family_of(recipe.backend)
+    assert named in ran or any("names the family whose rules moedispatch checked" in w.text for w in recipe.warnings)
+
+
+def test_the_recipe_check_covers_aiter_launches():
+    """Not vacuous: at least 8 of the recipe cases above are aiter.fused_moe launches with reported runs."""
+    import test_golden_recipes as g
+    from moedispatch.core.families import FUSED_MOE_FAMILIES, family_of
+
+    n = 0
+    for model, target, aiter, engine, version, tp, ep, rt_key in _recipe_cases():
+        plan = plan_full(load_model(model), fake_capabilities(target, aiter), tp, ep,
+                         runtime=Runtime.build(tokens=g.TOKENS, env={}, overrides=g.RUNTIMES[rt_key]))
+        r = build_recipe(plan, engine, version)
+        n += bool(r.ok and family_of(r.backend) in FUSED_MOE_FAMILIES and r.runs)
+    assert n >= 8, n

@@ -35,11 +35,12 @@ from moedispatch.core.decision import NoBackendError
 from moedispatch.engines import choice as ec
 from moedispatch.engines.choice import recipe_engine_groups
 from moedispatch.kit.rules import evaluate_issues
-from moedispatch.plan.plan import plan_model, plan_to_json
+from moedispatch.plan.plan import _ranges, plan_model, plan_to_json
 from moedispatch.plan.whatif import switch_variants
 from moedispatch.selector import plugins
 from moedispatch.selector.pure import select
 from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons, dispatched_family_issues
+from moedispatch.core.workload import Runtime
 from moedispatch.sources.models import builtin_models
 
 __all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding", "engine_data", "matching_issues",
@@ -63,6 +64,9 @@ class Recipe:
     layout: Layout | None = None
     #: The plan this recipe realizes when it differs from the one asked for (re-made under an AITER env switch).
     plan: Plan | None = field(default=None, repr=False)
+    #: What AITER's dispatcher runs per token count for each MoE layer group of an aiter.fused_moe launch, at the
+    #: engine's allocation and with the recipe's environment: outcomes, not the choice (:func:`engine_runs`).
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -74,7 +78,7 @@ class Recipe:
                 "caveats": texts(self.caveats), "warnings": texts(self.warnings),
                 "warning_details": [w.to_dict() for w in self.warnings],
                 "reasons": texts(self.refusals), "reason_details": [r.to_dict() for r in self.refusals],
-                "alternatives": self.alternatives,
+                "alternatives": self.alternatives, "aiter_runs": self.runs,
                 "layout": self.layout.to_dict() if self.layout is not None else None}
 
 
@@ -492,7 +496,82 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     model_ref = plan.model.path or _hf_id(plan.model.name) or plan.model.name
     parts = [eng["command"].format(model=model_ref)] + [a["arg"] for a in recipe.args]
     recipe.command = " \\\n    ".join(parts)
+    recipe.runs = engine_runs(plan, engine, version, recipe)
+    _name_after_what_runs(plan, engine, version, recipe, moe)
     return recipe
+
+
+def _name_after_what_runs(plan: Plan, engine: str, version: str, recipe: "Recipe", moe: list[Decision]) -> None:
+    """An aiter.fused_moe launch is named after a family AITER runs there: when AITER runs none of the realized
+    backend's family at the engine's allocation, another AITER backend that the engine realizes with the same
+    arguments and environment and whose family runs takes the name (a note says so); with none, a warning says the
+    name is the plan's check, not what runs."""
+    if not recipe.runs:
+        return
+    ran = {f for run in recipe.runs for fams in run["families"] for f in fams.split("+")}
+    if family_of(recipe.backend) in ran:
+        return
+    counts = Counter(f for run in recipe.runs for st in run["steps"] for f in st["family"].split("+"))
+    for fam, _ in counts.most_common():
+        other = next((b for b in _candidates(plan) if family_of(b) == fam), None)
+        decisions = _forced(plan, other) if other else None
+        if not decisions:
+            continue
+        refusals, rows, _ = _try_backend(plan, engine, version, other, decisions)
+        args = [a["arg"] for r in rows for a in _row_args(r, moe[0].layer.weight.dtype)]
+        if not refusals and set(args) <= {a["arg"] for a in recipe.args}:
+            recipe.warnings.append(Reason(
+                f"the launch is aiter.fused_moe; AITER runs {fam} there, not {family_of(recipe.backend)}: named "
+                f"{other} (moedispatch checked {recipe.backend} and {other} for it; both hold)", "note"))
+            recipe.backend = other
+            return
+    recipe.warnings.append(Reason(
+        f"the launch is aiter.fused_moe: at {engine}'s allocation AITER runs {', '.join(counts)}, not "
+        f"{family_of(recipe.backend)}; '{recipe.backend}' names the family whose rules moedispatch checked the "
+        "allocation against", "warning"))
+
+
+def engine_allocation(plan: Plan, engine: str, version: str, d: Decision, env: dict[str, str],
+                      forced: str) -> Padding:
+    """The allocation and pad arguments the engine release hands the kernel for ``d``'s layer on the recipe's path:
+    the engine model's own answer where it models this release (checked against its real code), else
+    capability_db/engines.toml's rows."""
+    layer = d.layer
+    h, i, kh, ki = engine_padding(engine, layer, d.family, version)
+    choice = modelled_choice(engine, version, layer, plan.caps, env, forced, plan.model.quant_method)
+    if choice is not None and choice.ok and choice.hidden and choice.intermediate_per_rank:
+        if (choice.hidden, choice.intermediate_per_rank) != (h, i):
+            h, i = choice.hidden, choice.intermediate_per_rank
+            kh = ki = None
+    hp, ip = h - layer.hidden, i - layer.intermediate_per_rank
+    return Padding(hidden=h, intermediate_per_rank=i, hidden_pad=hp, intermediate_pad=ip,
+                   kernel_hidden_pad=hp if kh is None else min(kh, hp),
+                   kernel_intermediate_pad=ip if ki is None else min(ki, ip), zero_fill=bool(hp or ip))
+
+
+def engine_runs(plan: Plan, engine: str, version: str, recipe: "Recipe") -> list[dict[str, Any]]:
+    """Per MoE layer group of an aiter.fused_moe launch: what AITER's dispatcher runs per planned token count at the
+    engine's allocation, with the recipe's environment and the call shape it implies (e.g. vLLM's fused shared
+    expert). Empty for a launch outside aiter.fused_moe or a plan without a runtime."""
+    if plan.runtime is None or family_of(recipe.backend) not in FUSED_MOE_FAMILIES:
+        return []
+    eng = engine_data(engine)[engine]
+    env = {**plan.runtime.env_dict, **{e["name"]: e["value"] for e in recipe.env}}
+    forced = next((a["arg"].split()[-1] for a in recipe.args if a["arg"].startswith(eng["backend_arg"])), "auto")
+    out: list[dict[str, Any]] = []
+    groups: dict[tuple, list[Decision]] = {}
+    for d in _forced(plan, recipe.backend) or []:
+        groups.setdefault(d.layer.signature(), []).append(d)
+    for ds in groups.values():
+        d = ds[0]
+        alloc = engine_allocation(plan, engine, version, d, env, forced)
+        dp = dispatch_for(d.layer, plan.caps, alloc, Runtime(tokens=plan.runtime.tokens,
+                                                             env=tuple(sorted(env.items()))))
+        out.append({"layers": [x.layer.index for x in ds], "allocation": [alloc.hidden, alloc.intermediate_per_rank],
+                    "kernel_pads": [alloc.kernel_hidden_pad, alloc.kernel_intermediate_pad],
+                    "families": list(dp.families), "steps": [s.to_dict() for s in dp.steps],
+                    "issues": [h.issue for h in dp.issues]})
+    return out
 
 
 def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> None:
@@ -614,6 +693,11 @@ def _hf_id(name: str) -> str | None:
     return None
 
 
+def _tok(tokens: list[int]) -> str:
+    lo, hi = tokens
+    return f"token {lo}" if lo == hi == 1 else f"tokens {lo}" if lo == hi else f"tokens {lo}–{hi}"
+
+
 def _fmt_line(item: dict[str, str]) -> str:
     return f"{item['why']} ({item['source']})"
 
@@ -643,6 +727,16 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
                if lo.weights_gib is not None and lo.budget_gib is not None else "")
         lines.append(f"# layout: world size {lo.world} (tp {lo.tp} × dp {lo.dp}, ep {lo.ep}){mem}")
     lines.append(f"# MoE plan: {recipe.backend or 'no backend'}")
+    for run in recipe.runs:
+        merged: list[list[Any]] = []
+        for st in run["steps"]:
+            if merged and merged[-1][0] == st["family"]:
+                merged[-1][1][1] = st["tokens"][1]
+            else:
+                merged.append([st["family"], list(st["tokens"])])
+        spans = ", ".join(f"{fam} {_tok(toks)}" for fam, toks in merged)
+        lines.append(f"# AITER runs (layers {_ranges(run['layers'])}, {engine}'s allocation {run['allocation'][0]} × "
+                     f"{run['allocation'][1]}/rank): {spans}")
     for w in recipe.warnings:
         lines.append(f"# WARNING: {w.marked()}")
     if not recipe.ok:
