@@ -196,3 +196,29 @@ def _engine_round_up(case: dict[str, Any], d) -> int | None:
 
 def _why(d) -> list[str]:
     return [f"{r.backend}: {'; '.join(x.text[:120] for x in r.reasons[:3])}" for r in d.rejected]
+
+
+#: The engine flag a field launch used ("MoE path: --moe-backend X" in the row's `reported`).
+_FLAG = re.compile(r"MoE path: (--moe-backend [a-z_]+)")
+_FLAG_CASES = [c for c in CASES if c["engine"] == "vllm" and c["outcome"] == "works" and _FLAG.search(c["reported"])]
+
+
+@pytest.mark.parametrize("case", _FLAG_CASES, ids=[c["id"] for c in _FLAG_CASES])
+def test_the_engine_flag_is_the_one_the_field_launched_with(case):
+    """Issue 23: the engine flag comes from the release's per-quant-method map — for every vLLM launch in the corpus
+    that names its --moe-backend and runs the path moedispatch decides, moedispatch's vLLM rows for that backend and
+    weight dtype give the same flag (Kimi-K2.5 INT4: flydsl, not aiter)."""
+    from moedispatch.engines.recipes import _row_args, backend_rows, engine_data
+
+    d = decide(case)
+    if d.backend not in path_backends(case["path"]) and case["path"] not in ("aiter", "aiter-any", "any"):
+        pytest.skip(f"moedispatch decides {d.backend}, not the field's {case['path']} (test_field_case covers it)")
+    eng = engine_data("vllm")["vllm"]
+    rows = backend_rows(eng, d.backend, eng["newest"], {d.layer.weight.dtype})
+    args = [a["arg"] for r in rows for a in _row_args(r, d.layer.weight.dtype)]
+    assert _FLAG.search(case["reported"]).group(1) in args, (case["id"], d.backend, args)
+
+
+def test_the_flag_check_is_not_vacuous():
+    assert len(_FLAG_CASES) >= 20
+    assert sum("--moe-backend flydsl" in c["reported"] for c in _FLAG_CASES) >= 2
