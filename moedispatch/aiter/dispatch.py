@@ -1264,6 +1264,9 @@ class DispatchIssue:
     row_flat: bool | None = None
     #: AITER raises (or refuses to launch) instead of computing: see IssueHit.raises
     raises: bool = False
+    #: How a plan may pin a correct kernel for the bucket instead (:mod:`moedispatch.aiter.pin`): ``neighbour`` =
+    #: the kernel the same key's nearest clean bucket uses, written to an AITER_CONFIG_FMOE file. None: no pin.
+    pin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1545,6 +1548,8 @@ def dispatch_issues() -> tuple[DispatchIssue, ...]:
                 SpecifierSet(raw["aiter"])
             except InvalidSpecifier:
                 raise CapabilityDBError(f"{at} ({raw['id']}): aiter = {raw['aiter']!r} is not a specifier") from None
+        if raw.get("pin") not in (None, "neighbour"):
+            raise CapabilityDBError(f"{at} ({raw['id']}): pin must be \"neighbour\" (or absent)")
         known = set(DispatchIssue.__dataclass_fields__)
         extra = set(raw) - known
         if extra:

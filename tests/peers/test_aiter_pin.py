@@ -1,0 +1,84 @@
+"""A pinned tuned set (moedispatch/aiter/pin.py, ``explain --pin-file``) through AITER's REAL merge and lookup.
+
+ROCm/aiter#3933: at HEAD the DeepSeek-V4 a8w4 bucket-4 tuned row (7168 × 512, 384 experts, top-6) names the wrong
+``_xcd4`` stage-1 kernel; moedispatch writes the whole merged set with that row pinned to the bucket-2 row's kernels.
+AITER's own ``aiter/fused_moe.py`` at e4048607 (run on this CPU with stand-ins for its compiled parts, as in
+test_aiter_peers.py) is given ``AITER_CONFIG_FMOE=<that file>`` and must launch exactly the pinned kernels at
+bucket 4 — and the same kernels as without the pin at the other buckets. Skipped without .aiter-peer-venv.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent / "aiter"
+sys.path.insert(0, str(HERE))
+
+import aiter_src  # noqa: E402
+import harness  # noqa: E402
+import model_side  # noqa: E402
+
+from moedispatch.aiter import dispatch as ad  # noqa: E402
+from moedispatch.aiter import pin  # noqa: E402
+from moedispatch.aiter.dispatch import Assumptions, DispatchKey  # noqa: E402
+from moedispatch.data import aiter_configs as cfg  # noqa: E402
+from moedispatch.testing import fake_capabilities, layer  # noqa: E402
+
+TOKENS = (1, 2, 4, 8, 16)
+ENV = {"AITER_BF16_FP8_MOE_BOUND": "0"}
+
+
+def _layer():
+    return layer(hidden_size=7168, intermediate_size=3072, num_experts=384, top_k=6, tp_size=6, weight_quant="mxfp4",
+                 activation_quant="fp8", activation_granularity="group32", model_type="deepseek_v4")
+
+
+@pytest.fixture(scope="module")
+def aiter_answers(tmp_path_factory):
+    python = harness.peer_python()
+    if python is None:
+        pytest.skip("AITER peer environment absent (.aiter-peer-venv): run tests/peers/aiter/setup_env.sh")
+    spec = aiter_src.default_source()
+    if spec is None or not Path(spec.rsplit("@", 1)[0]).exists():
+        pytest.skip("no ROCm/aiter source: set MOEDISPATCH_AITER_SRC to a ROCm/aiter checkout or git directory")
+    if "@" not in spec and aiter_src._is_git_dir(Path(spec)):
+        spec = f"{spec}@{aiter_src.HEAD_COMMIT}"
+    caps = fake_capabilities("MI355X", None)  # the newest release of the index: HEAD e4048607
+    lay = _layer()
+    dp = ad.plan_dispatch(lay, caps, tokens=TOKENS, env=ENV)
+    pins = pin.find_pins(lay, caps, dp, env=ENV)
+    assert [(p.issue, p.bucket) for p in pins] == [("ROCm/aiter#3933", 4)]
+    path = tmp_path_factory.mktemp("pin") / "pinned_fmoe.csv"
+    pin.write_pinned(str(path), cfg.config_set_for(caps, ENV).rows, pins)
+    key = dp.key
+    src = harness.prepare_source(python, spec)
+    cases = []
+    for cid, env in enumerate((ENV, {**ENV, "AITER_CONFIG_FMOE": str(path)})):
+        cases.append(model_side._case(cid, "pin", "MI355X", f"pin {cid}", key, TOKENS,
+                                      assumptions=Assumptions(), env=env))
+    got = harness.run_aiter(python, src, cases, workers=1)["answers"]
+    return pins[0], got[0], got[1], dp
+
+
+def _kernels(point):
+    return (point.get("stage1") or {}).get("kernel"), (point.get("stage2") or {}).get("kernel")
+
+
+def test_aiter_launches_the_pinned_kernels_from_the_file(aiter_answers):
+    p, plain, pinned, _ = aiter_answers
+    by_m = {pt["M"]: pt for pt in pinned}
+    assert _kernels(by_m[4]) == (p.good.kernel1, p.good.kernel2)
+    assert "xcd4" in _kernels({pt["M"]: pt for pt in plain}[4])[0]  # without the pin AITER runs the bad row
+
+
+def test_the_pin_changes_only_its_bucket(aiter_answers):
+    _, plain, pinned, dp = aiter_answers
+    before = {pt["M"]: _kernels(pt) for pt in plain}
+    after = {pt["M"]: _kernels(pt) for pt in pinned}
+    assert {m: k for m, k in after.items() if m != 4} == {m: k for m, k in before.items() if m != 4}
+    # and moedispatch's model of the un-pinned set agrees with AITER there
+    ours = {s.tokens[0]: tuple(s.kernels) for s in dp.steps}
+    assert {m: before[m] for m in before} == {m: ours[m] for m in before}
