@@ -1,0 +1,159 @@
+"""``moedispatch exec``: check a launch, then become it (issue 24 item 5).
+
+Mode (``--guard``, else ``MOEDISPATCH_GUARD``, else ``warn``):
+
+* ``warn`` — print the findings, launch the command unchanged (never stops it);
+* ``refuse`` — a finding of severity ``error`` (everything ``moedispatch lint`` exits 3 for) stops the launch with
+  exit 3 before any engine process exists; otherwise launch unchanged;
+* ``fix`` — on an error finding, launch the corrected command lint proposes (the user's command with the minimal
+  changes, its environment prefixed) when there is one, and say so; when the only fix is another layout or engine,
+  exit 3 as ``refuse`` does;
+* ``off`` — launch unchanged without checking.
+
+The launch replaces this process (``os.execvpe``): the engine keeps moedispatch's PID, gets the same argv (or the
+fixed one) and this environment (plus the fix's variables). Findings go to stderr; stdout belongs to the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from moedispatch.core.errors import UsageError
+
+__all__ = ["MODES", "GUARD_ENV", "Outcome", "mode_from", "decide", "run"]
+
+MODES = ("warn", "refuse", "fix", "off")
+GUARD_ENV = "MOEDISPATCH_GUARD"
+_ASSIGN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``exec`` does: ``action`` is ``launch`` (``argv``/``env`` as given), ``launch-fixed`` (the fix's) or
+    ``refuse`` (exit 3, nothing launched); ``report`` the lines printed to stderr; ``doc`` the lint document."""
+
+    action: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    report: tuple[str, ...] = ()
+    doc: dict[str, Any] | None = field(default=None, compare=False)
+
+
+def mode_from(flag: str | None, env: Mapping[str, str]) -> str:
+    """``--guard`` wins, then ``MOEDISPATCH_GUARD``, then ``warn``; an unknown value is a one-line UsageError."""
+    value = flag if flag is not None else env.get(GUARD_ENV, "warn")
+    value = value.strip().lower()
+    if value not in MODES:
+        where = "--guard" if flag is not None else GUARD_ENV
+        raise UsageError(f"{where}={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def _split_fix(fix: str, argv: Sequence[str]) -> tuple[dict[str, str], list[str]] | None:
+    """(environment to add, argv) of a lint fix: ``export K=V`` parts add variables to this launch; a command part
+    (``A=1 vllm serve …``, also after ``the full recipe:``) replaces the argv. None for a fix that is another layout
+    or engine (``--tp 8 --ep 8: vllm serve …``) or that cannot be read — not this launch corrected."""
+    env: dict[str, str] = {}
+    command: list[str] | None = None
+    for part in (p.strip() for p in fix.split("; ")):
+        if part.startswith("the full recipe: "):
+            part = part[len("the full recipe: "):]
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            return None
+        if not words:
+            continue
+        if words[0] == "export":
+            for w in words[1:]:
+                k, eq, v = w.partition("=")
+                if not eq or not k or any(c not in _ASSIGN_CHARS for c in k):
+                    return None
+                env[k] = v
+            continue
+        lead: dict[str, str] = {}
+        while words and "=" in words[0] and all(c in _ASSIGN_CHARS for c in words[0].split("=", 1)[0]):
+            k, v = words.pop(0).split("=", 1)
+            lead[k] = v
+        if not words or words[0].startswith("-") or words[0].endswith(":"):
+            return None  # "--tp 8 --ep 8: …": another layout
+        env.update(lead)
+        command = words
+    if command is None and not env:
+        return None
+    return env, list(command if command is not None else argv)
+
+
+def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callable[..., dict[str, Any]],
+           **lint_args: Any) -> Outcome:
+    """The outcome of ``exec`` for this launch (pure apart from ``lint``, which plans and returns the
+    ``moedispatch.lint/1`` document for the launch)."""
+    argv = tuple(argv)
+    if mode == "off":
+        return Outcome("launch", argv, dict(env), ("moedispatch exec: guard off (MOEDISPATCH_GUARD=off): launching "
+                                                   "unchecked",))
+    doc = lint(argv, env, **lint_args)
+    errors = [f for f in doc["findings"] if f["severity"] == "error"]
+    others = [f for f in doc["findings"] if f["severity"] != "error"]
+    head = (f"moedispatch exec ({mode}): {doc['engine']} {doc['engine_version']} launch of {doc['model']} — "
+            f"{len(errors)} error(s), {len(others)} other finding(s)")
+    report = [head] + [f"  {f['severity'].upper()}: {f['message']}" + (f" [{f['source']}]" if f["source"] else "")
+                       for f in doc["findings"]]
+    if not errors or mode == "warn":
+        tail = ("launching as given" if not errors else
+                "launching as given anyway (warn mode; MOEDISPATCH_GUARD=refuse stops it, =fix corrects it)")
+        return Outcome("launch", argv, dict(env), tuple(report + [f"moedispatch exec: {tail}"]), doc)
+    if mode == "fix":
+        for f in errors:
+            fixed = _split_fix(f["fix"], argv) if f["fix"] else None
+            if fixed is not None:
+                extra, new_argv = fixed
+                changed = ", ".join(f"{k}={v}" for k, v in extra.items() if env.get(k) != v)
+                return Outcome("launch-fixed", tuple(new_argv), {**env, **extra}, tuple(report + [
+                    "moedispatch exec: launching the corrected command instead: " + shlex.join(new_argv)
+                    + (f" (environment: {changed})" if changed else "")]), doc)
+        report.append("moedispatch exec: no corrected command for this launch (the nearest safe launches are "
+                      "another layout or engine, above): not launched")
+        return Outcome("refuse", argv, dict(env), tuple(report), doc)
+    report.append("moedispatch exec: not launched (refuse mode): fix the errors above, or run with "
+                  "MOEDISPATCH_GUARD=warn to launch anyway")
+    return Outcome("refuse", argv, dict(env), tuple(report), doc)
+
+
+def _lint(argv: Sequence[str], env: Mapping[str, str], **kw: Any) -> dict[str, Any]:
+    from moedispatch.engines import lint
+
+    visible = {k: v for k, v in env.items() if k.startswith(("VLLM_", "SGLANG_", "AITER_", "GPTOSS_"))}
+    launch = lint.parse_launch(None, list(argv), visible, dict(env))
+    return lint.lint_launch(launch, **kw)
+
+
+def run(argv: Sequence[str], *, guard: str | None = None, target: str | None = None,
+        aiter_version: str | None = None, model: str | None = None, engine_version: str | None = None,
+        env: Mapping[str, str] | None = None, execvpe: Callable[..., Any] = os.execvpe,
+        err: Any = None) -> int:
+    """Check, report on stderr, then ``execvpe`` the launch; returns 3 when refused (the launch never returns)."""
+    env = dict(os.environ if env is None else env)
+    err = err or sys.stderr
+    argv = list(argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("exec needs the launch after `--` (e.g. moedispatch exec -- vllm serve MODEL --tp 8)")
+    mode = mode_from(guard, env)
+    out = decide(argv, env, mode, _lint, target=target, aiter_version=aiter_version, model=model,
+                 engine_version=engine_version)
+    for line in out.report:
+        err.write(line + "\n")
+    err.flush()
+    if out.action == "refuse":
+        return 3
+    try:
+        execvpe(out.argv[0], list(out.argv), dict(out.env))
+    except OSError as exc:
+        raise UsageError(f"cannot launch {out.argv[0]!r}: {exc.strerror or exc}") from None
+    return 0  # only reached with a stand-in execvpe

@@ -1,0 +1,152 @@
+"""``moedispatch exec`` (issue 24 item 5): check a launch, then become it — with a fake engine on PATH.
+
+Motivating case (vllm-project/vllm#56945): ``vllm serve … --moe-backend aiter`` without ``VLLM_ROCM_USE_AITER=1`` fails
+at start-up in vLLM 0.31; lint calls it an error and its fix exports the switch. ``exec`` keeps the PID, the argv and
+the environment; refuse exits 3 without launching; fix launches the corrected command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from moedispatch.core.errors import UsageError
+from moedispatch.guard import launch as guard
+
+LINE = ["vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tensor-parallel-size", "4", "--moe-backend", "aiter"]
+CHECK = ["--target", "MI355X", "--engine-version", "0.31.0"]
+
+
+@pytest.fixture
+def fake_vllm(tmp_path):
+    """A `vllm` on PATH that prints what it was started with (argv, pid, the AITER switch) as JSON and exits 0."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "vllm"
+    exe.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, os, sys
+        print(json.dumps({{"argv": sys.argv[1:], "pid": os.getpid(),
+                          "aiter": os.environ.get("VLLM_ROCM_USE_AITER"), "keep": os.environ.get("KEEP_ME")}}))
+        """))
+    exe.chmod(0o755)
+    return bin_dir
+
+
+def _exec(fake_vllm, *args, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_", "MOEDISPATCH_GUARD"))}
+    env.update(PATH=f"{fake_vllm}{os.pathsep}{env['PATH']}", KEEP_ME="yes", **(env_extra or {}))
+    proc = subprocess.Popen([sys.executable, "-m", "moedispatch.cli", "exec", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=300)
+    return proc, out, err
+
+
+def test_refuse_stops_a_known_wrong_launch_before_it_exists(fake_vllm):
+    proc, out, err = _exec(fake_vllm, "--guard", "refuse", *CHECK, "--", *LINE)
+    assert proc.returncode == 3 and out == ""                     # the engine never started
+    assert "ERROR" in err and "without VLLM_ROCM_USE_AITER=1" in err and "not launched (refuse mode)" in err
+
+
+def test_fix_launches_the_corrected_command_in_this_process(fake_vllm):
+    proc, out, err = _exec(fake_vllm, *CHECK, "--", *LINE, env_extra={"MOEDISPATCH_GUARD": "fix"})
+    assert proc.returncode == 0, err
+    got = json.loads(out)
+    assert got["pid"] == proc.pid                                 # execvpe: the engine is this process
+    assert got["aiter"] == "1" and got["keep"] == "yes"           # the fix's switch, the rest of the env kept
+    assert got["argv"][:2] == ["serve", "amd/MiniMax-M3-MXFP4"] and "--moe-backend" in got["argv"]
+    assert "launching the corrected command instead" in err and "VLLM_ROCM_USE_AITER=1" in err
+
+
+def test_warn_launches_as_given_and_says_what_is_wrong(fake_vllm):
+    proc, out, err = _exec(fake_vllm, *CHECK, "--", *LINE)
+    got = json.loads(out)
+    assert proc.returncode == 0 and got["pid"] == proc.pid and got["argv"] == LINE[1:] and got["aiter"] is None
+    assert "ERROR" in err and "launching as given anyway (warn mode" in err
+
+
+def test_a_verified_launch_goes_through_unchanged(fake_vllm):
+    proc, out, err = _exec(fake_vllm, "--guard", "refuse", *CHECK, "--", *LINE,
+                           env_extra={"VLLM_ROCM_USE_AITER": "1"})
+    got = json.loads(out)
+    assert proc.returncode == 0 and got["argv"] == LINE[1:] and got["aiter"] == "1"
+    assert "0 error(s)" in err and "launching as given" in err
+
+
+def test_off_launches_without_checking(fake_vllm):
+    proc, out, err = _exec(fake_vllm, *CHECK, "--", *LINE, env_extra={"MOEDISPATCH_GUARD": "off"})
+    assert proc.returncode == 0 and json.loads(out)["argv"] == LINE[1:] and "guard off" in err
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--guard", "maybe", "--", *LINE], {}, "--guard='maybe': expected one of warn, refuse, fix, off"),
+    (["--", *LINE], {"MOEDISPATCH_GUARD": "loud"}, "MOEDISPATCH_GUARD='loud'"),
+    ([], {}, "exec needs the launch after `--`"),
+    (["--", "ls", "-l"], {}, "not a vLLM or SGLang launch"),
+])
+def test_bad_input_is_one_line_exit_2_and_launches_nothing(fake_vllm, args, env, message):
+    proc, out, err = _exec(fake_vllm, *args, env_extra=env)
+    assert proc.returncode == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_a_missing_engine_binary_is_one_line(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path), MOEDISPATCH_GUARD="off")
+    proc = subprocess.run([sys.executable, "-m", "moedispatch.cli", "exec", "--", *LINE], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "cannot launch 'vllm'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- the decision, without processes ------------------------------------------------------------------------------
+
+def _doc(*findings):
+    return {"engine": "vllm", "engine_version": "0.33.0", "model": "m",
+            "findings": [{"severity": s, "message": m, "source": None, "fix": f} for s, m, f in findings]}
+
+
+@pytest.mark.parametrize("fix, action", [
+    ("VLLM_ROCM_USE_AITER=1 vllm serve m --moe-backend aiter", "launch-fixed"),
+    ("export VLLM_ROCM_USE_AITER=1; the full recipe: vllm serve m --moe-backend aiter", "launch-fixed"),
+    ("export VLLM_ROCM_USE_AITER=1", "launch-env"),
+    ("--tp 8 --ep 8: vllm serve m --tensor-parallel-size 8", "refuse"),   # another layout: not this launch fixed
+    (None, "refuse"),
+])
+def test_fix_mode_uses_only_a_corrected_command(fix, action):
+    out = guard.decide(["vllm", "serve", "m"], {"A": "1"}, "fix", lambda *a, **k: _doc(("error", "bad", fix)))
+    assert out.action == ("launch-fixed" if action == "launch-env" else action)
+    if action == "launch-fixed":
+        assert out.argv == ("vllm", "serve", "m", "--moe-backend", "aiter")
+    if action == "launch-env":
+        assert out.argv == ("vllm", "serve", "m")
+    if action != "refuse":
+        assert out.env == {"A": "1", "VLLM_ROCM_USE_AITER": "1"}
+
+
+def test_warnings_alone_never_stop_a_launch():
+    for mode in ("warn", "refuse", "fix"):
+        out = guard.decide(["vllm", "serve", "m"], {}, mode, lambda *a, **k: _doc(("warning", "slow", None)))
+        assert out.action == "launch" and out.argv == ("vllm", "serve", "m")
+
+
+def test_mode_precedence():
+    assert guard.mode_from(None, {}) == "warn"
+    assert guard.mode_from(None, {"MOEDISPATCH_GUARD": "Refuse "}) == "refuse"
+    assert guard.mode_from("fix", {"MOEDISPATCH_GUARD": "refuse"}) == "fix"
+    with pytest.raises(UsageError):
+        guard.mode_from("never", {})
+
+
+def test_fix_mode_corrects_sglang_28244_with_lints_own_fix_line():
+    """sgl-project/sglang#28244 (the reported launch, lint exits 3 on it: tests/test_lint.py): the fix is the user's
+    command with lint's minimal change — every other flag and the model id kept."""
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-30B-A3B", "--tp", "8",
+            "--mem-fraction-static", "0.8", "--port", "30000"]
+    out = guard.decide(argv, {"SGLANG_USE_AITER": "1"}, "fix", guard._lint, target="MI355X",
+                       engine_version="0.5.20")
+    assert out.action == "launch-fixed", out.report
+    assert out.argv[:5] == tuple(argv[:5]) and "--mem-fraction-static" in out.argv and "30000" in out.argv
+    assert out.argv != tuple(argv)
