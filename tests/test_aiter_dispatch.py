@@ -798,6 +798,18 @@ def test_rc5_flydsl_rows_without_flydsl_reach_asm_and_ck_launchers(head):
     assert step.config.endswith("minimax_m25_fp4_tuned_fmoe.csv:18")
 
 
+def test_the_last_branch_hands_stage_2_to_the_launcher_its_name_selects(head):
+    """Without flydsl a DeepSeek-V4 a8w4 row (FlyDSL stage 1, Opus stage 2) falls through to the last branch: stage 1
+    is asm_stage1 (handed a FlyDSL name), stage 2 goes to opus_a8w4_stage2_wrapper, not ck_moe_stage2_fwd
+    (ROCm/aiter@e4048607:aiter/fused_moe.py get_2stage_cfgs, last branch: is_opus_a8w4_stage2_kernel / cktile_ /
+    else CK). Found by the AITER peer suite once a8w4 dispatched FP8 activations (issue 23)."""
+    ds4 = layer(hidden=7168, intermediate=384, experts=384, top_k=6, tp=1, weight="mxfp4", act="fp8")
+    (step,) = simulate(ds4, target_capabilities(*MI355X), configs=head, env={}, tokens=(256,),
+                       assumptions=Assumptions(flydsl_available=False, gate_mode="interleave"))
+    assert step.kernels[0].startswith("flydsl_moe1_") and step.kernels[1].startswith("opus_moe2_")
+    assert step.family == "asm+opus" and "Opus stage-2" in step.raises
+
+
 def test_rc6_bypass_with_an_opus_row_raises(head):
     """AITER_BYPASS_TUNE_CONFIG keeps cfg; parse_stage2_config(cfg, heuristic block_m) raises ValueError when the
     Opus kernel's sort block_m differs (line 2456; aiter/ops/opus/moe_stage2_a8w4.py)."""

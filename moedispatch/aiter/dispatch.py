@@ -1062,13 +1062,20 @@ def _dispatch_head(M: int, key: DispatchKey, cs: ConfigSet | None, env: Mapping[
         block_m = ([b for b in (16, 32, 64, 128) if block_m < b] + [128])[0]
     k1 = kn1 or "fmoe_stage1_g1u1 (default)"
     k2 = kn2 or "moe_ck2stages_gemm2 (default)"
+    # The last branch's stage-2 launcher follows the row's stage-2 name: an Opus a8w4 instance → opus_a8w4_stage2,
+    # cktile_* → cktile_moe_stage2, anything else → ck_moe_stage2_fwd (ROCm/aiter@e4048607:aiter/fused_moe.py
+    # get_2stage_cfgs, last branch; the same at every tag from v0.1.17).
+    s2 = "opus" if kn2.startswith("opus_moe2_") else "cktile" if kn2.startswith("cktile_") else "ck"
+    launcher = {"opus": "Opus", "cktile": "CK-Tile", "ck": "CK"}[s2]
     if is_fly1 or is_fly2:
-        # asm_stage1(kernelName=<flydsl name>) + ck_moe_stage2_fwd(kernelName=<flydsl name>): neither launcher has
-        # such a kernel (fused_moe.py get_2stage_cfgs, last branch).
-        return replace(step(2, (k1, k2), block_m, basis, ksplit, ["ASM stage 1 + CK stage 2"], family="asm+ck"),
-                       raises="the ASM stage-1 and CK stage-2 launchers are handed FlyDSL kernel names "
+        # asm_stage1(kernelName=<flydsl name>) (+ ck_moe_stage2_fwd(kernelName=<flydsl name>)): the ASM launcher has
+        # no such kernel.
+        return replace(step(2, (k1, k2), block_m, basis, ksplit, [f"ASM stage 1 + {launcher} stage 2"],
+                            family=f"asm+{s2}"),
+                       raises=f"the ASM stage-1 and {launcher} stage-2 launchers are handed FlyDSL kernel names "
                               f"({k1}, {k2}) because flydsl is not importable: no such kernel to launch")
-    return step(2, (k1, k2), block_m, basis, ksplit, ["ASM stage 1 + CK stage 2"])
+    return step(2, (k1, k2), block_m, basis, ksplit, [f"ASM stage 1 + {launcher} stage 2"],
+                **({"family": f"asm+{s2}"} if s2 != "ck" else {}))
 
 
 def _flydsl_fallback_row(cs: ConfigSet, key: DispatchKey, token: int, q_a: str, rules: Rules, row: TunedRow
