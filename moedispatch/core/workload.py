@@ -150,10 +150,19 @@ class Runtime:
     env: tuple[tuple[str, str], ...] = ()
     #: Warnings about the environment's values (:func:`check_aiter_env`); a plan shows them.
     notes: tuple[str, ...] = ()
+    #: The token range (lo, hi) this deployment (a role: decode, prefill) serves; None: every serving bucket. The
+    #: padding must hold at every bucket served, so a decode-only role can need another allocation than prefill.
+    serving: tuple[int, int] | None = None
+
+    def serving_buckets(self) -> tuple[int, ...]:
+        """The token counts every kernel AITER dispatches must run correctly at: the planned counts and the serving
+        buckets in :attr:`serving` (all of :data:`SERVING_BUCKETS` when None)."""
+        lo, hi = self.serving or (1, MAX_TOKENS)
+        return tuple(sorted({t for t in SERVING_BUCKETS if lo <= t <= hi} | set(self.tokens)))
 
     @classmethod
     def build(cls, tokens: Iterable[int] | None = None, env: Mapping[str, str] | None = None,
-              overrides: Mapping[str, str] | None = None) -> "Runtime":
+              overrides: Mapping[str, str] | None = None, serving: tuple[int, int] | None = None) -> "Runtime":
         """``tokens`` (default :data:`DEFAULT_TOKENS`); ``env`` the process environment (default ``os.environ``)
         read by :func:`aiter_env`, then ``overrides`` (``--aiter-env KEY=VALUE``)."""
         counts = DEFAULT_TOKENS if tokens is None else tuple(sorted(set(int(t) for t in tokens)))
@@ -161,7 +170,7 @@ class Runtime:
             raise UsageError("token counts must be positive integers")
         _check_counts(counts, "tokens")
         merged = aiter_env(env, overrides)
-        return cls(counts, tuple(merged.items()), check_aiter_env(merged))
+        return cls(counts, tuple(merged.items()), check_aiter_env(merged), serving)
 
     @property
     def env_dict(self) -> dict[str, str]:

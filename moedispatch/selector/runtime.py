@@ -99,7 +99,7 @@ def dispatched_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilitie
     if not hasattr(backend, "padding_at"):
         return None
     env = runtime.env_dict
-    tokens = tuple(sorted(set(SERVING_BUCKETS) | set(runtime.tokens)))
+    tokens = runtime.serving_buckets()
     table = (static.hidden, static.intermediate_per_rank)
     refused: tuple[int, int, str] | None = None
     for hm, im in _trial_allocations(layer, static):
