@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("selector",),
     ("plan",),
     ("engines",),
-    ("render", "numerics"),
+    ("render", "numerics", "guard"),
     ("api",),
     ("cli", "testing"),
     ("__main__", "__init__"),

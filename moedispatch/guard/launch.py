@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from moedispatch.core.errors import UsageError
+from moedispatch.engines import lint
 
 __all__ = ["MODES", "GUARD_ENV", "Outcome", "mode_from", "decide", "run"]
 
@@ -125,8 +126,6 @@ def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callabl
 
 
 def _lint(argv: Sequence[str], env: Mapping[str, str], **kw: Any) -> dict[str, Any]:
-    from moedispatch.engines import lint
-
     visible = {k: v for k, v in env.items() if k.startswith(("VLLM_", "SGLANG_", "AITER_", "GPTOSS_"))}
     launch = lint.parse_launch(None, list(argv), visible, dict(env))
     return lint.lint_launch(launch, **kw)

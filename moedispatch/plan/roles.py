@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from moedispatch.core.errors import UsageError
 from moedispatch.core.workload import Runtime, parse_tokens
-from moedispatch.plan.plan import Plan, plan_model
+from moedispatch.plan.plan import Plan, plan_model, plan_to_json
 
 __all__ = ["Role", "parse_role", "plan_roles", "role_differences", "MAX_ROLES"]
 
@@ -154,8 +154,6 @@ def _fmt(value: Any) -> str:
 
 
 def roles_to_json(plans: Sequence[tuple[Role, Plan]]) -> dict[str, Any]:
-    from moedispatch.plan.plan import plan_to_json
-
     return {"schema": "moedispatch.roles/1",
             "roles": [{**role.to_dict(), "decision_fingerprint": plan.decision_fingerprint,
                        "groups": _group_view(plan), "plan": plan_to_json(plan)} for role, plan in plans],
