@@ -2,17 +2,27 @@
 
     python benchmarks/bench_cost_model.py            # evaluate; the LAST line is one JSON object
     python benchmarks/bench_cost_model.py --fit      # also refit capability_db/cost_priors.toml from these rows
+    python benchmarks/bench_cost_model.py --fit --aiter-data ../shared/aiter   # the same from AITER's own CSVs
 
-Data: every row of one release of moedispatch's AITER index (``capability_db/aiter_index.json``), read with
+Data: every row of one release of moedispatch's AITER index (``capability_db/aiter_index.json``, derived from
+``../shared/aiter`` by ``scripts/build_aiter_index.py``), or with ``--aiter-data DIR`` AITER's own tuned CSVs of that
+release under ``DIR/<release>/aiter/configs`` (the same rows; tests/test_cost_decode.py refits from them), read with
 :mod:`moedispatch.data.aiter_configs`, linted with :func:`moedispatch.cost.model.lint_rows` (copied timings, rows faster than
 the datasheet roofline) and without tagged rows. Errors are ``|pred/actual − 1|``.
 
 * ``in_shape_*`` — leave one token bucket out: each clean row predicted by log-log interpolation (along the roofline
   work ``t_mem + t_cmp``) between the nearest lower and upper clean rows of the same tuned shape (same file) — what
   ``predict`` does between tuned buckets.
-* ``lofo_*`` — leave one model's file out: the efficiency priors are refit without that file and every one of its
-  rows is predicted through ``moedispatch.cost.model``'s own roofline path (``basis = roofline``), i.e. a model AITER has
-  never tuned.
+* ``lofo_*`` — leave one model's file out: the efficiency priors and decode fits are refit without that file and
+  every one of its rows is predicted through ``moedispatch.cost.model``'s own roofline path (``basis = roofline``),
+  i.e. a model AITER has never tuned.
+* ``decode_*`` — decode (at most ``DECODE_MAX_TOKENS`` tokens) as latency plus bytes: ``decode_slope`` compares the
+  leave-one-file-out predicted ratio us(2M)/us(M) with the tuned rows' own ratio over every shape with clean rows at
+  both M and 2M; ``decode_roofline_ratio`` is the prediction ÷ the HBM roofline per product on the untuned path at
+  M = 1…64 for every clean decode shape of its CU count (never below 1); ``decode_implied_tbps`` is the HBM bandwidth
+  each clean decode row implies (bytes moved ÷ us) beside the product's measured ceiling in gpus.toml.
+* ``coverage`` — share of truths inside the [low, high] bars per basis, each bar built without the truth's own file
+  (:func:`coverage`); goal 75–85%.
 * ``naive_roofline_*`` — the datasheet roofline ``max(t_mem, t_cmp)`` with efficiency 1, same rows, same run;
   ``bucket_prior_lofo_*`` — the roofline divided by the median efficiency per (arch, CU count, token bucket) of the
   other files (the "careful roofline" to beat).
@@ -25,6 +35,7 @@ https://github.com/ROCm/aiter/pull/5500), MI308X for 80. numpy speeds the fit up
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -33,6 +44,11 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from moedispatch.data import aiter_configs
 from moedispatch.data import capdb
@@ -63,6 +79,21 @@ BACKENDS = {
                         "0.8x and above by Triton's worst ratio (https://github.com/vllm-project/vllm/issues/56945)"},
 }
 LEVELS = ("bucket", "arch_cu", "arch")
+#: Decode: latency plus bytes (moedispatch.cost.model.fit_decode) on the clean rows with at most this many tokens,
+#: per (gfx, CU count) with at least MIN_DECODE_ROWS rows (as many as a bucket prior needs, MIN_ROWS), and per gfx
+#: (cu 0) for CU counts without a fit.
+DECODE_MAX_TOKENS = 64
+MIN_DECODE_ROWS = 12
+#: Where AITER's dispatcher finds no tuned row it runs untuned default kernels; the prediction (tuned-kernel speed
+#: on every basis) is multiplied by this band. 1.3-2.3x measured; low 1.0: a heuristic kernel is never faster than
+#: the tuned choice the tuner made among the same candidates.
+HEURISTIC = {"factor": 1.5, "low": 1.0, "high": 2.3, "confidence": "derived",
+             "source": "https://github.com/ROCm/aiter/issues/3911; https://github.com/ROCm/aiter/issues/1528 "
+                       "(fused-MoE calls on shapes without a tuned row, running AITER's heuristic kernels, measured "
+                       "at 1.3-2.3x the time of the tuned kernels this model predicts)"}
+#: Products whose decode predictions are checked against their HBM roofline: (gfx, cu_num of their rows).
+DECODE_PRODUCTS = {"MI355X": ("gfx950", 256), "MI300X": ("gfx942", 304), "MI325X": ("gfx942", 304),
+                   "MI308X": ("gfx942", 80)}
 
 try:  # optional: a 10x faster fit
     import numpy as _np
@@ -82,8 +113,16 @@ class Sample:
         self.shape = row.shape() + (row.file,)
 
 
-def load(snapshot: str):
-    cs = aiter_configs.load_config_set(snapshot)
+def load(snapshot: str, aiter_data: str | None = None):
+    """(config set, timed rows, clean samples, rejected, reference peaks) of release ``snapshot``: from the bundled
+    index, or from AITER's CSVs under ``aiter_data/<snapshot>`` (commit from its manifest.toml)."""
+    if aiter_data:
+        with open(os.path.join(aiter_data, "manifest.toml"), "rb") as fh:
+            entry = tomllib.load(fh).get("release", {}).get(snapshot, {})
+        cs = dataclasses.replace(aiter_configs.load_config_set(os.path.join(aiter_data, snapshot)),
+                                 commit=entry.get("commit"))
+    else:
+        cs = aiter_configs.load_config_set(snapshot)
     rows = [r for r in cs.rows if not r.tag and r.us and r.gfx and (r.gfx, r.cu_num) in REFERENCE]
     peaks = {k: capdb.product_peaks(p) for k, p in REFERENCE.items()}
     clean, rejected = cost.lint_rows(rows, lambda r: peaks[(r.gfx, r.cu_num)])
@@ -102,10 +141,11 @@ def summary(errs):
 # -- in-shape interpolation -------------------------------------------------------------------------------------
 
 def in_shape(samples, peaks):
+    """(errors, log residuals, naive roofline errors, files) of leave-one-bucket-out interpolation."""
     by = defaultdict(list)
     for s in samples:
         by[s.shape].append(s)
-    errs, logres, naive = [], [], []
+    errs, logres, naive, files = [], [], [], []
     for group in by.values():
         group.sort(key=lambda s: s.m)
         for i in range(1, len(group) - 1):
@@ -115,7 +155,8 @@ def in_shape(samples, peaks):
             errs.append(abs(pred / s.us - 1))
             logres.append(math.log(s.us / pred))
             naive.append(abs(max(cost.roofline_us(s.geo, s.m, pk)) / s.us - 1))
-    return errs, logres, naive
+            files.append(s.file)
+    return errs, logres, naive, files
 
 
 # -- fitting ----------------------------------------------------------------------------------------------------
@@ -182,12 +223,25 @@ def fit_group(key, members, peaks):
     return feats, fit_l1(xs, ys)
 
 
-def floors_of(samples):
-    """Per-call latency floor per (gfx, cu) and per gfx (cu 0): the fastest clean tuned row."""
-    out = {}
+def decode_fits(samples, peaks, reuse=None, touched=frozenset()):
+    """{(gfx, cu): (fixed_us, efficiency, n)} of the latency-plus-bytes decode model, per (gfx, CU count) with at
+    least MIN_DECODE_ROWS clean rows of at most DECODE_MAX_TOKENS tokens, and per gfx (cu 0) over all its rows;
+    ``t_mem`` at each row's reference product's datasheet HBM. Keys not in ``touched`` are taken from ``reuse``."""
+    points = defaultdict(list)
     for s in samples:
-        for key in ((s.gfx, s.cu), (s.gfx, 0)):
-            out[key] = min(out.get(key, math.inf), s.us)
+        if s.m <= DECODE_MAX_TOKENS:
+            t_mem = cost.roofline_us(s.geo, s.m, peaks[(s.gfx, s.cu)])[0]
+            points[(s.gfx, s.cu)].append((t_mem, s.us))
+            points[(s.gfx, 0)].append((t_mem, s.us))
+    out = {}
+    for key, pts in sorted(points.items()):
+        if len(pts) < MIN_DECODE_ROWS:
+            continue
+        if reuse is not None and key not in touched and key in reuse:
+            out[key] = reuse[key]
+            continue
+        fixed, eff = cost.fit_decode(pts)
+        out[key] = (fixed, eff, len(pts))
     return out
 
 
@@ -205,7 +259,7 @@ def fit_models(samples, peaks, reuse=None, touched=frozenset()):
     return models
 
 
-def priors_doc(models, bands, interp_band, generic, provenance, floors=None):
+def priors_doc(models, bands, interp_band, generic, provenance, decode=None):
     doc = {
         "schema": "moedispatch.cost_priors/1",
         "provenance": provenance,
@@ -213,9 +267,11 @@ def priors_doc(models, bands, interp_band, generic, provenance, floors=None):
                   "note": "tuned times are measured with near-uniform synthetic routing; real routing is skewed"},
         "interpolated": interp_band,
         "generic": generic,
+        "heuristic": HEURISTIC,
         "backend": BACKENDS,
         "reference": [{"gfx": g, "cu": c, "product": p} for (g, c), p in sorted(REFERENCE.items())],
-        "floor": [{"gfx": g, "cu": c, "us": round(us, 4)} for (g, c), us in sorted((floors or {}).items())],
+        "decode": [{"gfx": g, "cu": c, "fixed_us": round(a, 4), "efficiency": round(e, 4),
+                    "max_tokens": DECODE_MAX_TOKENS, "n": n} for (g, c), (a, e, n) in sorted((decode or {}).items())],
         "model": [],
         "band": [],
     }
@@ -235,8 +291,8 @@ def priors_doc(models, bands, interp_band, generic, provenance, floors=None):
 class _Caps:
     """The slice of Capabilities the roofline path reads."""
 
-    def __init__(self, gfx, cu):
-        self.gfx, self.compute_units, self.product = gfx, cu, REFERENCE[(gfx, cu)]
+    def __init__(self, gfx, cu, product=None):
+        self.gfx, self.compute_units, self.product = gfx, cu, product or REFERENCE[(gfx, cu)]
         self.arch_label = f"{gfx} ({self.product})"
 
 
@@ -244,29 +300,142 @@ def band_of(logres):
     return min(math.exp(pct(logres, 0.10)), 1.0), max(math.exp(pct(logres, 0.90)), 1.0), len(logres)
 
 
-def lofo(samples, peaks, full, base_doc):
-    """Leave one file out through cost._roofline_cost; returns errors and per-level log residuals."""
+def lofo(samples, peaks, full, base_doc, decode):
+    """Leave one file out through cost._roofline_cost (priors and decode fit refit without the file); returns
+    errors, per-level log residuals, errors by target and ``{id(sample): (prediction, level)}``."""
     files = sorted({s.file for s in samples})
     all_groups = groups_of(samples)
     errs, res = [], defaultdict(list)
     by_target = defaultdict(list)
+    preds = {}
     for f in files:
         train = [s for s in samples if s.file != f]
         held = [s for s in samples if s.file == f]
         touched = frozenset(k for k, members in all_groups.items() if any(s.file == f for s in members))
         models = fit_models(train, peaks, reuse=full, touched=touched)
-        doc = dict(base_doc, model=priors_doc(models, {}, {}, {}, {})["model"], band=[],
-                   floor=priors_doc({}, {}, {}, {}, {}, floors_of(train))["floor"])
+        held_decode = {k for s in held if s.m <= DECODE_MAX_TOKENS for k in ((s.gfx, s.cu), (s.gfx, 0))}
+        fresh = priors_doc(models, {}, {}, {}, {}, decode_fits(train, peaks, reuse=decode, touched=held_decode))
+        doc = dict(base_doc, model=fresh["model"], band=[], decode=fresh["decode"])
         priors = cost.parse_priors(doc)
         for s in held:
             tm, tc = cost.roofline_us(s.geo, s.m, peaks[(s.gfx, s.cu)])
             us, _lo, _hi, _detail, level = cost._roofline_cost(s.geo, s.m, _Caps(s.gfx, s.cu), priors,
                                                                peaks[(s.gfx, s.cu)], max(tm, tc))
+            preds[id(s)] = (us, level)
             errs.append(abs(us / s.us - 1))
             by_target[f"{s.gfx}/{s.cu}"].append(abs(us / s.us - 1))
             res[(level, s.gfx, s.cu)].append(math.log(s.us / us))
             res[(level, s.gfx, 0)].append(math.log(s.us / us))
-    return errs, res, by_target
+    return errs, res, by_target, preds
+
+
+def decode_slope(samples, preds):
+    """Leave-one-file-out predicted us(2M)/us(M) against the rows' own, over shapes with clean rows at M and 2M
+    (2M <= DECODE_MAX_TOKENS). ``rises`` = share of those pairs predicted to rise (each touches more experts)."""
+    by = defaultdict(dict)
+    for s in samples:
+        if s.m <= DECODE_MAX_TOKENS:
+            by[s.shape][s.m] = s
+    truth, pred, err, rises = [], [], [], 0
+    for rows in by.values():
+        for m, s in rows.items():
+            t = rows.get(2 * m)
+            if t is None or s.geo.active_experts(2 * m) <= s.geo.active_experts(m):
+                continue
+            rt, rp = t.us / s.us, preds[id(t)][0] / preds[id(s)][0]
+            truth.append(rt)
+            pred.append(rp)
+            err.append(abs(rp / rt - 1))
+            rises += rp > 1.0 + 1e-9
+    return {"truth_median": round(statistics.median(truth), 4), "pred_median": round(statistics.median(pred), 4),
+            "error_median": round(statistics.median(err), 4), "rises": round(rises / len(pred), 4), "n": len(pred)}
+
+
+def decode_roofline_ratio(samples, priors):
+    """Per product: prediction ÷ HBM roofline (t_mem at its datasheet bandwidth) on the untuned roofline path at
+    M = 1, 2, 4 … DECODE_MAX_TOKENS, over the distinct geometries of the clean decode rows of its (gfx, CU count):
+    median, median at M = 1, and the minimum of the prediction's and of its low bar's ratio (never below 1)."""
+    shapes = {(s.gfx, s.cu, s.geo) for s in samples if s.m <= DECODE_MAX_TOKENS}
+    out = {}
+    for product, (gfx, cu) in DECODE_PRODUCTS.items():
+        pk = capdb.product_peaks(product)
+        caps = _Caps(gfx, cu, product)
+        ratios, at1, lows = [], [], []
+        for g, c, geo in sorted(shapes, key=repr):
+            if (g, c) != (gfx, cu):
+                continue
+            m = 1
+            while m <= DECODE_MAX_TOKENS:
+                tm, tc = cost.roofline_us(geo, m, pk)
+                us, low, _hi, _d, _l = cost._roofline_cost(geo, m, caps, priors, pk, max(tm, tc))
+                ratios.append(us / tm)
+                lows.append(low / tm)
+                if m == 1:
+                    at1.append(us / tm)
+                m *= 2
+        out[product] = {"median": round(statistics.median(ratios), 3), "m1_median": round(statistics.median(at1), 3),
+                        "min": round(min(ratios), 3), "low_min": round(min(lows), 3), "n": len(ratios)}
+    return out
+
+
+def implied_tbps(samples, peaks):
+    """Per target: the HBM bandwidth clean decode rows imply (bytes moved ÷ us, TB/s) — median and max — and how
+    many exceed the reference product's measured ceiling in gpus.toml (``measured_hbm_tbps``)."""
+    out = {}
+    for (gfx, cu), product in sorted(REFERENCE.items()):
+        tbps = [s.geo.bytes_moved(s.m) / s.us / 1e6 for s in samples
+                if (s.gfx, s.cu) == (gfx, cu) and s.m <= DECODE_MAX_TOKENS]
+        ceiling = peaks[(gfx, cu)].get("measured_hbm_tbps")
+        out[f"{gfx}/{cu}"] = {"product": product, "median": round(statistics.median(tbps), 3),
+                              "max": round(max(tbps), 3), "n": len(tbps), "measured_ceiling": ceiling,
+                              "above_ceiling": sum(round(t, 3) > ceiling for t in tbps) if ceiling else None}
+    return out
+
+
+def _nested_band(entries, file):
+    """p10/p90 band of the ``(file, log residual)`` entries of other files (None under 20 of them)."""
+    others = [r for f, r in entries if f != file]
+    return band_of(others)[:2] if len(others) >= 20 else None
+
+
+def coverage(samples, preds, generic, in_res, in_files, snapshot):
+    """Share of truths inside the [low, high] bars per basis, each bar built without the truth's own file:
+
+    * ``roofline`` — leave-one-file-out predictions (decode fits and priors) against the p10/p90 band of the
+      other files' residuals of the level that answered (per (gfx, CU count), else per gfx, else the generic band);
+    * ``interpolated`` — in-shape interpolation against the band of the other files' in-shape residuals;
+    * ``tuned`` — every distinct lint-clean ``us`` an earlier release of the index had for a key the snapshot has,
+      other than the snapshot's own (a re-tuning a user of that release met), against the snapshot's ``[tuned]``
+      bars around its own row;
+    * ``heuristic`` — None: no heuristic-kernel timings are in AITER's data.
+    """
+    res = defaultdict(list)
+    for s in samples:
+        us, level = preds[id(s)]
+        for key in ((level, s.gfx, s.cu), (level, s.gfx, 0)):
+            res[key].append((s.file, math.log(s.us / us)))
+    inside = []
+    for s in samples:
+        us, level = preds[id(s)]
+        band = _nested_band(res[(level, s.gfx, s.cu)], s.file) or _nested_band(res[(level, s.gfx, 0)], s.file) \
+            or (generic["low"], generic["high"])
+        inside.append(band[0] <= s.us / us <= band[1])
+    pairs = list(zip(in_files, in_res))
+    in_inside = []
+    for f, r in pairs:
+        band = _nested_band(pairs, f)
+        in_inside.append(band[0] <= math.exp(r) <= band[1])
+    lo, hi = TUNED_BAND["low"], TUNED_BAND["high"]
+    now = {s.row.key(): s.us for s in samples}
+    older = set()
+    tags = [r.tag for r in aiter_configs.aiter_index.releases()]
+    for tag in tags[:tags.index(snapshot)] if snapshot in tags else []:
+        _cs, _rows, old, _rej, _pk = load(tag)
+        older |= {(s.row.key(), s.us) for s in old if s.row.key() in now and s.us != now[s.row.key()]}
+    tuned = [lo <= us / now[key] <= hi for key, us in older]
+    share = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
+    return {"roofline": share(inside), "interpolated": share(in_inside), "tuned": share(tuned), "heuristic": None,
+            "n": {"roofline": len(inside), "interpolated": len(in_inside), "tuned": len(tuned), "heuristic": 0}}
 
 
 def baselines(samples, peaks):
@@ -289,15 +458,18 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", action="store_true", help="rewrite capability_db/cost_priors.toml from this run")
     ap.add_argument("--snapshot", default="head", help="release of the AITER index (head, v0.1.18, …)")
     ap.add_argument("--out", help="with --fit: write the priors here instead of capability_db/cost_priors.toml")
+    ap.add_argument("--aiter-data", metavar="DIR",
+                    help="read the release's tuned CSVs from DIR/<snapshot>/aiter/configs (AITER's own files, e.g. "
+                         "../shared/aiter) instead of the bundled index")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    cs, rows, samples, rejected, peaks = load(args.snapshot)
+    cs, rows, samples, rejected, peaks = load(args.snapshot, args.aiter_data)
     copied = sum("copied" in why for _, why in rejected)
     fast = sum("faster" in why for _, why in rejected)
     print(f"{cs.label}: {len(rows)} timed untagged rows, {len(samples)} clean "
           f"({copied} copied across buckets, {fast} faster than the datasheet roofline)", flush=True)
 
-    in_errs, in_res, naive_in = in_shape(samples, peaks)
+    in_errs, in_res, naive_in, in_files = in_shape(samples, peaks)
     lo, hi, n = band_of(in_res)
     interp_band = {"low": round(lo, 4), "high": round(hi, 4), "n": n, "confidence": "derived",
                    "note": "p10/p90 of actual/predicted, leave-one-bucket-out over the clean rows"}
@@ -314,17 +486,24 @@ def main(argv=None) -> int:
         "script": "benchmarks/bench_cost_model.py --fit", "rows": len(rows), "clean_rows": len(samples),
         "lint_copied": copied, "lint_faster_than_roofline": fast,
         "method": "log(us) = coef . features, least absolute deviations (IRLS), per level: bucket = (gfx, cu, "
-                  "token bucket) if >= 12 rows, arch_cu = (gfx, cu) if >= 150, arch = gfx if >= 40; bands = p10/p90 "
-                  "of leave-one-model-file-out residuals of the level that answered",
+                  "token bucket) if >= 12 rows, arch_cu = (gfx, cu) if >= 150, arch = gfx if >= 40; decode (<= "
+                  f"{DECODE_MAX_TOKENS} tokens) = fixed_us + t_mem / efficiency, least absolute relative deviations "
+                  f"(moedispatch.cost.model.fit_decode), per (gfx, cu) if >= {MIN_DECODE_ROWS} rows and per gfx; "
+                  "bands = p10/p90 of leave-one-model-file-out residuals of the level that answered",
     }
-    floors = floors_of(samples)
-    base_doc = priors_doc(full, {}, interp_band, generic, provenance, floors)
-    lofo_errs, res, by_target = lofo(samples, peaks, full, base_doc)
+    decode = decode_fits(samples, peaks)
+    base_doc = priors_doc(full, {}, interp_band, generic, provenance, decode)
+    lofo_errs, res, by_target, preds = lofo(samples, peaks, full, base_doc, decode)
     bands = {k: band_of(v) for k, v in res.items() if len(v) >= 20}
     naive, careful = baselines(samples, peaks)
+    doc = priors_doc(full, bands, interp_band, generic, provenance, decode)
+    fitted = cost.parse_priors(doc)
+    slope = decode_slope(samples, preds)
+    ratio = decode_roofline_ratio(samples, fitted)
+    tbps = implied_tbps(samples, peaks)
+    cover = coverage(samples, preds, generic, in_res, in_files, args.snapshot)
 
     if args.fit:
-        doc = priors_doc(full, bands, interp_band, generic, provenance, floors)
         path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "capability_db",
                                         "cost_priors.toml")
         with open(path, "w", encoding="utf-8") as fh:
@@ -337,6 +516,25 @@ def main(argv=None) -> int:
     print(f"roofline + priors, LOFO  n={lof['n']:5d} median {lof['median']:.1%} p90 {lof['p90']:.1%}", flush=True)
     print(f"bucket-median eff, LOFO  n={car['n']:5d} median {car['median']:.1%} p90 {car['p90']:.1%}", flush=True)
     print(f"naive datasheet roofline n={nai['n']:5d} median {nai['median']:.1%} p90 {nai['p90']:.1%}", flush=True)
+    for (g, c), (a, e, n_rows) in decode.items():
+        print(f"decode fit {g}/{c or 'any'}: {a:.1f} µs + t_mem / {e:.3f} ({n_rows} clean rows <= "
+              f"{DECODE_MAX_TOKENS} tokens)", flush=True)
+    dec = [abs(preds[id(s_)][0] / s_.us - 1) for s_ in samples if s_.m <= DECODE_MAX_TOKENS]
+    print(f"decode (<= {DECODE_MAX_TOKENS} tokens), LOFO n={len(dec):4d} median {statistics.median(dec):.1%} "
+          f"p90 {pct(dec, 0.9):.1%}", flush=True)
+    print(f"decode slope us(2M)/us(M), LOFO: predicted median {slope['pred_median']:.3f} vs rows "
+          f"{slope['truth_median']:.3f}; median error {slope['error_median']:.1%}; rising in {slope['rises']:.1%} "
+          f"of {slope['n']} pairs (goal: 100%)", flush=True)
+    for product, r in ratio.items():
+        print(f"decode ÷ HBM roofline, {product:6s} untuned: median {r['median']:.2f} (M=1: {r['m1_median']:.2f}), "
+              f"min {r['min']:.2f}, low bar min {r['low_min']:.2f} (goal: >= 1) over {r['n']}", flush=True)
+    print("inside the bars, each built without the truth's own file (goal 75-85%): " + ", ".join(
+        f"{b} {v:.1%} of {cover['n'][b]}" if v is not None else f"{b} not measurable (no data)"
+        for b, v in cover.items() if b != "n"), flush=True)
+    for target, t in tbps.items():
+        print(f"decode rows' implied HBM, {target} ({t['product']}): median {t['median']:.2f} TB/s, max "
+              f"{t['max']:.2f}; {t['above_ceiling']} of {t['n']} above the measured ceiling {t['measured_ceiling']}",
+              flush=True)
     result = {
         "in_shape_median": round(ins["median"], 4), "in_shape_p90": round(ins["p90"], 4), "in_shape_n": ins["n"],
         "lofo_median": round(lof["median"], 4), "lofo_p90": round(lof["p90"], 4), "lofo_n": lof["n"],
@@ -348,6 +546,11 @@ def main(argv=None) -> int:
         "naive_lofo_median": round(nai["median"], 4), "naive_lofo_p90": round(nai["p90"], 4),
         "bucket_prior_lofo_median": round(car["median"], 4), "bucket_prior_lofo_p90": round(car["p90"], 4),
         "lofo_median_by_target": {k: round(statistics.median(v), 4) for k, v in sorted(by_target.items())},
+        "decode_lofo_median": round(statistics.median(dec), 4), "decode_lofo_p90": round(pct(dec, 0.9), 4),
+        "decode_fit": {f"{g}/{c}": {"fixed_us": round(a, 2), "efficiency": round(e, 3), "n": n_rows}
+                       for (g, c), (a, e, n_rows) in decode.items()},
+        "decode_slope": slope, "decode_roofline_ratio": ratio, "decode_implied_tbps": tbps,
+        "coverage": {b: v for b, v in cover.items() if b != "n"}, "coverage_n": cover["n"],
         "rows": len(rows), "clean_rows": len(samples), "snapshot": cs.label,
         "seconds": round(time.perf_counter() - t0, 1), "numpy": _np is not None,
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
@@ -381,11 +584,14 @@ def _to_toml(doc) -> str:
         out.append(f"[{name}]")
         out += [f"{k} = {_toml_value(v)}" for k, v in doc[name].items()]
         out.append("")
+    out.append("[heuristic]")
+    out += [f"{k} = {_toml_value(v)}" for k, v in doc["heuristic"].items()]
+    out.append("")
     for name, entry in doc["backend"].items():
         out.append(f"[backend.{name}]")
         out += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
         out.append("")
-    for array in ("reference", "floor", "band", "model"):
+    for array in ("reference", "decode", "band", "model"):
         for entry in doc[array]:
             out.append(f"[[{array}]]")
             out += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]

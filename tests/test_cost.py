@@ -274,10 +274,13 @@ def test_a_target_without_peaks_or_priors_has_no_cost():
 
 
 def test_a_product_without_its_own_prior_uses_the_arch_prior():
-    """MI350P (128 CUs) has peaks but no tuned rows: the gfx950 arch prior answers, with its wider bars."""
+    """MI350P (128 CUs) has peaks but no tuned rows: the gfx950 arch prior answers, with its wider bars; at decode
+    the arch's decode fit (any CU count) answers, at MI350P's own 4 TB/s."""
     caps = fake_capabilities("MI350P")
-    (c,) = cost.predict(MINIMAX_TP8, caps, backend_family="aiter-flydsl", tokens=64)
+    decode, c = cost.predict(MINIMAX_TP8, caps, backend_family="aiter-flydsl", tokens=(64, 256), rows=())
     assert c.basis == "roofline" and "arch prior" in c.detail
+    assert decode.basis == "roofline" and "decode latency plus bytes gfx950:" in decode.detail
+    assert "MI350P's 4 TB/s" in decode.detail
 
 
 # -- priors data --------------------------------------------------------------------------------------------------
@@ -448,7 +451,12 @@ def test_shipped_priors_are_what_the_benchmark_fits(tmp_path):
         [(b["level"], b["gfx"], b["cu"], b["n"]) for b in shipped["band"]]
     for a, b in zip(fresh["band"], shipped["band"]):
         assert (a["low"], a["high"]) == pytest.approx((b["low"], b["high"]), abs=2e-4)
-    assert fresh["floor"] == shipped["floor"]
+    assert "floor" not in fresh and "floor" not in shipped   # no fastest-tuned-row floor any more
+    assert [(d["gfx"], d["cu"], d["max_tokens"], d["n"]) for d in fresh["decode"]] == \
+        [(d["gfx"], d["cu"], d["max_tokens"], d["n"]) for d in shipped["decode"]]
+    for a, b in zip(fresh["decode"], shipped["decode"]):
+        assert (a["fixed_us"], a["efficiency"]) == pytest.approx((b["fixed_us"], b["efficiency"]), abs=2e-4)
+    assert fresh["heuristic"] == shipped["heuristic"]
 
 
 # -- geometry -----------------------------------------------------------------------------------------------------
@@ -489,14 +497,16 @@ def test_a_fused_shared_expert_is_read_once_not_sampled():
     assert clean == [row]
 
 
-def test_no_call_is_predicted_below_the_per_call_latency_floor(mi355x):
-    """A tiny layer at one token is bounded by the fastest clean tuned row on gfx950 (about 14.7 µs), not by its
-    few bytes; the floor ships in the priors with the arch and CU count it was measured on."""
+def test_a_tiny_call_is_the_decode_latency_plus_its_bytes(mi355x):
+    """A tiny layer at one token costs the gfx950 decode fit's fixed term plus its few bytes at the fitted share of
+    MI355X's HBM — not the fastest clean tuned row (the old 14.65 µs floor), and still above the roofline."""
     tiny = MoELayer.build(hidden=128, intermediate=32, experts=8, top_k=1, weight="bf16", act="bf16")
-    (c,) = cost.predict(tiny, mi355x, backend_family="aiter-ck", tokens=1)
-    floor = cost.load_priors().floors[("gfx950", 256)]
-    assert 10 < floor < 20
-    assert c.us == pytest.approx(floor) and "latency floor" in c.detail
+    (c,) = cost.predict(tiny, mi355x, backend_family="aiter-ck", tokens=1, rows=())
+    fit = cost.load_priors().decode[("gfx950", 256)]
+    t_mem = cost.roofline_us(cost.Geometry.of_layer(tiny), 1, capdb.product_peaks("MI355X"))[0]
+    assert 5 < fit.fixed_us < 30 and 0.3 < fit.efficiency <= 1
+    assert c.us == pytest.approx(fit.fixed_us + t_mem / fit.efficiency)
+    assert "decode latency plus bytes" in c.detail and "latency floor" not in c.detail
 
 
 @pytest.mark.parametrize("target", ["MI300X", "MI308X", "MI355X", "MI350P"])

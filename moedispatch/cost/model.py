@@ -25,12 +25,24 @@ How one prediction is made, in order (``Cost.basis`` says which step answered):
    Outside the tuned token range the nearest row is scaled by the priors' ratio (basis ``roofline``).
 4. ``roofline`` — everything else: expected distinct experts touched ``E·(1−(1−k/E)^M)`` × expert weight bytes
    (scales included, padded sizes when a padding is given) + activations, over the product's datasheet HBM bandwidth
-   (gpus.toml ``[peak.*]``); useful FLOPs over the peak for the activation dtype; then the efficiency priors of
-   capability_db/cost_priors.toml (log-linear in those terms, per (arch, CU count, token bucket), fit on lint-clean
-   tuned rows by ``benchmarks/bench_cost_model.py --fit``) turn the roofline into a time, never below the per-call
-   latency floor (the fastest clean tuned row of that arch and CU count) and never less for more tokens. Bars are
-   leave-one-model-out residual quantiles (p10–p90). Triton, emulation and third-party backends get this AITER
-   roofline times their own factor band (``[backend.*]`` in the priors, with sources).
+   (gpus.toml ``[peak.*]``): ``t_mem``; useful FLOPs over the peak for the activation dtype: ``t_cmp``.
+
+   - Decode (up to ``max_tokens``, 64, of a ``[[decode]]`` fit): latency plus bytes, ``fixed_us + t_mem /
+     efficiency`` per (arch, CU count) — a fixed per-call term and an effective share of the *target's* datasheet
+     bandwidth (so MI325X's faster HBM is credited), fit on the lint-clean tuned rows with at most that many tokens.
+     The bytes grow with the experts touched, so 1 < 2 < 4 tokens predict rising times wherever more experts are
+     touched.
+   - Above: the efficiency priors of capability_db/cost_priors.toml (log-linear in those terms, per (arch, CU
+     count, token bucket)) turn the roofline into a time, never less than at fewer tokens.
+
+   Both are fit on lint-clean tuned rows by ``benchmarks/bench_cost_model.py --fit``; bars are leave-one-model-out
+   residual quantiles (p10–p90) of the level that answered. Triton, emulation and third-party backends get this
+   AITER roofline times their own factor band (``[backend.*]`` in the priors, with sources).
+
+Where the AITER dispatch model marks a token count ``heuristic`` (no tuned row: AITER runs its untuned default
+kernels), an AITER prediction — which every basis makes at tuned-kernel speed — is multiplied by the ``[heuristic]``
+factor band of the priors (heuristic kernels measured at 1.3–2.3× the tuned-speed prediction, ROCm/aiter#3911,
+ROCm/aiter#1528), so :func:`rank` does not favour an untuned path over a tuned one.
 
 Every prediction is at or above the datasheet roofline ``max(t_mem, t_cmp)`` for the bytes it must read and the
 FLOPs it must do (nothing runs faster than the datasheet peaks).
@@ -68,6 +80,8 @@ __all__ = [
     "backend_kind",
     "bucket_of",
     "interpolate",
+    "fit_decode",
+    "DecodeFit",
     "roofline_us",
     "model_features",
     "lint_rows",
@@ -304,12 +318,24 @@ class Priors:
     buckets: Mapping[tuple[str, int], tuple[int, ...]]       # (gfx, cu) -> fitted buckets, ascending
     bands: Mapping[tuple, tuple[float, float]]               # (level, gfx, cu) -> (low ratio, high ratio)
     reference: Mapping[tuple[str, int], str]                 # (gfx, cu) -> product the priors were fit against
-    floors: Mapping[tuple[str, int], float]                  # (gfx, cu) (cu 0: any) -> per-call latency floor, µs
+    decode: Mapping[tuple[str, int], "DecodeFit"]            # (gfx, cu) (cu 0: any) -> latency-plus-bytes fit
     tuned: tuple[float, float]
     interpolated: tuple[float, float]
     generic: tuple[float, float, float]                      # efficiency, low ratio, high ratio
     backend: Mapping[str, Mapping[str, Any]]
+    heuristic: Mapping[str, Any]                             # factor, low, high, source: AITER's untuned kernels
     provenance: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DecodeFit:
+    """``us = fixed_us + t_mem / efficiency`` up to ``max_tokens`` tokens (``t_mem`` at the target's datasheet HBM
+    bandwidth), fit on ``n`` lint-clean tuned rows (:func:`fit_decode`)."""
+
+    fixed_us: float
+    efficiency: float
+    max_tokens: int
+    n: int = 0
 
 
 def _num(value: Any, where: str, key: str, *, positive: bool = True) -> float:
@@ -336,7 +362,7 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
     """Validate and index a parsed priors document; a broken entry raises CapabilityDBError naming key and problem."""
     if data.get("schema") != _PRIORS_SCHEMA:
         raise CapabilityDBError(f"{where}: schema must be {_PRIORS_SCHEMA!r}, got {data.get('schema')!r}")
-    for table in ("provenance", "tuned", "interpolated", "generic", "backend"):
+    for table in ("provenance", "tuned", "interpolated", "generic", "backend", "heuristic"):
         if not isinstance(data.get(table), Mapping):
             raise CapabilityDBError(f"{where}: missing table [{table}]")
     for key in ("snapshot", "commit", "date", "script"):
@@ -378,12 +404,17 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
         if not isinstance(entry, Mapping) or not {"gfx", "cu", "product"} <= set(entry):
             raise CapabilityDBError(f"{at} needs gfx, cu and product")
         reference[(str(entry["gfx"]), int(entry["cu"]))] = str(entry["product"])
-    floors: dict[tuple[str, int], float] = {}
-    for n, entry in enumerate(data.get("floor", [])):
-        at = f"{where}: floor[{n}]"
-        if not isinstance(entry, Mapping) or not {"gfx", "cu", "us"} <= set(entry):
-            raise CapabilityDBError(f"{at} needs gfx, cu and us")
-        floors[(str(entry["gfx"]), int(entry["cu"]))] = _num(entry["us"], at, "us")
+    decode: dict[tuple[str, int], DecodeFit] = {}
+    for n, entry in enumerate(data.get("decode", [])):
+        at = f"{where}: decode[{n}]"
+        if not isinstance(entry, Mapping) or not {"gfx", "cu", "fixed_us", "efficiency", "max_tokens"} <= set(entry):
+            raise CapabilityDBError(f"{at} needs gfx, cu, fixed_us, efficiency and max_tokens")
+        eff = _num(entry["efficiency"], at, "efficiency")
+        if eff > 1:
+            raise CapabilityDBError(f"{at}: efficiency must be <= 1 (a share of the datasheet bandwidth), got {eff}")
+        decode[(str(entry["gfx"]), int(_num(entry["cu"], at, "cu", positive=False)))] = DecodeFit(
+            fixed_us=_num(entry["fixed_us"], at, "fixed_us", positive=False), efficiency=eff,
+            max_tokens=int(_num(entry["max_tokens"], at, "max_tokens")), n=int(entry.get("n", 0)))
     gen = data["generic"]
     for key in ("efficiency", "low", "high"):
         if key not in gen:
@@ -402,10 +433,19 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
     for required in ("triton", "emulation", "other"):
         if required not in backend:
             raise CapabilityDBError(f"{where}: missing table [backend.{required}]")
+    heuristic = dict(data["heuristic"])
+    at = f"{where}: [heuristic]"
+    if not isinstance(heuristic.get("source"), str) or not heuristic["source"]:
+        raise CapabilityDBError(f"{at} needs factor, low, high and source")
+    factor = _num(heuristic.get("factor"), at, "factor")
+    low, high = _num(heuristic.get("low"), at, "low"), _num(heuristic.get("high"), at, "high")
+    if not 1.0 <= low <= factor <= high:
+        raise CapabilityDBError(f"{at}: needs 1 <= low <= factor <= high (untuned kernels are not faster than "
+                                f"tuned ones), got {low}, {factor}, {high}")
     return Priors(models=models, buckets={k: tuple(sorted(v)) for k, v in buckets.items()}, bands=bands,
-                  reference=reference, floors=floors, tuned=_band(data["tuned"], f"{where}: [tuned]"),
+                  reference=reference, decode=decode, tuned=_band(data["tuned"], f"{where}: [tuned]"),
                   interpolated=_band(data["interpolated"], f"{where}: [interpolated]"), generic=generic,
-                  backend=backend, provenance=dict(data["provenance"]))
+                  backend=backend, heuristic=heuristic, provenance=dict(data["provenance"]))
 
 
 @memoize(maxsize=1)
@@ -567,29 +607,61 @@ def _prior_us(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors,
     return None
 
 
+def _decode_us(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors,
+               peaks: Mapping[str, Any] | None) -> tuple[float, tuple[str, str | None, int, int], DecodeFit] | None:
+    """Latency plus bytes at ``m`` tokens when a ``[[decode]]`` fit for (gfx, cu), else for the arch (cu 0), covers
+    ``m``: ``fixed_us + t_mem / efficiency`` with ``t_mem`` at ``peaks`` (the target's datasheet HBM)."""
+    if peaks is None or not gfx:
+        return None
+    for c in (cu, 0):
+        fit = priors.decode.get((gfx, c))
+        if fit is not None:
+            if m > fit.max_tokens:
+                return None
+            t_mem = roofline_us(geo, m, peaks)[0]
+            return fit.fixed_us + t_mem / fit.efficiency, ("decode", gfx, c, 0), fit
+    return None
+
+
+def _estimate(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors, ref: Mapping[str, Any] | None,
+              peaks: Mapping[str, Any] | None) -> tuple[float, tuple[str, str | None, int, int]] | None:
+    """The decode fit where it covers ``m``, else the efficiency prior (bucket → arch_cu → arch)."""
+    found = _decode_us(geo, m, gfx, cu, priors, peaks)
+    if found is not None:
+        return found[0], found[1]
+    return _prior_us(geo, m, gfx, cu, priors, ref)
+
+
 def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapping[str, Any] | None,
                    floor: float) -> tuple[float, float, float, str, str]:
-    """(us, low, high, detail, level) from the efficiency priors, never below ``floor``.
+    """(us, low, high, detail, level) from the decode fit or the efficiency priors, never below ``floor``.
 
     Priors are per token bucket, so the prediction at ``m`` is also kept at or above the prediction at every lower
-    power of two: more tokens never take less time.
+    power of two (the decode fit's included): more tokens never take less time.
     """
     gfx, cu = getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0
     ref_product = priors.reference.get((gfx, cu)) if gfx else None
     ref = (capdb.product_peaks(ref_product) if ref_product else None) or peaks
-    found = _prior_us(geo, m, gfx, cu, priors, ref)
+    found = _estimate(geo, m, gfx, cu, priors, ref, peaks)
     if found is not None:
         us, key = found
         lower = 1
         while lower < m:
-            below = _prior_us(geo, lower, gfx, cu, priors, ref)
+            below = _estimate(geo, lower, gfx, cu, priors, ref, peaks)
             if below is not None and below[0] > us:
                 us = below[0]
             lower *= 2
         level = key[0]
         band = priors.bands.get((level, gfx, cu)) or priors.bands.get((level, gfx, 0)) or priors.generic[1:]
         where = "/".join(str(k) for k in key[1:] if k)
-        detail = f"roofline with {level} prior {where} (fit against {ref_product or 'target'} peaks)"
+        if level == "decode":
+            fit = priors.decode[(gfx, key[2])]
+            product = getattr(caps, "product", None) or "target"
+            detail = (f"decode latency plus bytes {where}: {fit.fixed_us:.1f} µs + bytes at {fit.efficiency:.0%} of "
+                      f"{product}'s {float(peaks['hbm_tbps']):g} TB/s HBM (fit on {fit.n} clean tuned rows with "
+                      f"<= {fit.max_tokens} tokens)")
+        else:
+            detail = f"roofline with {level} prior {where} (fit against {ref_product or 'target'} peaks)"
     else:
         if peaks is None:
             raise UsageError(f"no peak throughput known for {getattr(caps, 'arch_label', gfx)}: add a [peak.<product>] "
@@ -599,12 +671,55 @@ def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapp
         us, band = max(tm, tc) / eff, (lo, hi)
         detail = f"roofline with the generic efficiency {eff:.2f} (no prior for {gfx} with {cu} CUs)"
         level = "generic"
-    latency = priors.floors.get((gfx, cu)) or priors.floors.get((gfx, 0))
-    if latency and us < latency:
-        us = latency
-        detail += f"; at the per-call latency floor {latency:.1f} µs (fastest clean tuned row on {gfx})"
     us = max(us, floor)
     return us, max(us * band[0], floor), max(us * band[1], us), detail, level
+
+
+def fit_decode(points: Iterable[tuple[float, float]], *, iterations: int = 60) -> tuple[float, float]:
+    """``(fixed_us, efficiency)`` of ``us ≈ fixed_us + t_mem / efficiency`` over ``points`` = ``(t_mem, us)``.
+
+    Least absolute *relative* deviations (the median of ``|pred/us − 1|`` is what the benchmark scores), by
+    iteratively reweighted least squares in pure Python; constrained to ``fixed_us >= 0`` and ``efficiency <= 1``
+    (nothing streams faster than the datasheet bandwidth ``t_mem`` is computed with). Deterministic.
+    """
+    pts = [(float(t), float(u)) for t, u in points if u > 0]
+    if len(pts) < 2:
+        raise ValueError(f"fit_decode needs at least 2 points, got {len(pts)}")
+
+    def solve(fix_b: float | None, fix_a: float | None) -> tuple[float, float]:
+        a, b = 0.0, 1.0
+        last = (math.nan, math.nan)
+        w = [1.0] * len(pts)
+        for _ in range(iterations):
+            # residual r = (a + b t) / u - 1; weighted least squares in (a, b), one of them possibly fixed
+            saa = sab = sbb = sa1 = sb1 = 0.0
+            for (t, u), wi in zip(pts, w):
+                x, y = 1 / u, t / u
+                saa += wi * x * x
+                sab += wi * x * y
+                sbb += wi * y * y
+                sa1 += wi * x * (1 - (fix_b or 0.0) * y)
+                sb1 += wi * y * (1 - (fix_a or 0.0) * x)
+            if fix_b is not None:
+                a, b = sa1 / saa, fix_b
+            elif fix_a is not None:
+                a, b = fix_a, sb1 / sbb
+            else:
+                det = saa * sbb - sab * sab
+                a = (sa1 * sbb - sb1 * sab) / det
+                b = (saa * sb1 - sab * sa1) / det
+            if abs(a - last[0]) <= 1e-8 * max(1.0, abs(a)) and abs(b - last[1]) <= 1e-8 * max(1.0, abs(b)):
+                break
+            last = (a, b)
+            w = [1 / max(abs((a + b * t) / u - 1), 1e-4) for t, u in pts]
+        return a, b
+
+    a, b = solve(None, None)
+    if b < 1.0:                 # faster than the datasheet: pin the bandwidth at the datasheet figure
+        a, b = solve(1.0, None)
+    if a < 0.0:                 # no negative latency: all of it is bytes
+        a, b = 0.0, max(solve(None, 0.0)[1], 1.0)
+    return max(a, 0.0), 1 / b
 
 
 def interpolate(m: int, lo: tuple[int, float], hi: tuple[int, float],
@@ -652,6 +767,29 @@ def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[in
     return tuple(got[t] for t in tokens)
 
 
+def _heuristic_entry(entry: Any, m: int) -> bool:
+    """A dispatch entry (object or dict with ``basis`` and ``tokens`` = [lo, hi]) that says AITER runs untuned
+    kernels at ``m`` tokens."""
+    basis, span = _row_get(entry, "basis"), _row_get(entry, "tokens")
+    if basis in (None, "tuned") or not span:
+        return False
+    try:
+        lo, hi = int(span[0]), int(span[-1])
+    except (TypeError, ValueError, IndexError):
+        return False
+    return lo <= m <= hi
+
+
+def _heuristic_band(c: Cost, band: Mapping[str, Any], floor: float) -> Cost:
+    """``c`` (a prediction at tuned-kernel speed) where AITER runs its untuned (heuristic) kernels: × the
+    ``[heuristic]`` factor, bars × its low and high."""
+    factor, flo, fhi = float(band["factor"]), float(band["low"]), float(band["high"])
+    us = c.us * factor
+    return Cost(c.tokens, us, min(max(c.low * flo, floor), us), max(c.high * fhi, us), c.basis,
+                f"{c.detail}; × {factor:g} ({flo:g}–{fhi:g}): AITER runs untuned (heuristic) kernels here "
+                f"({band['source']})")
+
+
 def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
             tokens: Iterable[int] | int = DEFAULT_TOKENS, dispatch: Iterable[Any] | None = None,
             rows: Iterable[Any] | None = None, pm: Any = None) -> tuple[Cost, ...]:
@@ -668,7 +806,9 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         padded dims, fused shared expert, EP top-k — and per-token activation dtype pick the tuned shape; pass the
         plan explain already built, with its ``--aiter-env``), or an iterable of dispatch entries (objects or dicts
         with ``basis`` and ``row`` or ``config`` = ``file:line``) whose tuned rows are used as they are. None: the
-        plan is simulated here with no AITER environment variables.
+        plan is simulated here with no AITER environment variables. Token counts its steps (or entries, by their
+        ``tokens`` range) mark other than ``tuned`` run AITER's heuristic kernels: their prediction gets the
+        ``[heuristic]`` factor band.
     :param rows: tuned rows of this layer's exact lookup key (any token), if the caller already has them (they win
         over ``dispatch``).
     :param pm: a pluggy PluginManager with the ``moe_cost`` hookspec (or a callable with the hook's arguments): a
@@ -695,13 +835,16 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     # the dispatch model's activation-dtype policy changes q_dtype_a with M (then the geometry follows it too).
     shapes: dict[int, list[Any]] = {}
     geos: dict[int, Geometry] = {}
+    heuristic: set[int] = set()   # token counts the dispatch model says AITER runs untuned (heuristic) kernels at
     if kind == "aiter" and getattr(caps, "aiter_version", None) is not None:
         if rows is not None:
             given = list(rows)
             shapes = {m: given for m in tokens}
         elif dispatch is not None and not hasattr(dispatch, "steps"):
-            given = _rows_from_dispatch(dispatch, caps)
+            entries = list(dispatch)
+            given = _rows_from_dispatch(entries, caps)
             shapes = {m: given for m in tokens}
+            heuristic = {m for m in tokens for e in entries if _heuristic_entry(e, m)}
         else:
             plan = dispatch if dispatch is not None else _plan(layer, caps, padding, tokens)
             if plan is not None:
@@ -716,6 +859,8 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
                     if step is not None and step.basis == "tuned" and step.row is not None \
                             and step.row not in found:
                         found.append(step.row)   # the act-wildcard or a smaller tier's row
+                    if step is not None and step.basis != "tuned":
+                        heuristic.add(m)
                     shapes[m] = found
     tables: dict[int, tuple[dict[int, tuple[float, str]], list[str]]] = {}
 
@@ -733,6 +878,10 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
 
     out: list[Cost] = []
     layer_geo = geo
+
+    def add(c: Cost, floor: float) -> None:
+        out.append(_heuristic_band(c, priors.heuristic, floor) if c.tokens in heuristic else c)
+
     for m in tokens:
         geo = geos.get(m, layer_geo)
         table, skipped = table_for(m)
@@ -741,7 +890,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         if m in table:
             us, where = table[m]
             lo, hi = priors.tuned
-            out.append(Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned", f"tuned row {where}"))
+            add(Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned", f"tuned row {where}"), floor)
             continue
         below = [t for t in known if t < m]
         above = [t for t in known if t > m]
@@ -750,8 +899,8 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
             work = lambda t: sum(roofline_us(geo, t, peaks))  # noqa: E731 - the abscissa: roofline work
             us = max(interpolate(m, (a, table[a][0]), (b, table[b][0]), work), floor)
             lo, hi = priors.interpolated
-            out.append(Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
-                            f"log-log between tuned rows at {a} ({table[a][1]}) and {b} ({table[b][1]}) tokens"))
+            add(Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
+                     f"log-log between tuned rows at {a} ({table[a][1]}) and {b} ({table[b][1]}) tokens"), floor)
             continue
         us, low, high, detail, _level = _roofline_cost(geo, m, caps, priors, peaks, floor)
         if below or above:
@@ -777,7 +926,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
             factor, flo, fhi = float(entry["factor"]), float(entry["low"]), float(entry["high"])
             us, low, high = us * factor, max(low * flo, floor), high * fhi
             detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"
-        out.append(Cost(m, us, min(low, us), max(high, us), "roofline", detail))
+        add(Cost(m, us, min(low, us), max(high, us), "roofline", detail), floor)
     return _no_faster_than_the_whole_device(tuple(out), layer, caps, backend_family, padding, tokens, rows)
 
 
