@@ -15,14 +15,19 @@ import json
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from packaging.version import Version
+
 from moedispatch._util.suggest import did_you_mean
+from moedispatch._util.width import wrap
+from moedispatch.core.families import FUSED_MOE_BACKENDS
 from moedispatch.core.errors import CapabilityDBError, MoedispatchError, UsageError
 from moedispatch.data import capdb
 from moedispatch.core.workload import parse_env_args
-from moedispatch.engines.recipes import _forced, _match, _try_backend, _version, build_recipe, conversion, engine_data, matching_issues, modelled_choice
+from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, engine_data, matching_issues, modelled_choice
 from moedispatch.plan.plan import plan_model
 from moedispatch.probe.targets import resolve_capabilities
 from moedispatch.selector import plugins
@@ -111,7 +116,8 @@ def _engine_of(tokens: list[str]) -> tuple[str, int] | None:
 _DEST_KEYS = {
     "vllm": {"model": "model", "tensor_parallel_size": "tp", "data_parallel_size": "dp", "moe_backend": "moe_backend",
              "pipeline_parallel_size": "pp", "quantization": "quantization",
-             "max_num_batched_tokens": "max_batched_tokens", "enable_expert_parallel": "ep_flag"},
+             "max_num_batched_tokens": "max_batched_tokens", "enable_expert_parallel": "ep_flag",
+             "data_parallel_backend": "data_parallel_backend"},
     "sglang": {"model_path": "model", "tp_size": "tp", "ep_size": "ep", "dp_size": "dp",
                "moe_runner_backend": "moe_backend", "quantization": "quantization", "pp_size": "pp",
                "chunked_prefill_size": "max_batched_tokens", "enable_dp_attention": "dp_attention",
@@ -234,8 +240,10 @@ def unknown_options(launch: "Launch", version: str) -> list[tuple[str, str]]:
 
 
 def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
-                 env: Mapping[str, str] | None = None, variables: Mapping[str, str] | None = None) -> Launch:
-    """A :class:`Launch` from a script's text or from argv (``vllm serve …``); ``env`` overrides the script's.
+                 env: Mapping[str, str] | None = None, variables: Mapping[str, str] | None = None, *,
+                 source: str = "the script") -> Launch:
+    """A :class:`Launch` from a script's text or from argv (``vllm serve …``); ``env`` overrides the script's;
+    ``source`` names the script in messages (its file name, ``stdin``).
 
     ``$X`` / ``${X}`` / ``${X:-default}`` in a script expand from its own assignments, then ``env``, then
     ``variables`` (e.g. the caller's environment); unknown ones stay as written."""
@@ -269,7 +277,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
             elif not rest:  # a plain assignment line: a shell variable (exported only with `export`)
                 variables.update(prefix)
         if tokens is None:
-            raise UsageError("no `vllm serve …` or `python -m sglang.launch_server …` line in the script")
+            raise UsageError(f"no `vllm serve …` or `python -m sglang.launch_server …` line in {source}")
     else:
         tokens = list(argv or [])
         if tokens and tokens[0] == "env":
@@ -392,6 +400,10 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     caps, first_line = resolve_capabilities(target, aiter_version)
     tp, ep = _plan_layout(launch)
     findings: list[Finding] = []
+    if Version(version) > Version(eng["newest"]):  # as the recipe says it: assumed, never silently
+        findings.append(Finding("warning", f"--engine-version {version}: {engine} {version} is newer than the newest "
+                                f"release capability_db knows ({eng['newest']}); its rules and options are assumed "
+                                f"from {eng['newest']}", None, None))
     opts = engine_options(engine, version)
     for tok, hint in unknown_options(launch, version):
         findings.append(Finding("error", f"{engine} {version} has no option {tok}{hint}: its argument parser rejects "
@@ -431,7 +443,9 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
             findings.append(Finding("error", f"--moe-backend aiter without {switch}=1: vLLM's AiterExperts refuses "
                                     "(the master switch defaults to off) and the launch fails", env_src,
                                     f"export {switch}=1"))
-        elif plan_aiter and not on and family != "aiter" and recipe.ok and recipe.backend == d0.backend:
+        elif plan_aiter and not on and family != "aiter" and recipe.ok and (
+                recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS):
+            # (a recipe named after the family AITER runs at the engine's allocation is the same aiter.fused_moe launch)
             state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
             findings.append(Finding("warning", f"{state}: {engine} runs the MoE on {family} while the "
                                     f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
@@ -475,6 +489,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 "default tuned_fmoe.csv and every model_configs/*tuned_fmoe*.csv are not merged): "
                                 "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
                                 "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
+    findings += _ray_env_findings(launch, version, eng, recipe)
     forwarded = _dispatch_findings(plan, launch, fix_line, findings)
     for w in plan.warnings:
         if w.issue is not None and w.issue in forwarded:
@@ -482,6 +497,34 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         # The plan's other warnings (model facts, caveats the launch cannot change, a guessed target): said, as info.
         findings.append(Finding("info", w.text, w.source, None))
     return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+
+
+def _ray_env_findings(launch: Launch, version: str, eng: Mapping[str, Any], recipe: Any) -> list[Finding]:
+    """vLLM's Ray data-parallel actors copy only some of the driver's variables (capability_db/engines.toml
+    ``[vllm.ray_env]``): an AITER/GPTOSS variable the launch sets or the plan needs (the recipe's environment) that
+    is not copied never reaches the remote ranks — they plan (and pad, and dispatch) without it."""
+    ray = eng.get("ray_env")
+    if not ray or not _in(ray["versions"], version):
+        return []
+    if str(launch.flags.get(ray["backend_dest"], "")).lower() != ray["backend_value"]:
+        return []
+    extra_p = [p.strip() for p in launch.env.get(ray["extra_prefixes_env"], "").split(",") if p.strip()]
+    extra_n = [n.strip() for n in launch.env.get(ray["extra_names_env"], "").split(",") if n.strip()]
+    prefixes, names = tuple(ray["prefixes"]) + tuple(extra_p), set(ray["names"]) | set(extra_n)
+    wanted = {k: "the launch sets it" for k in launch.env if k.startswith(("AITER_", "GPTOSS_")) or k == "CU_NUM"}
+    wanted.update({e["name"]: "the plan assumed it" for e in getattr(recipe, "env", [])
+                   if e["name"].startswith(("AITER_", "GPTOSS_"))})
+    lost = sorted(k for k in wanted if not k.startswith(prefixes) and k not in names)
+    if not lost:
+        return []
+    need = sorted({k.split("_", 1)[0] + "_" for k in lost})
+    have = ",".join(extra_p + [p for p in need if p not in extra_p])
+    why = "; ".join(f"{k} ({wanted[k]})" for k in lost)
+    return [Finding("error" if any(wanted[k] == "the plan assumed it" for k in lost) else "warning",
+                    f"--data-parallel-backend ray: vLLM's Ray data-parallel actors copy only {', '.join(ray['prefixes'])} "
+                    f"variables (and {ray['extra_prefixes_env']}) from this shell: {why} will not reach the remote "
+                    "ranks, which then run another AITER configuration than this node", ray["source"],
+                    f"export {ray['extra_prefixes_env']}={have}")]
 
 
 def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: list[Finding]) -> set[str]:
@@ -578,21 +621,22 @@ def _doc(launch: Launch, version: str, model: str, caps: Any, tp: int, ep: int, 
             "findings": [f.to_dict() for f in unique]}
 
 
-def render_lint(doc: dict[str, Any], fmt: str = "table") -> str:
+def render_lint(doc: dict[str, Any], fmt: str = "table", width: int | None = None) -> str:
+    """The lint report; ``width``: the columns each line of the table fits in (``None``: unwrapped)."""
     if fmt == "json":
         return json.dumps(doc, indent=2) + "\n"
     t = doc["target"]
-    lines = [f"lint {doc['engine']} {doc['engine_version']} launch of {doc['model']} on {t['gfx']} "
-             f"({t.get('product') or '?'}), AITER {t.get('aiter_version') or 'none'}, tp={doc['parallel']['tp']} "
-             f"ep={doc['parallel']['ep']}"]
+    lines = wrap(f"lint {doc['engine']} {doc['engine_version']} launch of {doc['model']} on {t['gfx']} "
+                 f"({t.get('product') or '?'}), AITER {t.get('aiter_version') or 'none'}, tp={doc['parallel']['tp']} "
+                 f"ep={doc['parallel']['ep']}", "", width, hang=4)
     if not doc["findings"]:
         lines.append("  no findings")
     for f in doc["findings"]:
-        lines.append(f"  {f['severity'].upper():<7} {f['message']}")
+        lines += wrap(f["message"], f"  {f['severity'].upper():<7} ", width, hang=0)
         if f["source"]:
-            lines.append(f"          source: {f['source']}")
+            lines += wrap(f["source"], "          source: ", width, hang=0)
         if f["fix"]:
-            lines.append(f"          fix:    {f['fix']}")
+            lines += wrap(f["fix"], "          fix:    ", width, hang=0)
     return "\n".join(lines) + "\n"
 
 
@@ -600,7 +644,14 @@ def run_cli(args: Any, out: Any) -> int:
     """The ``lint`` subcommand: exit 0 no error finding, 3 an error finding (2 is raised as UsageError)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "SGLANG_", "AITER_"))}
     text = None
-    if args.file:
+    if args.file == "-":  # the launch on stdin, as ruff and shellcheck read `-`
+        try:
+            text = sys.stdin.read()
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"cannot read the launch from stdin: {exc}") from None
+        if not text.strip():
+            raise UsageError("lint -: stdin is empty; pipe a launch script or a `vllm serve …` line into it")
+    elif args.file:
         try:
             with open(args.file, encoding="utf-8") as fh:
                 text = fh.read()
@@ -609,14 +660,18 @@ def run_cli(args: Any, out: Any) -> int:
     engine_args = list(args.engine_args or [])
     if engine_args and engine_args[0] == "--":
         engine_args = engine_args[1:]
+    if text is not None and engine_args:
+        raise UsageError(f"lint takes a FILE or engine arguments after `--`, not both (got {args.file!r} and "
+                         f"{shlex.join(engine_args[:3])}{' …' if len(engine_args) > 3 else ''})")
     if text is None and not engine_args:
         raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)")
-    given = parse_env_args(args.env or [])
-    launch = parse_launch(text, engine_args if text is None else None, None, {**os.environ, **given})
+    given = parse_env_args(args.env or [], "--env")
+    source = "stdin" if args.file == "-" else (args.file or "the script")
+    launch = parse_launch(text, engine_args if text is None else None, None, {**os.environ, **given}, source=source)
     env.update(launch.env)
     env.update(given)
     launch.env = env
     doc = lint_launch(launch, target=args.target, aiter_version=args.aiter_version, model=args.model,
                       engine_version=args.engine_version)
-    out(render_lint(doc, args.format))
+    out(render_lint(doc, args.format, getattr(args, "width", None)))
     return 3 if any(f["severity"] == "error" for f in doc["findings"]) else 0
