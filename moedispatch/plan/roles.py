@@ -27,7 +27,7 @@ __all__ = ["Role", "parse_role", "plan_roles", "role_differences", "MAX_ROLES"]
 
 #: More roles than any disaggregated deployment has (prefill, decode, an encoder, a spare).
 MAX_ROLES = 8
-_KEYS = {"tp", "ep", "dp", "tokens"}
+_KEYS = {"tp", "ep", "dp", "tokens", "nodes"}
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,31}")
 
 
@@ -39,16 +39,21 @@ class Role:
     dp: int = 1
     lo: int = 1
     hi: int = 8192
+    #: Which nodes of a fleet run the role (a glob on node names; ``moedispatch fleet``).
+    nodes: str = "*"
 
     def describe(self) -> str:
-        return f"{self.name}: tp={self.tp} ep={self.ep} dp={self.dp}, tokens {self.lo}–{self.hi}"
+        where = f", nodes {self.nodes}" if self.nodes != "*" else ""
+        return f"{self.name}: tp={self.tp} ep={self.ep} dp={self.dp}, tokens {self.lo}–{self.hi}{where}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "tp": self.tp, "ep": self.ep, "dp": self.dp, "tokens": [self.lo, self.hi]}
+        return {"name": self.name, "tp": self.tp, "ep": self.ep, "dp": self.dp, "tokens": [self.lo, self.hi],
+                "nodes": self.nodes}
 
 
 def parse_role(text: str) -> Role:
-    """``NAME:tp=8,ep=1,dp=1,tokens=LO-HI`` (every key optional but ``tokens``); bad input is a one-line UsageError."""
+    """``NAME:tp=8,ep=1,dp=1,tokens=LO-HI[,nodes=GLOB]`` (every key optional but ``tokens``); bad input is a one-line
+    UsageError."""
     name, sep, body = str(text).partition(":")
     name = name.strip()
     if not sep or not _NAME.fullmatch(name):
@@ -79,7 +84,10 @@ def parse_role(text: str) -> Role:
     except ValueError:
         raise UsageError(f"--role {text!r}: tokens={values['tokens']!r} is not LO-HI") from None
     parse_tokens(f"{lo}-{hi}")  # the same bounds as --tokens (positive, increasing, a batch an engine can form)
-    return Role(name, ints.get("tp", 1), ints.get("ep", 1), ints.get("dp", 1), lo, hi)
+    nodes = values.get("nodes", "*")
+    if not nodes:
+        raise UsageError(f"--role {text!r}: nodes= needs a glob on node names (e.g. nodes=prefill-*)")
+    return Role(name, ints.get("tp", 1), ints.get("ep", 1), ints.get("dp", 1), lo, hi, nodes)
 
 
 def plan_roles(model: Any, caps: Any, roles: Sequence[Role], *, env: Mapping[str, str] | None = None,

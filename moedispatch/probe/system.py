@@ -476,7 +476,23 @@ def _aiter_dict(report: ProbeReport) -> dict[str, Any]:
     }
 
 
-def report_to_dict(report: ProbeReport) -> dict[str, Any]:
+#: The environment a node's engine processes see that changes a plan (``moedispatch fleet --from`` reads it).
+NODE_ENV_PREFIXES = ("AITER_", "VLLM_", "SGLANG_", "GPTOSS_", "MOEDISPATCH_")
+
+
+def node_identity(environ: Any = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """({"host": …}, the AITER/engine environment of this process): what a fleet needs to tell nodes apart and plan
+    each as its processes will run (CU_NUM and the prefixes in :data:`NODE_ENV_PREFIXES`)."""
+    import socket
+
+    env = os.environ if environ is None else environ
+    keep = {k: v for k, v in sorted(env.items()) if k.startswith(NODE_ENV_PREFIXES) or k == "CU_NUM"}
+    return {"host": socket.gethostname()}, keep
+
+
+def report_to_dict(report: ProbeReport, *, node: Any = None) -> dict[str, Any]:
+    """The ``moedispatch.probe/1`` document; ``node`` = (identity, environment) from :func:`node_identity` adds
+    ``node`` and ``env`` (the CLI does; a library probe stays a pure function of the report)."""
     gpus = []
     for info, det in zip(report.gpus, report.gpu_details):
         gpus.append({**info.to_dict(), "gfx_raw": det.gfx_raw, "device_id": det.device_id,
@@ -499,6 +515,7 @@ def report_to_dict(report: ProbeReport) -> dict[str, Any]:
         "aiter": _aiter_dict(report),
         "packages": packages,
         "notes": list(report.notes),
+        **({"node": node[0], "env": node[1]} if node is not None else {}),
     }
 
 
@@ -507,10 +524,11 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def render_probe(report: ProbeReport, fmt: str = "table") -> str:
-    """The report as ``json`` (schema moedispatch.probe/1) or a human ``table``."""
+def render_probe(report: ProbeReport, fmt: str = "table", *, node: Any = None) -> str:
+    """The report as ``json`` (schema moedispatch.probe/1; with ``node``, this node's identity and environment) or a
+    human ``table``."""
     if fmt == "json":
-        return json.dumps(report_to_dict(report), indent=2, sort_keys=False)
+        return json.dumps(report_to_dict(report, node=node), indent=2, sort_keys=False)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; use 'table' or 'json'")
     out: list[str] = []

@@ -1,0 +1,35 @@
+"""``moedispatch fleet``: node × role report — which nodes agree on each role's plan, and what differs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from moedispatch._util.width import fit
+from moedispatch.plan.fleet import FleetReport, _moe_summary
+
+__all__ = ["render_fleet"]
+
+
+def render_fleet(report: FleetReport, *, fmt: str = "table", width: int | None = None) -> str:
+    if fmt == "json":
+        return json.dumps(report.to_dict(), indent=2) + "\n"
+    by_name = {n.name: n for n in report.nodes}
+    lines = [f"fleet   {len(report.nodes)} node(s) from probe files; {len(report.roles)} role(s)"]
+    for n in report.nodes:
+        env = ", ".join(f"{k}={v}" for k, v in n.env if not k.startswith("MOEDISPATCH_")) or "no AITER/engine env"
+        lines.append(f"node    {n.name}: {n.describe()}; {env} ({n.source})")
+    for r in report.roles:
+        lines.append("")
+        lines.append(f"role    {r.role.describe()}")
+        for fp, names in sorted(r.groups().items(), key=lambda kv: -len(kv[1])):
+            summary = "; ".join(_moe_summary(r.plans[names[0]]))
+            lines.append(f"        decision fingerprint {fp}: {', '.join(names)} — {summary}")
+        for name, why in r.errors.items():
+            lines.append(f"        {name}: cannot be planned — {why}")
+    problems = report.problems()
+    lines.append("")
+    lines.append("verdict " + ("NOT READY:" if problems else "ready: every role's nodes agree and run"))
+    lines += [f"        {p}" for p in problems]
+    del by_name
+    return fit("\n".join(lines) + "\n", width)
