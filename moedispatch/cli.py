@@ -12,9 +12,10 @@ import json
 import logging
 import os
 import sys
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from moedispatch._util.suggest import did_you_mean
+from moedispatch._util.width import fit, terminal_width, wrap
 from moedispatch.core.errors import MoedispatchError, PluginError, UsageError
 from moedispatch.core.decision import NoBackendError
 
@@ -45,8 +46,21 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    """``--seed``: what torch.Generator.manual_seed takes without overflow, as a non-negative integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer 0 … 2**63-1, got {text!r}") from None
+    if not 0 <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"expected an integer 0 … 2**63-1, got {value}")
+    return value
+
+
 def _build_parser() -> _Parser:
-    parser = _Parser(prog="moedispatch", description="Which MoE kernel is correct on an AMD GPU, per layer, and why.")
+    parser = _Parser(prog="moedispatch", description="Which MoE kernel is correct on an AMD GPU, per layer, and why.",
+                     epilog="Text reports fit the terminal on a TTY (COLUMNS, else the terminal's width, clamped to "
+                            "80-200 columns) and are never wrapped when piped; --format json is never wrapped.")
     parser.add_argument("--version", action="store_true",
                         help="print the version, the capability_db snapshot and the releases it knows, and exit")
     parser.add_argument("-v", "--verbose", action="count", default=0,
@@ -90,6 +104,14 @@ def _build_parser() -> _Parser:
     explain.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
                          help="AITER environment to assume on top of this shell's (repeatable), e.g. "
                               "AITER_BYPASS_TUNE_CONFIG=1")
+    explain.add_argument("--role", action="append", default=[], metavar="NAME:tp=…,ep=…,dp=…,tokens=LO-HI",
+                         help="plan each role of a deployment for its own token range (repeatable), e.g. "
+                              "--role decode:tp=8,tokens=1-512 --role prefill:tp=8,tokens=1024-16384; padding, "
+                              "kernels and known issues can differ per role")
+    explain.add_argument("--pin-file", metavar="FILE",
+                         help="where a known issue names the fix, write AITER's tuned set with the wrong tuned rows "
+                              "pinned to a correct kernel to this NEW file and plan (and --recipe) under "
+                              "AITER_CONFIG_FMOE=FILE")
     explain.add_argument("--recipe", choices=["vllm", "sglang"], help="print an engine launch recipe")
     explain.add_argument("--engine-version", help="engine release the recipe targets (default: newest known)")
     explain.add_argument("--engine", metavar="ENGINE[@VERSION]",
@@ -136,19 +158,43 @@ def _build_parser() -> _Parser:
     verify.add_argument("--layer", type=int, default=None, help="layer index (default: first MoE layer)")
     verify.add_argument("--experts", type=_positive, default=None, help="fewer experts to keep it fast")
     verify.add_argument("--tokens", type=_positive, default=8, help="tokens routed through the layer (default 8)")
-    verify.add_argument("--seed", type=int, default=None, help="random seed of the layer's weights and inputs")
+    verify.add_argument("--seed", type=_seed, default=None, help="random seed of the layer's weights and inputs "
+                                                                 "(0 … 2**63-1)")
     verify.add_argument("--backend", help="verify this backend's plan (forced, as explain's --backend; exit 3 with "
                                           "its reasons if it cannot run the layer)")
 
     lint = sub.add_parser("lint", help="check a vLLM/SGLang launch (script or `-- vllm serve …`) for known-wrong or "
                                        "risky combinations; exit 3 on an error finding")
-    lint.add_argument("file", nargs="?", help="a shell script with the launch (read, never executed)")
+    lint.add_argument("file", nargs="?", help="a shell script with the launch (read, never executed); - reads it "
+                                              "from stdin")
     common(lint)
     lint.add_argument("--model", help="the model when the launch names a local path (built-in name, folder, config.json)")
     lint.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                       help="environment of the launch (repeatable; wins over the script and this shell)")
     lint.add_argument("--engine-version", help="engine release of the launch (default: newest known)")
     lint.set_defaults(engine_args=[])
+
+    fleet = sub.add_parser("fleet", help="plan every node of a deployment from its probe file for each role and "
+                                         "check that the nodes of a role agree (exit 3 when not)")
+    common(fleet, target=False)
+    fleet.add_argument("--from", dest="probes", required=True, metavar="GLOB",
+                       help="probe files, one per node: `moedispatch probe --format json > probes/$(hostname).json`")
+    fleet.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
+    fleet.add_argument("--role", action="append", default=[], metavar="NAME:tp=…,ep=…,tokens=LO-HI[,nodes=GLOB]",
+                       help="a role and the nodes it runs on (repeatable; default one role on every node at --tp/--ep)")
+    fleet.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree without --role (default 1)")
+    fleet.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree without --role (default 1)")
+
+    exec_ = sub.add_parser("exec", help="check a vLLM/SGLang launch as lint does, then run it in this process "
+                                        "(`-- vllm serve …`); --guard refuse stops a known-wrong launch (exit 3), "
+                                        "fix runs the corrected one")
+    common(exec_)
+    exec_.add_argument("--guard", choices=None, metavar="MODE",
+                       help="warn (default: report, launch as given), refuse, fix or off; env MOEDISPATCH_GUARD")
+    exec_.add_argument("--model", help="the model when the launch names a local path (built-in name, folder, "
+                                       "config.json)")
+    exec_.add_argument("--engine-version", help="engine release of the launch (default: newest known)")
+    exec_.set_defaults(engine_args=[])
 
     aiter_cfg = sub.add_parser("aiter-configs", help="lint AITER's tuned fused-MoE CSVs (installed AITER by default)")
     common(aiter_cfg, target=False)
@@ -272,10 +318,17 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                 + list(registry.warnings) + list(installed_aiter_warning(caps)))
     from moedispatch.core.workload import Runtime, parse_tokens
 
+    if getattr(args, "role", None):
+        return _explain_roles(args, model, caps, registry, warnings, first_line)
     runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens is not None else None,
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
                       strict=args.strict_plugins, warnings=warnings, runtime=runtime)
+    if getattr(args, "pin_file", None):
+        from moedispatch.plan.pinning import pin_plan
+
+        plan, _pins = pin_plan(plan, args.pin_file, backends=registry.backends, force=args.backend,
+                               strict=args.strict_plugins, warnings=warnings)
     if args.tuning_list:
         from moedispatch.plan.whatif import tuning_list
 
@@ -300,7 +353,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         from moedispatch.plan.whatif import plan_what_if
 
         plan = _replace(plan, what_if=plan_what_if(plan, registry.backends))
-    if args.html:
+    if args.html is not None:
+        if not args.html.strip():
+            raise UsageError("--html needs a file name, got ''")
         from moedispatch.render.html import write_html
 
         write_html(plan, args.html, first_line=first_line)
@@ -308,7 +363,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         from moedispatch.engines.recipes import build_recipe, render_recipe
 
         recipe = build_recipe(plan, args.recipe, args.engine_version)
-        _print(render_recipe(plan, args.recipe, fmt=args.format, recipe=recipe))
+        _print(fit(render_recipe(plan, args.recipe, fmt=args.format, recipe=recipe), args.width, shell=True))
         if plan.ok and not recipe.ok:  # no safe launch: exit 3 with the reasons (never a command known to be wrong)
             sys.stderr.write(f"moedispatch: no safe {args.recipe} {recipe.version} launch for this plan: "
                              f"{recipe.refusals[0].text}\n")
@@ -318,18 +373,20 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         from moedispatch.plan.plan import plan_to_json
 
         engine_env = _env_pairs(args.engine_env, "--engine-env")
+        if "@" in args.engine and not args.engine.partition("@")[2].strip():
+            raise UsageError(f"--engine {args.engine!r}: no version after '@' (e.g. vllm@0.33.0, or vllm for the newest)")
         name, version = parse_engine_spec(args.engine)
         comparisons = compare_plan(plan, name, version, env=engine_env,
                                    quant_method=getattr(plan.model, "quant_method", None))
         if args.format == "json":
             _print(json.dumps({**plan_to_json(plan), "engine_auto": comparisons}, indent=2))
         else:
-            _print(render_table(plan, first_line=first_line, brief=args.brief).rstrip("\n") + "\n"
-                   + "\n".join(render_comparison(comparisons, env=engine_env)))
+            _print(render_table(plan, first_line=first_line, brief=args.brief, width=args.width).rstrip("\n") + "\n"
+                   + fit("\n".join(render_comparison(comparisons, env=engine_env)), args.width))
     elif args.format == "json":
         _print(render_json(plan))
     else:
-        _print(render_table(plan, first_line=first_line, brief=args.brief))
+        _print(render_table(plan, first_line=first_line, brief=args.brief, width=args.width))
     if not plan.ok:
         missing = [d for d in plan.decisions if not d.ok]
         first = missing[0]
@@ -340,10 +397,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from moedispatch.probe.system import probe, render_probe
+    from moedispatch.probe.system import node_identity, probe, render_probe
 
     report = probe(allow_torch=True, try_import=True)
-    _print(render_probe(report, args.format))
+    _print(fit(render_probe(report, args.format, node=node_identity()), args.width))
     return EXIT_OK
 
 
@@ -370,7 +427,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
         if p.warnings:
             status += "; warning: " + "; ".join(p.warnings)
         lines.append(f"  {p.name:<14} {origin:<28} {', '.join(p.backends) or '-':<16} {status}")
-    _print("\n".join(lines))
+    _print(fit("\n".join(lines), args.width))
     return EXIT_OK
 
 
@@ -390,11 +447,12 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.format == "json":
         _print(json.dumps({"schema": "moedispatch.models/1", "models": rows}, indent=2))
         return EXIT_OK
-    lines = [f"{'model':<40} {'layers':>6} {'MoE':>4} {'hidden':>6} {'inter':>6} {'E':>4} {'k':>3}  quant (W/A)"]
+    nw = max(len("model"), *(len(r["name"]) for r in rows))  # the name column as wide as the longest name
+    lines = [f"{'model':<{nw}} {'layers':>6} {'MoE':>4} {'hidden':>6} {'inter':>6} {'E':>4} {'k':>3}  quant (W/A)"]
     for r in rows:
-        lines.append(f"{r['name']:<40} {r['layers']:>6} {r['moe_layers']:>4} {r['hidden']:>6} {r['intermediate']:>6} "
+        lines.append(f"{r['name']:<{nw}} {r['layers']:>6} {r['moe_layers']:>4} {r['hidden']:>6} {r['intermediate']:>6} "
                      f"{r['experts']:>4} {r['top_k']:>3}  {r['quant']['weight']}/{r['quant']['activation']}")
-    _print("\n".join(lines))
+    _print(fit("\n".join(lines), args.width))
     return EXIT_OK
 
 
@@ -403,12 +461,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from moedispatch.sources.models import expand_layers, load_model
     from moedispatch.selector.plugins import get_registry
     from moedispatch.selector.pure import select
-
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise UsageError("verify needs torch: pip install 'moedispatch[emulation]'") from None
-    from moedispatch.numerics.verify import run_verify
 
     model = load_model(args.model)
     from moedispatch.probe.targets import cli_aiter_version
@@ -423,8 +475,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         layer = layers[args.layer]
         if layer.kind != "moe":
             raise UsageError(f"--layer {args.layer} is a dense layer; pick a MoE layer")
+    if args.experts is not None and args.experts > layer.experts:
+        raise UsageError(f"--experts {args.experts} is more than the {layer.experts} experts of layer {layer.index}")
     registry = get_registry()
     _check_backend(args.backend, registry)
+    try:  # after the flags are checked: a bad flag is reported the same with or without torch
+        import torch  # noqa: F401
+    except ImportError:
+        raise UsageError("verify needs torch: pip install 'moedispatch[emulation]'") from None
+    from moedispatch.numerics.verify import run_verify
+
     try:
         decision = select(layer, caps, registry.backends, force=args.backend)
         backend, padding = decision.backend, decision.padding
@@ -450,11 +510,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                            "checks": checks}, indent=2))
     else:
         aiter = f"AITER {caps.aiter_version}" if caps.aiter_version else "no AITER"
-        lines = [f"verify {model.name} layer {layer.index} on {caps.arch_label} with {aiter} "
-                 f"({caps.source_of('aiter_version') or caps.source}): backend {backend}"]
+        lines = wrap(f"verify {model.name} layer {layer.index} on {caps.arch_label} with {aiter} "
+                     f"({caps.source_of('aiter_version') or caps.source}): backend {backend}", "", args.width, hang=4)
         for c in checks:
             mark = {True: "PASS", False: "FAIL", None: "SKIP"}[c.get("passed")]
-            lines.append(f"  {mark:<4} {c['name']}: {c['detail']}")
+            lines += wrap(f"{c['name']}: {c['detail']}", f"  {mark:<4} ", args.width, hang=2)
         _print("\n".join(lines))
     return EXIT_OK if all(c.get("passed") is not False for c in checks) else 1
 
@@ -463,6 +523,50 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from moedispatch.render import compare
 
     return compare.run_cli(args, _print)
+
+
+def _explain_roles(args: argparse.Namespace, model: Any, caps: Any, registry: Any, warnings: list,
+                   first_line: Any) -> int:
+    """``explain --role …``: one plan per role (moedispatch.plan.roles)."""
+    from moedispatch.plan.roles import parse_role, plan_roles
+    from moedispatch.render.roles import render_roles
+
+    clash = [flag for flag, on in (("--tokens", args.tokens is not None), ("--tp", args.tp != 1),
+                                   ("--ep", args.ep != 1), ("--recipe", args.recipe), ("--what-if", args.what_if),
+                                   ("--tuning-list", args.tuning_list), ("--html", args.html),
+                                   ("--pin-file", getattr(args, "pin_file", None)),
+                                   ("--engine", getattr(args, "engine", None))) if on]
+    if clash:
+        raise UsageError(f"--role sets each role's tp/ep/dp and tokens; it does not combine with {', '.join(clash)}")
+    roles = [parse_role(r) for r in args.role]
+    plans = plan_roles(model, caps, roles, overrides=_env_pairs(args.aiter_env, "--aiter-env"),
+                       backends=registry.backends, force=args.backend, strict=args.strict_plugins,
+                       warnings=warnings)
+    _print(render_roles(plans, fmt=args.format, first_line=first_line, width=getattr(args, "width", None)))
+    return EXIT_OK
+
+
+def _cmd_fleet(args: argparse.Namespace) -> int:
+    from moedispatch.plan.fleet import load_nodes, plan_fleet
+    from moedispatch.plan.roles import Role, parse_role
+    from moedispatch.render.fleet import render_fleet
+    from moedispatch.sources.models import load_model
+
+    if args.role and (args.tp != 1 or args.ep != 1):
+        raise UsageError("fleet: --role sets each role's tp/ep; it does not combine with --tp/--ep")
+    nodes = load_nodes(args.probes)
+    model = load_model(args.model)
+    roles = [parse_role(r) for r in args.role] or [Role("all", args.tp, args.ep)]
+    report = plan_fleet(model, nodes, roles)
+    _print(render_fleet(report, fmt=args.format, width=getattr(args, "width", None)))
+    return EXIT_NO_BACKEND if report.problems() else EXIT_OK
+
+
+def _cmd_exec(args: argparse.Namespace) -> int:
+    from moedispatch.guard import launch
+
+    return launch.run(args.engine_args, guard=args.guard, target=args.target, aiter_version=args.aiter_version,
+                      model=args.model, engine_version=args.engine_version)
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
@@ -474,12 +578,25 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 def _cmd_aiter_configs(args: argparse.Namespace) -> int:
     from moedispatch.aiter import lint as aiter_lint
 
-    return aiter_lint.run_cli(args, _print)
+    version = args.aiter_version
+    if version not in (None, "installed", "bundled") and not args.configs:
+        from packaging.version import InvalidVersion, Version
+
+        from moedispatch.data import aiter_index
+
+        try:
+            Version(version)
+        except InvalidVersion:
+            pass  # a release tag (v0.1.18, head) or junk, which the command itself checks
+        else:
+            for note in aiter_index.release_for(version)[1]:  # the release read instead, never silently
+                sys.stderr.write(f"moedispatch: warning: --aiter-version {version}: {note}\n")
+    return aiter_lint.run_cli(args, lambda text: _print(fit(text, args.width)))
 
 
 _COMMANDS = {"explain": _cmd_explain, "probe": _cmd_probe, "backends": _cmd_backends, "models": _cmd_models,
              "verify": _cmd_verify, "aiter-configs": _cmd_aiter_configs, "compare": _cmd_compare,
-             "lint": _cmd_lint}
+             "lint": _cmd_lint, "exec": _cmd_exec, "fleet": _cmd_fleet}
 
 
 _ASCII = {"–": "-", "—": "--", "→": "->", "←": "<-", "×": "x", "µ": "u", "…": "...", "≤": "<=", "≥": ">=",
@@ -545,18 +662,22 @@ def _main(argv: Sequence[str] | None) -> int:
         parser = _build_parser()
         argv = list(sys.argv[1:] if argv is None else argv)
         engine_args: list[str] = []
-        if "lint" in argv and "--" in argv[argv.index("lint"):]:  # `lint [opts] -- vllm serve …`: engine args verbatim
-            cut = argv.index("--", argv.index("lint"))
-            argv, engine_args = argv[:cut], argv[cut + 1:]
+        for verb in ("lint", "exec"):  # `lint|exec [opts] -- vllm serve …`: engine args verbatim
+            if verb in argv and "--" in argv[argv.index(verb):]:
+                cut = argv.index("--", argv.index(verb))
+                argv, engine_args = argv[:cut], argv[cut + 1:]
+                break
         args = parser.parse_args(argv)
         if engine_args:
             args.engine_args = engine_args
+        # The one width every text report fits in (the terminal's, 80–200 columns; none when piped or for JSON).
+        args.width = None if getattr(args, "format", "table") == "json" else terminal_width(sys.stdout)
         if args.version:
             _print(_version_text())
             return EXIT_OK
         if not args.command:
-            raise UsageError("moedispatch: a command is required (explain, compare, probe, backends, models, verify, aiter-configs); "
-                             "see moedispatch --help")
+            raise UsageError("moedispatch: a command is required (explain, compare, lint, exec, fleet, probe, backends, "
+                             "models, verify, aiter-configs); see moedispatch --help")
         _configure_logging(args.verbose, args.log_format, args.quiet)
         from moedispatch._util.deadline import set_fd_capture
 

@@ -55,7 +55,8 @@ def plugin_timeout() -> float:
         try:
             value = float(raw)
             if value > 0:
-                return value
+                # "inf" (or 1e300) means no deadline; threading's waits overflow past TIMEOUT_MAX.
+                return min(value, threading.TIMEOUT_MAX)
         except ValueError:
             pass
     return DEFAULT_PLUGIN_TIMEOUT_S

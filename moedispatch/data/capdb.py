@@ -569,12 +569,16 @@ def target_capabilities(
         version = str(parse_aiter_version(aiter_version))
         provenance.append(("aiter_version", aiter_source))
         public = Version(Version(version).public)
-        if public not in {Version(v) for v in aiter_db()["known_versions"]}:
-            newest = Version(default_aiter_version())
-            notes.append(
-                f"AITER {version} is not in capability_db/aiter.toml; features assumed from the nearest floor"
-                + (f" (newer than the newest known, {newest})" if public > newest else "")
-            )
+        known = sorted(Version(v) for v in aiter_db()["known_versions"])
+        if public not in known:
+            if public < known[0]:  # no floor below the oldest: say what is assumed instead
+                notes.append(f"AITER {version} is older than every release capability_db/aiter.toml knows (oldest "
+                             f"{known[0]}): every feature whose floor is later is assumed absent")
+            else:
+                notes.append(
+                    f"AITER {version} is not in capability_db/aiter.toml; features assumed from the nearest floor"
+                    + (f" (newer than the newest known, {known[-1]})" if public > known[-1] else "")
+                )
     features = features_for_version(version) if version else frozenset()
     if version:
         provenance.append(("aiter_features", "db"))

@@ -20,6 +20,7 @@ from moedispatch.core.reason import Reason, texts
 from moedispatch.selector.pure import select
 from moedispatch._util.deadline import collect_plugin_notices
 from moedispatch.cost.model import total
+from moedispatch.data.aiter_configs import config_set_for
 from moedispatch.data.capdb import target_entry
 from moedispatch.kit.caveats import PAD_RATIO_MIN, ep_alternative_layer, pad_ratio_caveat
 from moedispatch.selector import plugins
@@ -152,6 +153,18 @@ def _pad_ratio_warnings(decisions: Sequence[Decision], caps: Capabilities, backe
     return out
 
 
+def _tuned_set_warnings(decisions: Sequence[Decision], caps: Capabilities) -> list[Reason]:
+    """What is wrong with a tuned set the user pointed AITER at (``AITER_CONFIG_FMOE``, ``--aiter-configs`` /
+    ``MOEDISPATCH_AITER_CONFIGS``) — a file that does not exist, a CSV that is no tuned fmoe table — once per plan,
+    naming the set: the layers then run on AITER's heuristics, which is no default to pass over in silence."""
+    for d in decisions:
+        if d.dispatch is not None and d.dispatch.config_origin in ("env", "explicit"):
+            cs = config_set_for(caps, dict(d.dispatch.env))
+            problems = list(cs.warnings) + ([cs.merge_error] if cs.merge_error else [])
+            return [Reason(f"tuned set {cs.label}: {w}", "warning") for w in problems]
+    return []
+
+
 def plan_model(
     model: ModelSpec,
     caps: Capabilities,
@@ -221,6 +234,7 @@ def plan_model(
     # Run-time caveats of the chosen paths (scale-tile splits, token-count dependent bugs) travel as warnings.
     out_warnings += [r.with_kind("warning") for d in decisions if d.backend for r in d.of_kind("caveat")]
     out_warnings += _pad_ratio_warnings(decisions, caps, backends, runtime)
+    out_warnings += _tuned_set_warnings(decisions, caps)
     missing = [d.layer.index for d in decisions if not d.ok]
     if missing:
         out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))

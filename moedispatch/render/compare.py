@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from moedispatch._util.width import fit, wrap
 from moedispatch.core.errors import UsageError
 from moedispatch.data.capdb import target_label
 from moedispatch.plan.plan import layer_span, plan_model, plan_to_json
@@ -293,14 +294,12 @@ def _padding(p: dict[str, Any] | None) -> str:
     return f"pad hidden {hidden}→{p['hidden']}, intermediate/rank {inter}→{p['intermediate_per_rank']}{sem}"
 
 
-def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
-    import textwrap
+def render_table(cmp: Comparison, doc: dict[str, Any] | None = None, *, width: int | None = None) -> str:
+    """The comparison for people; ``width`` as :func:`moedispatch.render.explain.render_table` (``None``: unwrapped)."""
 
-    return textwrap.wrap(text, width=width, initial_indent=indent,
-                         subsequent_indent=" " * len(indent) + "  ") or [indent]
+    def _wrap(text: str, indent: str) -> list[str]:
+        return wrap(text, indent, width)
 
-
-def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
     doc = doc or compare_to_json(cmp)
     numbers: dict[str, int] = {}
 
@@ -315,7 +314,7 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
     letters = [chr(ord("A") + i) for i in range(len(cmp.plans))]
     lines = [f"model   {model.name} ({model.source}" + (f", {model.architecture}" if model.architecture else "")
              + f") across {', '.join(_FLAGS[a] for a in cmp.axes)}"]
-    width = max(len(cmp.label(i)) for i in range(len(cmp.plans)))
+    lw = max(len(cmp.label(i)) for i in range(len(cmp.plans)))
     for i, (plan, v) in enumerate(zip(cmp.plans, doc["variants"])):
         caps = plan.caps
         detail = target_label(caps) + (f", {caps.compute_units} CUs" if caps.compute_units else "")
@@ -338,12 +337,12 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
         lines.append(f"{span} ({count}): {state}")
         bw = max(len(d["backend"] or "NO BACKEND") for d in g["decisions"])
         for i, d in enumerate(g["decisions"]):
-            lines.append(f"    {letters[i]}  {cmp.label(i):<{width}}  {d['backend'] or 'NO BACKEND':<{bw}}  "
+            lines.append(f"    {letters[i]}  {cmp.label(i):<{lw}}  {d['backend'] or 'NO BACKEND':<{bw}}  "
                          f"{_padding(d['padding'])}")
             if d.get("aiter_dispatch"):
-                lines += _wrap(_dispatch(d["aiter_dispatch"]), f"       {' ' * width}  aiter ")
+                lines += _wrap(_dispatch(d["aiter_dispatch"]), f"       {' ' * lw}  aiter ")
             if d.get("cost"):
-                lines += _wrap(_costs(d["cost"]), f"       {' ' * width}  cost  ")
+                lines += _wrap(_costs(d["cost"]), f"       {' ' * lw}  cost  ")
         whys = [_why_text(item, cite) for item in _why_items(cmp, idx[0], g["differs_in"])] if g["differs"] else []
         for n, why in enumerate(whys):
             lines += _wrap(why, "    why " if n == 0 else "        ")
@@ -352,7 +351,7 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
         lines.append("")
         lines.append("predicted MoE time per forward pass on one rank:")
         for i, costs in totals:
-            lines += _wrap(_costs(costs), f"  {letters[i]}  {cmp.label(i):<{width}}  ")
+            lines += _wrap(_costs(costs), f"  {letters[i]}  {cmp.label(i):<{lw}}  ")
     lines.append("")
     moe = sum(1 for d in cmp.plans[0].decisions if d.layer.kind == "moe")
     lines.append(f"summary {differ} of {moe} MoE layers differ between the variants")
@@ -372,7 +371,7 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None) -> str:
         lines.append("")
         for source, n in numbers.items():
             lines += _wrap(source, f"[{n}]".ljust(8))
-    return "\n".join(lines) + "\n"
+    return fit("\n".join(lines), width) + "\n"
 
 
 # -- CLI -------------------------------------------------------------------------------------------------------
@@ -415,7 +414,7 @@ def run_cli(args: Any, emit: Callable[[str], None]) -> int:
     if args.format == "json":
         emit(json.dumps(doc, indent=2))
     else:
-        emit(render_table(cmp, doc))
+        emit(render_table(cmp, doc, width=getattr(args, "width", None)))
     if not cmp.ok:
         for i, plan in enumerate(cmp.plans):
             missing = [d for d in plan.decisions if not d.ok]

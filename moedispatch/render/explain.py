@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from moedispatch._util.width import fit, wrap
 from moedispatch.core.decision import Decision
 from moedispatch.plan.plan import SCHEMA, Plan, aiter_data, cost_total, layer_span, padded_bytes, plan_model, plan_to_json
 from moedispatch.core.reason import Reason
@@ -39,11 +40,8 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def _wrap(text: str, indent: str, width: int = 116) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, width=width, initial_indent=indent,
-                         subsequent_indent=" " * len(indent) + "  ") or [indent]
+def _wrap(text: str, indent: str, width: int | None = None) -> list[str]:
+    return wrap(text, indent, width)
 
 
 #: Why the plan assumes its AITER version (the provenance of ``aiter_version``), for the target line.
@@ -104,14 +102,20 @@ class _Sources:
             text += f" [{n}]"
         return text if reason.confidence == "confirmed" else f"{text} ({reason.confidence})"
 
-    def lines(self) -> list[str]:
+    def lines(self, width: int | None = None) -> list[str]:
         out: list[str] = []
         for source, n in self.numbers.items():
-            out += _wrap(source, f"[{n}]".ljust(8))
+            out += _wrap(source, f"[{n}]".ljust(8), width)
         return out
 
 
-def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = False) -> str:
+def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = False, width: int | None = None) -> str:
+    """The plan for people. ``width``: the columns every line fits in (:func:`moedispatch._util.width.terminal_width`;
+    ``None``, the default, wraps nothing); only a token longer than a line (a path, a URL) can exceed it."""
+
+    def wrapped(text: str, indent: str) -> list[str]:
+        return _wrap(text, indent, width)
+
     caps = plan.caps
     cite = _Sources()
     lines: list[str] = []
@@ -132,7 +136,7 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
                  f" plan fingerprint {plan.fingerprint}, decision fingerprint {plan.decision_fingerprint}")
     for used in aiter_data(plan):
-        lines += _wrap(f"rows {used['rows']}; rules {used['rules']} ({used['rules_source']})", "aiter   ")
+        lines += wrapped(f"rows {used['rows']}; rules {used['rules']} ({used['rules_source']})", "aiter   ")
     lines.append("")
     for group in plan.groups():
         d = group[0]
@@ -157,7 +161,7 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
         if d.backend:
             if p.padded:
                 _, extra = padded_bytes(layer, d)
-                lines += _wrap(
+                lines += wrapped(
                     f"hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
                     f"{p.intermediate_per_rank}{_pad_ratio_text(layer, p)}; kernel pads hidden={p.kernel_hidden_pad} "
                     f"intermediate={p.kernel_intermediate_pad} ({p.pad_semantics}); zero-fill {'yes' if p.zero_fill else 'no'}; "
@@ -166,27 +170,27 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
                 lines.append("    padding none needed")
         if d.dispatch is not None:
             for n, step in enumerate(d.dispatch.steps):
-                lines += _wrap(_step_line(step), "    aiter   " if n == 0 else "            ")
+                lines += wrapped(_step_line(step), "    aiter   " if n == 0 else "            ")
             for assumption in d.dispatch.assumptions:
-                lines += _wrap(f"assumes {assumption}", "            ")
+                lines += wrapped(f"assumes {assumption}", "            ")
         if d.cost:
-            lines += _wrap(_costs_line(d.cost), "    cost    ")
+            lines += wrapped(_costs_line(d.cost), "    cost    ")
         for reason in plan.what_if_for(group):
-            lines += _wrap(cite(reason).removeprefix("what-if: "), "    what-if ")
+            lines += wrapped(cite(reason).removeprefix("what-if: "), "    what-if ")
         why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
         for n, reason in enumerate(why):
-            lines += _wrap(cite(reason), "    why     " if n == 0 else "            ")
+            lines += wrapped(cite(reason), "    why     " if n == 0 else "            ")
         for reason in d.of_kind("caveat"):
-            lines += _wrap(cite(reason), "    caveat  ")
+            lines += wrapped(cite(reason), "    caveat  ")
         for reason in d.of_kind("warning"):
-            lines += _wrap(cite(reason), "    warning ")
+            lines += wrapped(cite(reason), "    warning ")
         for rej in d.rejected:
-            lines += _wrap(f"{rej.backend}: " + "; ".join(cite(r) for r in rej.reasons), "    not     ")
+            lines += wrapped(f"{rej.backend}: " + "; ".join(cite(r) for r in rej.reasons), "    not     ")
     totals = cost_total(plan)
     if totals and not brief:
         lines.append("")
         moe = sum(1 for d in plan.decisions if d.layer.kind == "moe")
-        lines += _wrap(f"predicted MoE time per forward pass on one rank ({moe} MoE layers): "
+        lines += wrapped(f"predicted MoE time per forward pass on one rank ({moe} MoE layers): "
                        + _costs_line(totals, basis=False), "total   ")
     total = sum(padded_bytes(d.layer, d)[1] for d in plan.decisions)
     if total:
@@ -195,15 +199,16 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     if plan.warnings:
         lines.append("")
         for w in plan.warnings:
-            lines += _wrap(cite(w), "warning ")
+            lines += wrapped(cite(w), "warning ")
     if cite.numbers:
         lines.append("")
         lines.append("sources")
-        lines += cite.lines()
+        lines += cite.lines(width)
     if any(r.confidence != "confirmed" for r in _all_reasons(plan)):
         lines.append("")
         lines.append(f"legend  {LEGEND}")
-    return "\n".join(lines) + "\n"
+    # The header, dense-layer and legend lines are built whole; fit() keeps them inside the width too.
+    return fit("\n".join(lines), width) + "\n"
 
 
 def _all_reasons(plan: Plan) -> list[Reason]:

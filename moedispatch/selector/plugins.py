@@ -21,6 +21,7 @@ during import: …``), so ``--format json`` stays JSON.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import threading
 from dataclasses import dataclass, field, replace
@@ -111,11 +112,11 @@ def _check_timeout_env() -> None:
     if raw is None or raw.strip() == "":
         return
     try:
-        ok = float(raw) > 0
+        ok = math.isfinite(float(raw)) and float(raw) > 0  # inf / nan: never a deadline
     except ValueError:
         ok = False
     if not ok:
-        raise UsageError(f"MOEDISPATCH_PLUGIN_TIMEOUT={raw!r}: expected a positive number of seconds "
+        raise UsageError(f"MOEDISPATCH_PLUGIN_TIMEOUT={raw!r}: expected a positive, finite number of seconds "
                          f"(default {DEFAULT_PLUGIN_TIMEOUT_S:g})")
 
 

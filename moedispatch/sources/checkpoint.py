@@ -27,7 +27,7 @@ from moedispatch.core.errors import ModelError
 __all__ = [
     "TensorInfo", "ExpertLayout", "CheckpointInfo", "read_safetensors_header", "scan_checkpoint",
     "analyse_experts", "expert_module_names", "hf_cache_dir", "resolve_hf_cache", "safe_stat", "is_repo_id",
-    "MAX_HEADER_BYTES",
+    "MAX_HEADER_BYTES", "PREPAD_MAX_MULTIPLE", "prepad_multiple",
 ]
 
 #: Largest safetensors header accepted. Real headers are well under 10 MB (a 163-shard DeepSeek-V3 shard header is
@@ -85,7 +85,11 @@ def read_safetensors_header(path: Path, *, max_header: int = MAX_HEADER_BYTES) -
         raise ModelError(f"{path}: truncated safetensors file ({size} bytes, the 8-byte header length is missing)")
     try:
         with open(path, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
+            head = fh.read(8)
+            if head == b"version " and b"git-lfs" in fh.read(200):  # a Git LFS pointer file, not the weights
+                raise ModelError(f"{path}: a Git LFS pointer, not the safetensors file; fetch the weights with "
+                                 "`git lfs pull` (or `hf download`)")
+            (n,) = struct.unpack("<Q", head)
             if n > max_header:
                 raise ModelError(f"{path}: safetensors header claims {n} bytes, over the {max_header} byte limit")
             if n + 8 > size:
@@ -241,6 +245,31 @@ _DTYPES_FOR = {
     "mxfp4": {"U8", "I8", "F4"}, "mxfp6": {"U8", "F6_E2M3", "F6_E3M2"},
     "int8": {"I8", "U8"}, "int4": {"I32", "U32", "I8", "U8"},
 }
+
+
+#: The largest multiple a pre-padded checkpoint may round its expert intermediate size up to. A stored size larger
+#: than config.json's is pre-padding only when it is that size rounded up to a power-of-two multiple of 16 …
+#: PREPAD_MAX_MULTIPLE (gpt-oss 2880 → 3072 is a round-up to 256, vLLM's MXFP4 rule on ROCm; GLM-4.5-Air 1408 → 1536
+#: at TP8 is 176 → 192 per rank, a round-up to 256). Anything else — 2× the size, +1000 — is a wrong checkpoint or a
+#: fused gate_up tensor under a gate/up name, and an error. The hidden size is never pre-padded.
+PREPAD_MAX_MULTIPLE = 1024
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def prepad_multiple(config: int, stored: int) -> int | None:
+    """The smallest power-of-two multiple (16 … :data:`PREPAD_MAX_MULTIPLE`) that rounds ``config`` up to ``stored``;
+    None when ``stored`` is no such round-up (or not larger than ``config``)."""
+    if stored <= config:
+        return None
+    multiple = 16
+    while multiple <= PREPAD_MAX_MULTIPLE:
+        if _round_up(config, multiple) == stored:
+            return multiple
+        multiple *= 2
+    return None
 
 
 @dataclass(frozen=True)
@@ -401,11 +430,24 @@ def analyse_experts(
         info = stored_h[1]
         raise ModelError(f"{where} says hidden_size is {hidden} but {info.file}: tensor {info.name} "
                          f"{list(info.shape)} stores {stored_h[0]}")
+    if stored_h[0] != hidden:
+        info = stored_h[1]
+        raise ModelError(f"{where} says hidden_size is {hidden} but {info.file}: tensor {info.name} "
+                         f"{list(info.shape)} stores {stored_h[0]}; expert weights keep the model's hidden size "
+                         "(only the intermediate size can be pre-padded)")
     if stored_i[0] > intermediate:
+        multiple = prepad_multiple(intermediate, stored_i[0])
+        if multiple is None:
+            info = stored_i[1]
+            hint = (f" ({stored_i[0] // intermediate}× the config: gate and up fused under one name, or another "
+                    "model's weights?)" if stored_i[0] % intermediate == 0 else "")
+            raise ModelError(f"{where} says the expert intermediate size is {intermediate} but {info.file}: tensor "
+                             f"{info.name} {list(info.shape)} stores {stored_i[0]}, which is no pre-padding of "
+                             f"{intermediate} (a pre-pad rounds it up to a multiple of at most "
+                             f"{PREPAD_MAX_MULTIPLE}: {_round_up(intermediate, PREPAD_MAX_MULTIPLE)} at most){hint}")
         notes.append(f"checkpoint experts are pre-padded: intermediate stored as {stored_i[0]} "
-                     f"(config {intermediate}, +{stored_i[0] - intermediate}); {stored_i[1].name}")
-    if stored_h[0] > hidden:
-        notes.append(f"checkpoint experts are pre-padded: hidden stored as {stored_h[0]} (config {hidden})")
+                     f"(config {intermediate}, +{stored_i[0] - intermediate}, rounded up to a multiple of "
+                     f"{multiple}); {stored_i[1].name}")
     return ExpertLayout(stored_intermediate=stored_i[0], stored_hidden=stored_h[0], fused_gate_up=fused,
                         stacked=stacked_any, has_bias=bias, weight_dtypes=tuple(sorted(dtypes)),
                         moe_layers=tuple(sorted(per_layer)), notes=tuple(notes))

@@ -373,6 +373,15 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
         or "bfloat16"
     if not isinstance(dtype, str):
         raise ModelError(f"{where}.torch_dtype must be a string, got {_short(dtype)}")
+    if dtype.lower().removeprefix("torch.") not in _DTYPES:
+        notes.append(f"{where}: torch_dtype {_short(dtype, 40)} is no dtype moedispatch knows "
+                     f"({', '.join(sorted(_DTYPES))}); the unquantized weights are planned as bf16")
+    if model_type not in _known_model_types():
+        named = f"model_type {model_type!r}" if model_type else "no model_type"
+        notes.append(f"{where}: {named} is no family moedispatch has a config of; read from the generic keys "
+                     f"({ekey}, {kkey or 'top-k'}, {ikey}, hidden_act) with that family's defaults unknown — check "
+                     f"activation {activation}, {shared} shared expert(s), expert bias "
+                     f"{'yes' if has_bias else 'no'} against the model's code")
     base = QuantSpec("fp16" if dtype.lower() in ("float16", "fp16", "half", "torch.float16") else "bf16")
 
     ck_names = _checkpoint_names(checkpoint)
@@ -456,6 +465,24 @@ def expand_layers(spec: ModelSpec, tp: int = 1, ep: int = 1) -> list[MoELayer]:
 
 
 # -- resolution -----------------------------------------------------------------------------------------------
+
+#: torch_dtype spellings of a checkpoint's unquantized weights (HF configs write the torch dtype's name).
+_DTYPES = frozenset({"bfloat16", "bf16", "float16", "fp16", "half", "float32", "fp32", "float", "auto"})
+
+
+@memoize(maxsize=None)
+def _known_model_types() -> frozenset[str]:
+    """model_type values (top level and text config) of the built-in models, plus the families this module names."""
+    known = set(_SWIGLUOAI_UNINTERLEAVE) | set(_SWIGLUOAI) | set(_GELU_DEFAULT) | {"llama4", "llama4_text"}
+    for entry in builtin_models():
+        config = entry["config"] if isinstance(entry["config"], dict) else {}
+        known.add(str(config.get("model_type") or ""))
+        for key in _TEXT_KEYS:
+            if isinstance(config.get(key), dict):
+                known.add(str(config[key].get("model_type") or ""))
+    known.discard("")
+    return frozenset(known)
+
 
 @memoize(maxsize=None)
 def builtin_models() -> tuple[dict[str, Any], ...]:
