@@ -657,10 +657,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def _wants_json(argv: Sequence[str]) -> bool:
+    """``--format json`` anywhere before a `--` (also when argument parsing itself failed)."""
+    words = list(argv[:argv.index("--")] if "--" in argv else argv)
+    return "--format=json" in words or any(a == "--format" and b == "json" for a, b in zip(words, words[1:]))
+
+
+def _fail(argv: Sequence[str], message: str, code: int) -> int:
+    """The one-line error on stderr; under ``--format json`` also a ``moedispatch.error/1`` document on stdout, so
+    a program reading stdout always gets JSON."""
+    sys.stderr.write(message + "\n")
+    if _wants_json(argv):
+        _print(json.dumps({"schema": "moedispatch.error/1", "error": message, "exit": code}))
+    return code
+
+
 def _main(argv: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = _build_parser()
-        argv = list(sys.argv[1:] if argv is None else argv)
         engine_args: list[str] = []
         for verb in ("lint", "exec"):  # `lint|exec [opts] -- vllm serve …`: engine args verbatim
             if verb in argv and "--" in argv[argv.index(verb):]:
@@ -688,14 +703,11 @@ def _main(argv: Sequence[str] | None) -> int:
         finally:
             set_fd_capture(False)  # main() called in-process (a notebook, tests) leaves the library default
     except NoBackendError as exc:
-        sys.stderr.write(f"moedispatch: {exc}\n")
-        return EXIT_NO_BACKEND
+        return _fail(argv, f"moedispatch: {exc}", EXIT_NO_BACKEND)
     except (UsageError, PluginError) as exc:
-        sys.stderr.write(f"{str(exc) if str(exc).startswith('moedispatch') else 'moedispatch: ' + str(exc)}\n")
-        return EXIT_USAGE
+        return _fail(argv, str(exc) if str(exc).startswith("moedispatch") else f"moedispatch: {exc}", EXIT_USAGE)
     except MoedispatchError as exc:
-        sys.stderr.write(f"moedispatch: {exc}\n")
-        return EXIT_USAGE
+        return _fail(argv, f"moedispatch: {exc}", EXIT_USAGE)
     except KeyboardInterrupt:
         sys.stderr.write("moedispatch: interrupted\n")
         return 130
