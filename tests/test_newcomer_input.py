@@ -220,3 +220,10 @@ def test_verify_more_experts_than_the_layer_has(monkeypatch):
     line = one_line_error(*run(["verify", "--model", "gpt-oss-20b", "--target", "MI355X", "--experts", "999"],
                                monkeypatch))
     assert line == "moedispatch: --experts 999 is more than the 32 experts of layer 0"
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_said(cli):
+    """explain --tp 3 on a 32-head model (intermediate 768 does shard by 3): the MoE plan is made as asked, and stderr says no engine launches it."""
+    proc = cli("explain", "--model", "Qwen3-30B-A3B", "--tp", "3", "--brief")
+    assert proc.returncode in (0, 3) and "--tp 3: Qwen3-30B-A3B has 32 attention heads, not divisible by 3" in proc.stderr
+    assert "attention heads" not in cli("explain", "--model", "GLM-5.1-MXFP4", "--tp", "8", "--brief").stderr
