@@ -320,11 +320,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     if getattr(args, "role", None):
         return _explain_roles(args, model, caps, registry, warnings, first_line)
-    _warn_heads(model, args.tp)
     runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens is not None else None,
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
                       strict=args.strict_plugins, warnings=warnings, runtime=runtime)
+    _warn_heads(model, args.tp)  # after planning: a TP the MoE cannot shard is the one-line error, alone
     if getattr(args, "pin_file", None):
         from moedispatch.plan.pinning import pin_plan
 
