@@ -51,7 +51,7 @@ def one_line_error(code: int, out: str, err: str) -> str:
 
 # -- checkpoints --------------------------------------------------------------------------------------------------
 
-_BITS = {"BF16": 16, "U8": 8}
+_BITS = {"BF16": 16, "F32": 32, "U8": 8, "F8_E4M3": 8}
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]]) -> None:
