@@ -78,6 +78,12 @@ FAST_TESTS = [
     "tests/test_cost.py",
     "tests/test_engine_choice.py",
     "tests/test_one_home.py",
+    "tests/test_launch.py",             # the engine launch rules: FlyDSL tiles, named families, workaround envs
+    "tests/test_pin.py",
+    "tests/test_roles.py",
+    "tests/test_guard_exec.py",
+    "tests/field/test_field.py",        # the field cases (about 9 s)
+    "tests/test_engine_mutants.py",     # boundary cases of engines/recipes.py and engines/choice.py (issue 23)
     # the in-process run-time (cost-ordered) selection tests of test_runtime.py (its CLI tests are slow)
     "tests/test_runtime.py::test_minimax_m3_keeps_384_unpadded_where_tuned_rows_decide_every_bucket",
     "tests/test_runtime.py::test_minimax_m3_pads_where_decode_falls_to_heuristics",
@@ -155,6 +161,60 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "reached only when no MoE layer lacks a backend, so recipe.refusals is still empty there: = and += agree"),
     ("x_build_recipe", r'^fam = ("")?$',
      "a dead store: fam is read only inside `if chosen is not None:`, which assigns it first"),
+    # -- moedispatch/engines/recipes.py, engines/choice.py (tests/test_engine_mutants.py kills the rest, issue 23) --
+    ("x__allocation_issues", r"^(hidden_multiple=(None|p\.hidden_multiple), intermediate_multiple=(None|"
+                             r"p\.intermediate_multiple),|intermediate_multiple=p\.intermediate_multiple,|"
+                             r"hidden_multiple=p\.hidden_multiple, pad_semantics=p\.pad_semantics\))$",
+     "the allocation's recorded multiples are read by none of the rules it is handed (evaluate_issues, dispatch_for "
+     "and dispatched_family_issues read sizes, pads, zero_fill and pad_semantics)"),
+    ("x__allocation_issues", r"^(b = None|b = plugins\.get_registry\(\)\.get\(None\)|"
+                             r"outcome = evaluate_issues\(b\.name if \(b is not None\) and False else backend, "
+                             r"layer, plan\.caps, alloc\))$",
+     "Registry.get matches on the name, so b.name == backend whenever b is found: backend is passed either way"),
+    ("x__allocation_issues", r"kernel_(hidden|intermediate)_pad=(hp|ip) if \((kh|ki) is None\) and False else",
+     "_try_backend calls it only for an AITER family, where engine_padding always returns int kernel pads"),
+    ("x__allocation_issues", r'^(refusals = \[dataclasses\.replace\(r, text=where \+ r\.text, kind="failed"\) for r in '
+                             r'outcome\.blocking|warnings = \[dataclasses\.replace\(r, text=where \+ r\.text, '
+                             r'kind="warning"\) for r in outcome\.notes)$',
+     "refusals and warnings are still the empty lists made just above: = and += agree"),
+    ("x__allocation_issues", r'^refusals \+= \[dataclasses\.replace\(r, text=where \+ r\.text, \) for r in '
+                             r'outcome\.blocking$',
+     "evaluate_issues makes every blocking reason of kind \"failed\" already"),
+    ("x__try_backend", r'row\.get\((None|"XXconfidenceXX"|"CONFIDENCE"), "confirmed"\)\)\)$',
+     "the only `unsupported` backend row (sglang emulation) has no confidence: the get() always gives "
+     "\"confirmed\""),
+    ("x__sglang", r'^error = ""$',
+     "error is read only for truth (`if error:`), and the accepted choice passes error=None itself"),
+    ("x__sglang", r'^reasons\.insert\(1, Reason\(f"SGLang \{version\} refuses the layer: \{error\}", "failed", '
+                  r'src\)\)$',
+     "both SGLang refusals happen before any reason is added: on an empty list insert(1) puts it first too"),
+    ("x__try", r'^reason = ""$',
+     "every backend of the engine model has at least one class, so the loop always overwrites reason"),
+    ("x__vllm_wna16", r'o\.get\("auto_confidence", (None|"XXconfirmedXX"|"CONFIRMED")?\s*\)',
+     "[oracle.wna16] of capability_db/engines/vllm.toml sets auto_confidence, so the default is never used"),
+    ("x_compare_decision", r'^why = \[r for r in rej\.reasons if r\.kind != "supports"\]$',
+     "why is still empty in that branch (only the exclusive `refused` branch adds to it first): = and += agree"),
+    ("x_compare_decision", r'f\.get\("confidence", (None|"XXconfirmedXX"|"CONFIRMED")?\s*\)',
+     "findings() fills the confidence of every finding, so the default is never used"),
+    ("x_recipe_engine_groups", r'^pinned = auto if forced == "(XXautoXX|AUTO)" else',
+     "comparing again on auto gives an equal result (compare_plan is deterministic); only the work is repeated"),
+    ("x_render_comparison", r"_VERDICT_TEXT\.get\(c\['verdict'\],\s*(None)?\s*\)",
+     "every verdict compare_plan gives (same, slower, wrong, refused, different, unmodelled) is a key of "
+     "_VERDICT_TEXT"),
+    ("x__vllm", r'^stage = (None|"XXselectXX"|"SELECT"|"XXcreate_weightsXX"|"CREATE_WEIGHTS")$',
+     "a dead store: _vllm's refusals carry their own stage (_Refusal.stage), the local is never read"),
+    ("x__vllm", r"bn, bk = layer\.weight\.block or \(\d+, \d+\)$",
+     "the fp8_block scheme is given only to weights with a block (_scheme), so the default is never used"),
+    ("x__vllm", r'qm = \(quant_method or \("(fp8|XXfp8XX|FP8)" if oracle (==|!=) "(fp8|XXfp8XX|FP8)" else',
+     "qm is only compared with \"mxfp4\" (for the mxfp4 oracle), and neither default is \"mxfp4\""),
+    ("x__vllm_gates", r'"gfx1250": gfx == "(XXgfx1250XX|GFX1250)"',
+     "only AITER_TRITON_MXFP4_MXFP4 needs the gfx1250 gate, and it also needs the aiter gate, false off gfx942/gfx950"),
+    ("x__vllm", r"to \{refined\[(0|1)\]\}x\{refined\[(0|1)\]\} to",
+     "refined is [g, g]: both entries are the same number"),
+    ("x__vllm", r'(return scheme if spec\.get\("act_key"\) (==|!=) "(XXrequestedXX|REQUESTED)" else check_scheme|'
+                r'scheme_for\(None\))',
+     "for the MXFP4 oracles check_scheme is the scheme itself (only the FP8 paths change it), and elsewhere scheme_for "
+     "returns check_scheme whatever the name: every scheme_for(...) gives the same scheme"),
     # -- moedispatch/aiter/dispatch.py (tests/test_aiter_dispatch_mutants.py kills the rest) --
     ("x__dispatch_*", r"basis: str, ksplit: int = \d+,$",
      "every step() call in _dispatch_head/_dispatch_legacy passes ksplit, so its default is never used"),
