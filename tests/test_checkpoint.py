@@ -540,7 +540,7 @@ def test_cli_explain_malformed_folder_exit_2_one_line(tmp_path, cli, kind):
         make_ckpt(folder, mixtral_cfg(num_experts_per_tok=9))
     proc = cli("explain", "--model", str(folder), "--target", "gfx950", "--format", "json")
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert proc.stdout == ""
+    assert json.loads(proc.stdout) == {"schema": "moedispatch.error/1", "error": proc.stderr.strip(), "exit": 2}
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert str(folder) in lines[0]

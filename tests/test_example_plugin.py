@@ -173,7 +173,7 @@ def test_plugin_failing_at_import_does_not_break_explain(cli, site):
     assert f"plugin error: broken-moe: {BROKEN_ERROR}" in plan["warnings"]
     assert {la["backend"] for la in _moe_layers(plan)} == {"acme-moe"}
     strict = _run(cli, *args, "--strict-plugins", paths=[site["acme"], site["broken"]])
-    assert strict.returncode == 2 and strict.stdout == ""
+    assert strict.returncode == 2 and json.loads(strict.stdout)["schema"] == "moedispatch.error/1"
     assert "licence server unreachable" in strict.stderr and "Traceback" not in strict.stderr
 
 
