@@ -182,6 +182,9 @@ def _build_parser() -> _Parser:
     fleet.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
     fleet.add_argument("--role", action="append", default=[], metavar="NAME:tp=…,ep=…,tokens=LO-HI[,nodes=GLOB]",
                        help="a role and the nodes it runs on (repeatable; default one role on every node at --tp/--ep)")
+    fleet.add_argument("--engine", metavar="ENGINE[@VERSION]",
+                       help="the engine release the nodes launch (vllm, vllm@0.33.0, sglang): a node whose plan it "
+                            "cannot launch is a problem of the fleet")
     fleet.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree without --role (default 1)")
     fleet.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree without --role (default 1)")
 
@@ -571,6 +574,10 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     roles = [parse_role(r) for r in args.role] or [Role("all", args.tp, args.ep)]
     report = plan_fleet(model, nodes, roles)
+    if args.engine:
+        from moedispatch.engines.fleet import check_engine
+
+        check_engine(report, args.engine)
     _print(render_fleet(report, fmt=args.format, width=getattr(args, "width", None)))
     return EXIT_NO_BACKEND if report.problems() else EXIT_OK
 

@@ -120,3 +120,28 @@ def test_real_probe_files_from_three_processes(tmp_path):
                           timeout=300)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "node(s) c plan differently from a, b" in proc.stdout
+
+
+def test_engine_that_cannot_launch_a_nodes_plan(cli, tmp_path):
+    """--engine vllm: DeepSeek-V4 (a8w4) TP8 with AITER_BF16_FP8_MOE_BOUND=0 has no safe vLLM 0.33 launch (vLLM allocates
+    512 and hands FlyDSL intermediate_pad=128: aiter-pr#3538): the nodes agree, but the fleet is not ready."""
+    env = {"AITER_BF16_FP8_MOE_BOUND": "0"}
+    pattern = _write(tmp_path, _probe("n1", env=env), _probe("n2", env=env))
+    args = ("fleet", "--from", pattern, "--model", "DeepSeek-V4-Pro", "--role", "all:tp=8,tokens=1-8192")
+    assert cli(*args).returncode == 0                      # without an engine: the nodes agree
+    proc = cli(*args, "--engine", "vllm")
+    assert proc.returncode == 3 and "role all: node n1: vllm 0.33.0 cannot launch its plan:" in proc.stdout
+    assert "aiter-pr#3538" in proc.stdout
+    bad = cli(*args, "--engine", "tgi")
+    assert bad.returncode == 2 and "unknown engine" in bad.stderr
+
+
+def test_fleet_and_roles_json_match_their_schemas(cli, tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+    schemas = Path(__file__).resolve().parents[1] / "docs" / "schemas"
+    pattern = _write(tmp_path, _probe("n1"), _probe("n2", aiter="0.1.17"))
+    doc = json.loads(_fleet(cli, pattern, "--format", "json", "--engine", "vllm").stdout)
+    jsonschema.validate(doc, json.loads((schemas / "fleet.schema.json").read_text()))
+    roles = json.loads(cli("explain", "--model", MODEL, "--target", "MI355X", *ROLES, "--format", "json").stdout)
+    jsonschema.validate(roles, json.loads((schemas / "roles.schema.json").read_text()))

@@ -111,6 +111,10 @@ class RoleResult:
 class FleetReport:
     nodes: list[Node]
     roles: list[RoleResult]
+    #: The engine release the nodes launch (``--engine E[@V]``) and, per (role, node), why that release cannot
+    #: launch the node's plan (filled by :func:`moedispatch.engines.fleet.check_engine`).
+    engine: str | None = None
+    engine_errors: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """Why the fleet is not ready (exit 3), one line each; [] when every role's nodes agree and run."""
@@ -124,6 +128,9 @@ class FleetReport:
                 if missing:
                     out.append(f"role {r.role.name}: node {name} ({by_name[name].describe()}) has no correct MoE "
                                f"backend for {len(missing)} layer(s)")
+            for (role, name), why in self.engine_errors.items():
+                if role == r.role.name:
+                    out.append(f"role {r.role.name}: node {name}: {self.engine} cannot launch its plan: {why}")
             groups = r.groups()
             if len(groups) > 1:
                 ranked = sorted(groups.values(), key=len, reverse=True)
@@ -135,7 +142,7 @@ class FleetReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": "moedispatch.fleet/1",
+        return {"schema": "moedispatch.fleet/1", "engine": self.engine,
                 "nodes": [{"name": n.name, "target": n.target, "aiter_version": n.aiter_version,
                            "env": dict(n.env), "source": n.source} for n in self.nodes],
                 "roles": [{**r.role.to_dict(), "errors": r.errors,
