@@ -23,7 +23,10 @@ from moedispatch.sources.checkpoint import PREPAD_MAX_MULTIPLE, prepad_multiple
 from moedispatch.sources.models import load_model
 
 
-def run(argv, monkeypatch, *, stdin: str | None = None, env: dict | None = None) -> tuple[int, str, str]:
+def run(argv, monkeypatch, *, stdin: str | None = None, env: dict | None = None,
+        stdout: io.StringIO | None = None) -> tuple[int, str, str]:
+    """``moedispatch ARGV`` in-process: (exit code, stdout, stderr); ``stdout`` a stream to print into (e.g. one that
+    says it is a terminal)."""
     from moedispatch.cli import main
 
     monkeypatch.setenv("MOEDISPATCH_AITER_VERSION", "default")
@@ -31,7 +34,7 @@ def run(argv, monkeypatch, *, stdin: str | None = None, env: dict | None = None)
         monkeypatch.setenv(key, value)
     if stdin is not None:
         monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    out, err = io.StringIO(), io.StringIO()
+    out, err = stdout if stdout is not None else io.StringIO(), io.StringIO()
     logger = logging.getLogger("moedispatch")
     saved = (logger.handlers[:], logger.level, logger.propagate)
     try:

@@ -9,10 +9,8 @@ is wrapped; JSON is never wrapped.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import logging
 import os
 import pty
 import subprocess
@@ -20,6 +18,7 @@ import subprocess
 import pytest
 
 from conftest import tree_python
+from test_newcomer_input import run
 from moedispatch._util.width import fit, terminal_width, wrap
 
 AITER = ("--aiter-version", "0.1.20.post1")
@@ -34,26 +33,13 @@ class _Terminal(io.StringIO):
 
 def _run(argv, monkeypatch, *, columns: int | None, tty: bool = True, stdin: str | None = None) -> str:
     """``moedispatch ARGV`` in-process with stdout a terminal of ``columns`` (or a pipe); returns stdout."""
-    from moedispatch.cli import main
-
-    monkeypatch.setenv("MOEDISPATCH_AITER_VERSION", "default")
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)
     else:
         monkeypatch.setenv("COLUMNS", str(columns))
-    if stdin is not None:
-        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    out = _Terminal() if tty else io.StringIO()
-    err = io.StringIO()
-    logger = logging.getLogger("moedispatch")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(argv))
-    finally:
-        logger.handlers[:], logger.level, logger.propagate = saved
-    assert code in (0, 3), err.getvalue()
-    return out.getvalue()
+    code, out, err = run(argv, monkeypatch, stdin=stdin, stdout=_Terminal() if tty else None)
+    assert code in (0, 3), err
+    return out
 
 
 def assert_fits(text: str, width: int) -> None:

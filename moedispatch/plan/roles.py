@@ -23,7 +23,7 @@ from moedispatch.core.errors import UsageError
 from moedispatch.core.workload import Runtime, parse_tokens
 from moedispatch.plan.plan import Plan, plan_model, plan_to_json
 
-__all__ = ["Role", "parse_role", "plan_roles", "role_differences", "MAX_ROLES"]
+__all__ = ["Role", "parse_role", "plan_roles", "role_differences", "roles_to_json", "group_view", "MAX_ROLES"]
 
 #: More roles than any disaggregated deployment has (prefill, decode, an encoder, a spare).
 MAX_ROLES = 8
@@ -109,7 +109,7 @@ def plan_roles(model: Any, caps: Any, roles: Sequence[Role], *, env: Mapping[str
     return out
 
 
-def _group_view(plan: Plan) -> list[dict[str, Any]]:
+def group_view(plan: Plan) -> list[dict[str, Any]]:
     seen: dict[tuple, dict[str, Any]] = {}
     for d in plan.decisions:
         if d.layer.kind != "moe":
@@ -134,7 +134,7 @@ def _group_view(plan: Plan) -> list[dict[str, Any]]:
 def role_differences(plans: Sequence[tuple[Role, Plan]]) -> list[str]:
     """One line per thing that differs between the roles' plans (backend, allocation, the families AITER runs, the
     known issues met, the environment workarounds), per MoE layer group; [] when the roles agree."""
-    views = [(role, _group_view(plan)) for role, plan in plans]
+    views = [(role, group_view(plan)) for role, plan in plans]
     out: list[str] = []
     if len(views) < 2:
         return out
@@ -164,5 +164,5 @@ def _fmt(value: Any) -> str:
 def roles_to_json(plans: Sequence[tuple[Role, Plan]]) -> dict[str, Any]:
     return {"schema": "moedispatch.roles/1",
             "roles": [{**role.to_dict(), "decision_fingerprint": plan.decision_fingerprint,
-                       "groups": _group_view(plan), "plan": plan_to_json(plan)} for role, plan in plans],
+                       "groups": group_view(plan), "plan": plan_to_json(plan)} for role, plan in plans],
             "differences": role_differences(plans)}

@@ -6,7 +6,7 @@ import json
 from typing import Any, Sequence
 
 from moedispatch._util.width import fit
-from moedispatch.plan.roles import Role, _group_view, role_differences, roles_to_json
+from moedispatch.plan.roles import Role, group_view, role_differences, roles_to_json
 from moedispatch.render.explain import render_table
 
 __all__ = ["render_roles"]
@@ -33,7 +33,7 @@ def render_roles(plans: Sequence[tuple[Role, Any]], *, fmt: str = "table", first
         lines.append(f"role    {role.describe()} · decision fingerprint {plan.decision_fingerprint}")
         body = render_table(plan, first_line=first_line, brief=True, width=width)
         lines += [line for line in body.splitlines() if not line.startswith("legend")]
-        for g in _group_view(plan):
+        for g in group_view(plan):
             what = f"        AITER runs for layers {g['layers'][0]}–{g['layers'][-1]}: {_runs(g['runs'])}"
             if g["issues"]:
                 what += f"; known issues met: {', '.join(g['issues'])}"

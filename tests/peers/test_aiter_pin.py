@@ -23,17 +23,11 @@ import model_side  # noqa: E402
 
 from moedispatch.aiter import dispatch as ad  # noqa: E402
 from moedispatch.aiter import pin  # noqa: E402
-from moedispatch.aiter.dispatch import Assumptions, DispatchKey  # noqa: E402
+from moedispatch.aiter.dispatch import Assumptions  # noqa: E402
 from moedispatch.data import aiter_configs as cfg  # noqa: E402
-from moedispatch.testing import fake_capabilities, layer  # noqa: E402
+from moedispatch.testing import fake_capabilities  # noqa: E402
 
-TOKENS = (1, 2, 4, 8, 16)
-ENV = {"AITER_BF16_FP8_MOE_BOUND": "0"}
-
-
-def _layer():
-    return layer(hidden_size=7168, intermediate_size=3072, num_experts=384, top_k=6, tp_size=6, weight_quant="mxfp4",
-                 activation_quant="fp8", activation_granularity="group32", model_type="deepseek_v4")
+from test_pin import ENV, TOKENS, _dsv4_512 as _layer  # noqa: E402 - the motivating layer, defined once
 
 
 @pytest.fixture(scope="module")
