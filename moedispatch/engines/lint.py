@@ -32,7 +32,7 @@ from moedispatch.plan.plan import plan_model
 from moedispatch.probe.targets import resolve_capabilities
 from moedispatch.selector import plugins
 from moedispatch.core.workload import Runtime
-from moedispatch.sources.models import load_model
+from moedispatch.sources.models import ModelSpec, load_model
 
 __all__ = ["Launch", "Finding", "parse_launch", "lint_launch", "render_lint", "SCHEMA"]
 
@@ -383,17 +383,19 @@ def _gate_fails(engine: str, version: str, plan: Any) -> Any:
 
 
 def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str | None = None,
-                model: str | None = None, engine_version: str | None = None) -> dict[str, Any]:
-    """Findings for one launch (the ``moedispatch.lint/1`` document)."""
+                model: str | None = None, engine_version: str | None = None,
+                spec: ModelSpec | None = None) -> dict[str, Any]:
+    """Findings for one launch (the ``moedispatch.lint/1`` document). ``spec``: the model as the engine itself
+    loaded it (the in-engine guard parses the engine's own config), instead of reading ``model`` / the launch's."""
     engine = launch.engine
     data = engine_data(engine)
     eng = data[engine]
     version = _version(engine, engine_version, eng)
     ref = model or launch.model
-    if not ref:
+    if spec is None and not ref:
         raise UsageError("the launch names no model: pass --model REF")
     try:
-        spec = load_model(ref)
+        spec = spec if spec is not None else load_model(ref)
     except MoedispatchError as exc:
         raise UsageError(f"cannot read the launch's model {ref!r} ({exc}); pass --model with a built-in name, "
                          "a checkpoint folder or config.json") from None

@@ -1,0 +1,354 @@
+"""The guard inside vLLM (issue 24): a ``vllm.general_plugins`` entry point, loaded by vLLM in every process.
+
+``register()`` is what vLLM calls (``vllm/plugins/__init__.py`` ``load_general_plugins``: process 0 from
+``EngineArgs.__post_init__``, each engine core, each worker — vllm-project/vllm@v0.33.0:vllm/plugins/__init__.py:77-90).
+It installs two checks and does nothing else; importing this module imports nothing of vLLM.
+
+* **Process 0**: the current platform's ``check_and_update_config`` (called once from ``VllmConfig.__post_init__``,
+  vllm-project/vllm@v0.33.0:vllm/config/vllm.py:2067, before any engine core or worker exists) is wrapped: after
+  vLLM's own, the launch the config describes is checked as ``moedispatch exec`` checks a command line
+  (:mod:`moedispatch.guard.process0`). ``refuse`` raises there (vLLM reports it as a config error; nothing is spawned);
+  ``fix`` sets ``kernel_config.moe_backend`` (which every layer's ``FusedMoEConfig`` reads,
+  vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/layer.py:371) and the environment the workers inherit.
+* **Each MoE layer, in every worker**: ``RoutedExperts`` is a ``PluggableLayer`` that vLLM instantiates through its
+  out-of-tree registry (vllm-project/vllm@v0.33.0:vllm/model_executor/custom_op.py:46-99); the guard registers a
+  subclass whose ``_get_quant_method`` sees vLLM's oracle pick (before ``create_weights``) and whose ``__init__`` sees
+  the allocation (before the checkpoint loads). Both are compared with moedispatch's model of that vLLM release
+  (:func:`moedispatch.engines.choice.choice_for_layer`); a difference is the alarm "moedispatch's model of vLLM X is
+  stale here", with both values. A worker whose own check (its own environment, e.g. a remote Ray node) refuses
+  raises before the first layer's weights; padding is compared, never changed.
+
+Guards on the guard: in ``warn`` mode nothing here raises (vLLM does not catch plugin errors); a vLLM release outside
+the modelled range turns the guard off with one line; another plugin owning the ``RoutedExperts`` replacement makes
+the layer check step aside and say so (before or after this one registers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import time
+from typing import Any
+
+from moedispatch.core.errors import UsageError
+from moedispatch.engines import lint
+from moedispatch.engines.choice import choice_for_layer
+from moedispatch.guard import process0 as p0
+from moedispatch.probe.targets import resolve_capabilities
+from moedispatch.sources.models import expand_layers, load_model, parse_config
+
+__all__ = ["register"]
+
+_PREFIX = "moedispatch guard"
+#: The attribute each vLLM 0.33 MoE quant method stores its oracle's pick under (unquantized_fused_moe_method.py,
+#: quantization/fp8.py, quantization/mxfp4.py, quark/quark_moe.py, compressed_tensors_moe*.py).
+_PICK_ATTRS = ("unquantized_backend", "fp8_backend", "mxfp4_backend", "mxfp8_backend", "wna16_backend")
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_STATE: dict[str, Any] = {}
+#: Process 0's findings digest, inherited by its workers: a worker whose own check differs says so.
+_P0_ENV = "MOEDISPATCH_GUARD_CHECKED"
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _once(key: Any, line: str) -> None:
+    seen = _STATE.setdefault("said", set())
+    if key not in seen:
+        seen.add(key)
+        _say(line)
+
+
+def _version() -> str:
+    import vllm
+
+    return str(vllm.__version__).split("+", 1)[0]
+
+
+def register() -> None:
+    """vLLM's entry point. Raises only for a guard setting it cannot honour (``MOEDISPATCH_GUARD=refsue``)."""
+    try:
+        cfg = p0.settings(os.environ)
+    except UsageError as exc:
+        raise RuntimeError(f"{_PREFIX}: {exc}") from None
+    if cfg.mode == "off" or _STATE.get("registered"):
+        return
+    _STATE["registered"] = True
+    try:
+        version = _version()
+        why = p0.unmodelled("vllm", version)
+        if why:
+            _say(f"{_PREFIX}: off — {why}")
+            return
+        _STATE["version"] = version
+        _wrap_platform_check()
+        _register_layer_check()
+    except Exception as exc:  # never stop vLLM for the guard's own failure in warn mode
+        if cfg.mode != "warn":
+            raise
+        _say(f"{_PREFIX}: could not install ({type(exc).__name__}: {exc}); vLLM starts unguarded")
+
+
+# -- process 0 --------------------------------------------------------------------------------------------------------
+
+def _wrap_platform_check() -> None:
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    original = cls.check_and_update_config
+    if getattr(original, "__moedispatch__", False):
+        return
+
+    def check_and_update_config(klass: Any, vllm_config: Any) -> None:
+        original(vllm_config)
+        process0(vllm_config)
+
+    check_and_update_config.__moedispatch__ = True  # type: ignore[attr-defined]
+    cls.check_and_update_config = classmethod(check_and_update_config)  # type: ignore[assignment]
+    cls.check_and_update_config.__func__.__moedispatch__ = True  # type: ignore[attr-defined]
+
+
+def launch_from(vllm_config: Any) -> tuple[list[str], Any]:
+    """(the command line that builds this config, the model as vLLM loaded it)."""
+    mc, par = vllm_config.model_config, vllm_config.parallel_config
+    model = str(mc.model)
+    argv = p0.launch_argv(
+        "vllm", model, tp=int(par.tensor_parallel_size), dp=int(par.data_parallel_size),
+        ep_flag=bool(par.enable_expert_parallel), moe_backend=str(vllm_config.kernel_config.moe_backend),
+        max_batched_tokens=getattr(vllm_config.scheduler_config, "max_num_batched_tokens", None),
+        data_parallel_backend=getattr(par, "data_parallel_backend", None))
+    return argv, _spec(model, mc)
+
+
+def _spec(model: str, mc: Any) -> Any:
+    """A checkpoint folder is read as ``lint`` reads it (config.json and safetensors headers); otherwise the config
+    vLLM itself built (``hf_config``, with any ``--hf-overrides``)."""
+    if os.path.isdir(model):
+        return load_model(model)
+    return parse_config(mc.hf_config.to_dict(), name=model, source="hf-cache", where="vLLM's model config")
+
+
+def process0(vllm_config: Any) -> None:
+    """The process-0 check of one ``VllmConfig`` (see the module docstring)."""
+    if getattr(vllm_config, "model_config", None) is None:
+        return  # a bare VllmConfig() (vLLM's own tests and helpers): no launch to judge
+    start = time.perf_counter()
+    try:
+        cfg = p0.settings(os.environ, getattr(vllm_config, "additional_config", None))
+    except UsageError as exc:
+        raise ValueError(f"{_PREFIX}: {exc}") from None
+    if cfg.mode == "off":
+        _say(f"{_PREFIX}: off ({cfg.where}) — this launch is not checked")
+        return
+    try:
+        argv, spec = launch_from(vllm_config)
+        verdict = p0.check("vllm", _STATE.get("version") or _version(), argv, p0.environ(), cfg, spec=spec,
+                           prefix=_PREFIX)
+    except Exception as exc:
+        _say(f"{_PREFIX} ({cfg.mode}): could not check this launch ({type(exc).__name__}: {exc}); it starts "
+             "unchecked")
+        return
+    for line in verdict.report:
+        _say(line)
+    if verdict.action == "refuse":
+        raise ValueError(p0.refusal_message("vllm", verdict))
+    if verdict.action == "fix":
+        _apply_fix(vllm_config, verdict)
+        argv, spec = launch_from(vllm_config)
+        verdict = p0.check("vllm", _STATE.get("version") or _version(), argv, p0.environ(), cfg, spec=spec,
+                           prefix=_PREFIX)
+        if verdict.action != "pass":  # the corrected launch is still known-wrong: never start it
+            raise ValueError(p0.refusal_message("vllm", verdict) + " (after the guard's fix)")
+        _say(f"{_PREFIX} (fix): the corrected launch checks clean")
+    _STATE["process0"] = verdict
+    os.environ[_P0_ENV] = digest(verdict)
+    _say(f"{_PREFIX}: process-0 check took {time.perf_counter() - start:.2f} s")
+
+
+def _apply_fix(vllm_config: Any, verdict: p0.Verdict) -> None:
+    if verdict.moe_backend:
+        vllm_config.kernel_config.moe_backend = verdict.moe_backend
+    os.environ.update(verdict.env)
+    if verdict.env:
+        from vllm._aiter_ops import rocm_aiter_ops
+
+        rocm_aiter_ops.refresh_env_variables()  # vLLM's own helper to re-read the AITER switches
+    what = ([f"--moe-backend {verdict.moe_backend}"] if verdict.moe_backend else []) + [
+        f"{k}={v}" for k, v in verdict.env.items()]
+    _say(f"{_PREFIX} (fix): set {', '.join(what) or 'nothing'} for this launch and its workers")
+
+
+def digest(verdict: p0.Verdict) -> str:
+    """A short hash of a verdict's findings (what process 0 hands its workers to compare with their own)."""
+    found = sorted((f["severity"], f["message"]) for f in (verdict.doc or {}).get("findings", ()))
+    return hashlib.sha256(repr((verdict.action, found)).encode()).hexdigest()[:16]
+
+
+# -- each MoE layer ---------------------------------------------------------------------------------------------------
+
+def _register_layer_check() -> None:
+    from vllm.model_executor.custom_op import PluggableLayer, op_registry_oot
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+
+    owner = op_registry_oot.get("RoutedExperts")
+    if owner is not None:
+        _say(f"{_PREFIX}: {owner.__module__}.{owner.__qualname__} already replaces vLLM's RoutedExperts; the per-layer "
+             "check steps aside (the process-0 check still runs)")
+        return
+    guarded = _guarded_class(RoutedExperts)
+    RoutedExperts.register_oot(guarded)
+    _STATE["layer_class"] = guarded
+    base_register = PluggableLayer.register_oot.__func__  # type: ignore[attr-defined]
+
+    def register_oot(cls: Any, _decorated_layer_cls: Any = None, name: str | None = None) -> Any:
+        # Another plugin registering its own RoutedExperts after this one: give the slot up instead of letting
+        # vLLM's duplicate-name assert stop the launch.
+        reg = name if name is not None else cls.__name__
+        if op_registry_oot.get(reg) is guarded:
+            del op_registry_oot[reg]
+            _say(f"{_PREFIX}: another plugin replaces vLLM's {reg}; the per-layer check steps aside (the process-0 "
+                 "check still runs)")
+        return base_register(cls, _decorated_layer_cls, name)
+
+    RoutedExperts.register_oot = classmethod(register_oot)  # type: ignore[method-assign,assignment]
+
+
+def _guarded_class(base: Any) -> Any:
+    class MoedispatchGuardedRoutedExperts(base):  # type: ignore[misc,valid-type]
+        """vLLM's RoutedExperts, with moedispatch's check of the oracle's pick and the allocation."""
+
+        def _get_quant_method(self, layer_name: Any, quant_config: Any, moe_config: Any) -> Any:
+            before_oracle(layer_name, moe_config)
+            method = super()._get_quant_method(layer_name, quant_config, moe_config)
+            after_oracle(layer_name, method, moe_config)
+            return method
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            after_allocation(self)
+
+    return MoedispatchGuardedRoutedExperts
+
+
+def _worker() -> dict[str, Any] | None:
+    """This process's plan of the model (once): settings, the verdict on its own environment, the layers as
+    moedispatch models them, the target. None when there is no config to read."""
+    if "worker" in _STATE:
+        return _STATE["worker"]
+    from vllm.config import get_current_vllm_config
+
+    start = time.perf_counter()
+    state: dict[str, Any] | None = None
+    try:
+        vc = get_current_vllm_config()
+        cfg = p0.settings(os.environ, getattr(vc, "additional_config", None))
+        if cfg.mode != "off" and getattr(vc, "model_config", None) is not None:
+            argv, spec = launch_from(vc)
+            env = p0.environ()
+            launch = lint.parse_launch(None, argv, {}, env)
+            tp, ep = lint._plan_layout(launch)
+            caps, _ = resolve_capabilities(cfg.target, None)
+            verdict = p0.check("vllm", _STATE.get("version") or _version(), argv, env, cfg, spec=spec,
+                               prefix=_PREFIX)
+            layers = {lay.index: lay for lay in expand_layers(spec, tp, ep) if lay.kind == "moe"}
+            inherited = env.get(_P0_ENV)
+            if inherited != digest(verdict):
+                _say(f"{_PREFIX}: this worker's own check "
+                     + ("differs from process 0's (its environment or target differs):" if inherited else
+                        "(process 0's check did not reach this process, e.g. a Ray actor without its environment):"))
+                for line in verdict.report:
+                    _say("  " + line)
+            state = {"cfg": cfg, "verdict": verdict, "layers": layers, "caps": caps, "env": env,
+                     "quant_method": spec.quant_method, "observed": 0, "cost": 0.0}
+    except UsageError as exc:
+        raise ValueError(f"{_PREFIX}: {exc}") from None
+    except Exception as exc:
+        _say(f"{_PREFIX}: cannot check this worker's MoE layers ({type(exc).__name__}: {exc}); they run unchecked")
+    _STATE["worker"] = state
+    if state is not None:
+        state["cost"] = time.perf_counter() - start
+        _say(f"{_PREFIX}: layer check ready in {state['cost']:.2f} s ({len(state['layers'])} MoE layer(s) planned, "
+             f"{state['cfg'].mode} mode)")
+    return state
+
+
+def _layer(state: dict[str, Any], layer_name: str) -> Any:
+    m = _LAYER_INDEX.search(str(layer_name))
+    return state["layers"].get(int(m.group(1))) if m else None
+
+
+def before_oracle(layer_name: str, moe_config: Any) -> None:
+    """Before vLLM's oracle: this worker's own verdict (its environment may not be process 0's) refuses here, before
+    any weight exists, or sets this layer's backend in fix mode."""
+    state = _worker()
+    if state is None:
+        return
+    verdict = state["verdict"]
+    if verdict.action == "refuse" and state["cfg"].mode != "warn":
+        raise ValueError(p0.refusal_message("vllm", verdict) + f" (worker check, layer {layer_name})")
+    if verdict.action == "fix" and verdict.moe_backend and moe_config.moe_backend != verdict.moe_backend:
+        moe_config.moe_backend = verdict.moe_backend
+        _once(("fix", verdict.moe_backend), f"{_PREFIX} (fix): this worker's MoE layers use --moe-backend "
+                                            f"{verdict.moe_backend}")
+
+
+def observed_pick(method: Any) -> str | None:
+    """vLLM's oracle pick stored on a MoE quant method (its backend enum member's name), or None."""
+    for attr in _PICK_ATTRS:
+        value = getattr(method, attr, None)
+        if value is not None:
+            return str(getattr(value, "name", value))
+    return None
+
+
+def _prediction(state: dict[str, Any], layer: Any, moe_backend: str) -> Any:
+    key = (layer.hidden, layer.intermediate, layer.experts, moe_backend)
+    cache = state.setdefault("choices", {})
+    if key not in cache:
+        cache[key] = choice_for_layer(layer, state["caps"], "vllm", _STATE.get("version") or _version(),
+                                      env=state["env"], moe_backend=moe_backend, quant_method=state["quant_method"])
+    return cache[key]
+
+
+def after_oracle(layer_name: str, method: Any, moe_config: Any) -> None:
+    """vLLM picked: compare with moedispatch's prediction of that pick (the stale-model alarm)."""
+    state = _worker()
+    if state is None:
+        return
+    start = time.perf_counter()
+    picked, layer = observed_pick(method), _layer(state, layer_name)
+    state["observed"] += 1
+    if layer is None or picked is None:
+        _once(("unmodelled", layer is None), f"{_PREFIX}: layer {layer_name} "
+              + ("is not a MoE layer of moedispatch's plan" if layer is None else
+                 f"({type(method).__name__}) stores no backend pick moedispatch knows") + "; not compared")
+    else:
+        choice = _prediction(state, layer, str(moe_config.moe_backend))
+        if choice.backend != picked:
+            _once(("stale", picked, choice.backend),
+                  f"{_PREFIX}: STALE — moedispatch's model of vLLM {choice.version} is stale here: layer {layer_name} "
+                  f"(hidden {layer.hidden}, intermediate/rank {layer.intermediate_per_rank}): vLLM picked {picked}, moedispatch "
+                  f"predicted {choice.backend or 'a refusal: ' + str(choice.error)}; its verdict on this launch cannot "
+                  "be trusted — please report it with both values")
+    state["cost"] += time.perf_counter() - start
+
+
+def after_allocation(experts: Any) -> None:
+    """vLLM allocated: compare its padded sizes with the prediction (compared, never changed)."""
+    state = _worker()
+    if state is None:
+        return
+    layer = _layer(state, experts.layer_name)
+    if layer is None:
+        return
+    choice = _prediction(state, layer, str(experts.moe_config.moe_backend))
+    got = (int(experts.hidden_size), int(experts.intermediate_size_per_partition))
+    want = (choice.hidden, choice.intermediate_per_rank)
+    if choice.ok and got != want:
+        _once(("alloc", got, want), f"{_PREFIX}: STALE — moedispatch's model of vLLM {choice.version} is stale here: "
+              f"layer {experts.layer_name}: vLLM allocated hidden {got[0]} × intermediate/rank {got[1]}, moedispatch "
+              f"predicted {want[0]} × {want[1]}")
