@@ -23,6 +23,10 @@ the datasheet roofline) and without tagged rows. Errors are ``|pred/actual − 1
   each clean decode row implies (bytes moved ÷ us) beside the product's measured ceiling in gpus.toml.
 * ``coverage`` — share of truths inside the [low, high] bars per basis, each bar built without the truth's own file
   (:func:`coverage`); goal 75–85%.
+* ``release_heldout_*`` — keys an older release of the index had and the snapshot (the planned release) has not,
+  each at its latest lint-clean µs, predicted from the snapshot's rows and priors (never fit on them) with the bars of
+  a user on an older AITER (:func:`release_heldout`); per basis in ``release_heldout_by_basis``; goal median <= 6%,
+  p90 <= 20%. ``lofo_large_m`` — the leave-one-file-out errors at >= ``cost.LARGE_M`` tokens.
 * ``naive_roofline_*`` — the datasheet roofline ``max(t_mem, t_cmp)`` with efficiency 1, same rows, same run;
   ``bucket_prior_lofo_*`` — the roofline divided by the median efficiency per (arch, CU count, token bucket) of the
   other files (the "careful roofline" to beat).
@@ -53,6 +57,7 @@ else:  # pragma: no cover
 from moedispatch.data import aiter_configs
 from moedispatch.data import capdb
 from moedispatch.cost import model as cost
+from moedispatch.cost import drift, release
 
 #: Product whose datasheet peaks the priors are fit against, per (gfx, cu_num) of the tuned rows.
 REFERENCE = {("gfx950", 256): "MI355X", ("gfx942", 304): "MI300X", ("gfx942", 80): "MI308X"}
@@ -215,6 +220,8 @@ FEATURES = {"bucket": "bucket", "arch_cu": "arch_cu", "arch": "arch"}
 
 def fit_group(key, members, peaks):
     feats = FEATURES[key[0]]
+    if key[0] == "bucket" and key[3] >= cost.LARGE_M:
+        feats = "bucket_large"   # + weight bytes, intermediate size, block scaling (moedispatch.cost.model.LARGE_M)
     xs = [cost.model_features(feats, s.geo, s.m, s.cu, peaks[(s.gfx, s.cu)]) for s in members]
     ys = [math.log(s.us) for s in members]
     if feats == "arch" and len({s.cu for s in members}) == 1:
@@ -398,15 +405,15 @@ def _nested_band(entries, file):
     return band_of(others)[:2] if len(others) >= 20 else None
 
 
-def coverage(samples, preds, generic, in_res, in_files, snapshot):
+def coverage(samples, preds, generic, in_res, in_files, releases):
     """Share of truths inside the [low, high] bars per basis, each bar built without the truth's own file:
 
     * ``roofline`` — leave-one-file-out predictions (decode fits and priors) against the p10/p90 band of the
       other files' residuals of the level that answered (per (gfx, CU count), else per gfx, else the generic band);
     * ``interpolated`` — in-shape interpolation against the band of the other files' in-shape residuals;
-    * ``tuned`` — every distinct lint-clean ``us`` an earlier release of the index had for a key the snapshot has,
-      other than the snapshot's own (a re-tuning a user of that release met), against the snapshot's ``[tuned]``
-      bars around its own row;
+    * ``tuned`` — every re-tuning between two consecutive releases (a key's lint-clean µs in one release against
+      its row in the other, both directions), against the release-aware ``tuned`` bars
+      (:mod:`moedispatch.cost.release`) derived without that release pair;
     * ``heuristic`` — None: no heuristic-kernel timings are in AITER's data.
     """
     res = defaultdict(list)
@@ -425,17 +432,47 @@ def coverage(samples, preds, generic, in_res, in_files, snapshot):
     for f, r in pairs:
         band = _nested_band(pairs, f)
         in_inside.append(band[0] <= math.exp(r) <= band[1])
-    lo, hi = TUNED_BAND["low"], TUNED_BAND["high"]
-    now = {s.row.key(): s.us for s in samples}
-    older = set()
-    tags = [r.tag for r in aiter_configs.aiter_index.releases()]
-    for tag in tags[:tags.index(snapshot)] if snapshot in tags else []:
-        _cs, _rows, old, _rej, _pk = load(tag)
-        older |= {(s.row.key(), s.us) for s in old if s.row.key() in now and s.us != now[s.row.key()]}
-    tuned = [lo <= us / now[key] <= hi for key, us in older]
+    tuned = []
+    for relation in ("later", "earlier"):
+        truths = drift.retunings(releases, relation)
+        for pair in sorted({t.pair for t in truths}):
+            band = drift.band_of(t.log_ratio for t in truths if t.pair != pair)
+            lo, hi = min(band[0], TUNED_BAND["low"]), max(band[1], TUNED_BAND["high"])
+            tuned += [lo <= math.exp(t.log_ratio) <= hi for t in truths if t.pair == pair]
     share = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
     return {"roofline": share(inside), "interpolated": share(in_inside), "tuned": share(tuned), "heuristic": None,
             "n": {"roofline": len(inside), "interpolated": len(in_inside), "tuned": len(tuned), "heuristic": 0}}
+
+
+def release_heldout(releases, snapshot, priors, peaks):
+    """Rows an older release had and release ``snapshot`` (the planned one) has not: each key's latest lint-clean
+    µs, predicted through :func:`moedispatch.cost.model.predict_one` from ``snapshot``'s clean rows of the same
+    tuned shape (exact activation first, then AITER's act wildcard) and the priors fit on ``snapshot`` — which never
+    saw them — with the bars of a user whose AITER is older than the rows' release (``earlier``).
+
+    Returns ``{basis: [(error, inside the bars)]}``."""
+    tags = [t for t, _c, _r in releases]
+    if snapshot not in tags:
+        return {}
+    at = tags.index(snapshot)
+    planned = releases[at][2]
+    truths = {}
+    for tag, _commit, rows in releases[:at]:
+        for key, row in rows.items():
+            if key not in planned:
+                truths[key] = (tag, row)             # later releases overwrite: the latest value
+    shapes, wild = defaultdict(dict), defaultdict(dict)
+    for row in planned.values():
+        shapes[row.shape()].setdefault(row.token, (float(row.us), row.where))
+        wild[row.shape()[:6] + row.shape()[7:]].setdefault(row.token, (float(row.us), row.where))
+    out = defaultdict(list)
+    for key, (tag, row) in sorted(truths.items(), key=lambda kv: repr(kv[0])):
+        table = shapes.get(row.shape()) or wild.get(row.shape()[:6] + row.shape()[7:]) or {}
+        ctx = release.ReleaseContext(snapshot, f"AITER {snapshot}", "earlier", tag)
+        c = cost.predict_one(cost.Geometry.of_row(row), row.token, table, _Caps(row.gfx, row.cu_num), priors,
+                             peaks[(row.gfx, row.cu_num)], ctx=ctx)
+        out[c.basis].append((abs(c.us / float(row.us) - 1), c.low <= float(row.us) <= c.high))
+    return out
 
 
 def baselines(samples, peaks):
@@ -501,7 +538,13 @@ def main(argv=None) -> int:
     slope = decode_slope(samples, preds)
     ratio = decode_roofline_ratio(samples, fitted)
     tbps = implied_tbps(samples, peaks)
-    cover = coverage(samples, preds, generic, in_res, in_files, args.snapshot)
+    releases = drift.release_rows(args.aiter_data, REFERENCE)
+    cover = coverage(samples, preds, generic, in_res, in_files, releases)
+    held = release_heldout(releases, args.snapshot, fitted, peaks)
+    held_all = [e for v in held.values() for e, _i in v]
+    large = [abs(preds[id(s_)][0] / s_.us - 1) for s_ in samples if s_.m >= cost.LARGE_M]
+    large_hi = [abs(preds[id(s_)][0] / s_.us - 1) for s_ in samples
+                if s_.gfx == "gfx950" and 16384 <= cost.bucket_of(s_.m) <= 32768]
 
     if args.fit:
         path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "capability_db",
@@ -531,6 +574,17 @@ def main(argv=None) -> int:
     print("inside the bars, each built without the truth's own file (goal 75-85%): " + ", ".join(
         f"{b} {v:.1%} of {cover['n'][b]}" if v is not None else f"{b} not measurable (no data)"
         for b, v in cover.items() if b != "n"), flush=True)
+    print(f"roofline + priors, LOFO at >= {cost.LARGE_M} tokens n={len(large)} median {statistics.median(large):.1%} "
+          f"p90 {pct(large, 0.9):.1%}; gfx950 16k-32k p90 {pct(large_hi, 0.9):.1%} (was 42-46% without the "
+          "large-M terms)", flush=True)
+    if held_all:
+        print(f"release held-out ({len(held_all)} keys older releases had and {args.snapshot} has not, predicted "
+              f"from {args.snapshot}'s rows; goal median <= 6%, p90 <= 20%): median {statistics.median(held_all):.1%} "
+              f"p90 {pct(held_all, 0.9):.1%}", flush=True)
+        for basis, v in sorted(held.items()):
+            errs_b = [e for e, _i in v]
+            print(f"  {basis:12s} n={len(v):4d} median {statistics.median(errs_b):.1%} p90 {pct(errs_b, 0.9):.1%}; "
+                  f"inside the bars {sum(i for _e, i in v) / len(v):.1%} (goal 75-85%)", flush=True)
     for target, t in tbps.items():
         print(f"decode rows' implied HBM, {target} ({t['product']}): median {t['median']:.2f} TB/s, max "
               f"{t['max']:.2f}; {t['above_ceiling']} of {t['n']} above the measured ceiling {t['measured_ceiling']}",
@@ -551,6 +605,15 @@ def main(argv=None) -> int:
                        for (g, c), (a, e, n_rows) in decode.items()},
         "decode_slope": slope, "decode_roofline_ratio": ratio, "decode_implied_tbps": tbps,
         "coverage": {b: v for b, v in cover.items() if b != "n"}, "coverage_n": cover["n"],
+        "release_heldout_median": round(statistics.median(held_all), 4) if held_all else None,
+        "release_heldout_p90": round(pct(held_all, 0.9), 4) if held_all else None,
+        "release_heldout_n": len(held_all),
+        "release_heldout_by_basis": {b: {"n": len(v), "median": round(statistics.median(e for e, _i in v), 4),
+                                         "p90": round(pct([e for e, _i in v], 0.9), 4),
+                                         "coverage": round(sum(i for _e, i in v) / len(v), 4)}
+                                     for b, v in sorted(held.items())},
+        "lofo_large_m": {"median": round(statistics.median(large), 4), "p90": round(pct(large, 0.9), 4),
+                         "n": len(large), "gfx950_16k_32k_p90": round(pct(large_hi, 0.9), 4)},
         "rows": len(rows), "clean_rows": len(samples), "snapshot": cs.label,
         "seconds": round(time.perf_counter() - t0, 1), "numpy": _np is not None,
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "

@@ -36,7 +36,12 @@ How one prediction is made, in order (``Cost.basis`` says which step answered):
      count, token bucket)) turn the roofline into a time, never less than at fewer tokens.
 
    Both are fit on lint-clean tuned rows by ``benchmarks/bench_cost_model.py --fit``; bars are leave-one-model-out
-   residual quantiles (p10–p90) of the level that answered. Triton, emulation and third-party backends get this
+   residual quantiles (p10–p90) of the level that answered (from ``LARGE_M`` tokens the bucket priors also see weight
+   bytes, intermediate size and block scaling, with bars of their own, level ``bucket_large``).
+
+The ``tuned`` and ``interpolated`` bars are release-aware (:mod:`moedispatch.cost.release`): the same-release bars
+when the planned AITER is exactly the rows' release, else widened to AITER's re-tuning spread across releases; the
+detail says whose µs it is. Triton, emulation and third-party backends get this
    AITER roofline times their own factor band (``[backend.*]`` in the priors, with sources).
 
 Where the AITER dispatch model marks a token count ``heuristic`` (no tuned row: AITER runs its untuned default
@@ -65,12 +70,14 @@ from moedispatch._util.log import get_logger
 from moedispatch.core.workload import DEFAULT_TOKENS
 from moedispatch.aiter import dispatch as aiter_dispatch
 from moedispatch.data import aiter_configs, capdb
+from moedispatch.cost import release
 
 __all__ = [
     "Cost",
     "Geometry",
     "BASES",
     "predict",
+    "predict_one",
     "total",
     "compare",
     "reason",
@@ -130,12 +137,14 @@ class Geometry:
     compute: str
     gated: bool = True
     shared: int = 0       # always-active (fused shared) experts among ``experts`` and ``top_k``
+    block_scale: bool = False   # weights scaled per 128x128 block (AITER per_1x128: CK/ASM fp8 blockscale kernels)
 
     @classmethod
     def of_layer(cls, layer: Any, padding: Any = None) -> "Geometry":
         """From a :class:`~moedispatch.core.layers.MoELayer` and, optionally, its :class:`~moedispatch.core.backend.Padding`."""
         w = layer.weight
         scale = 0.0   # scale bytes per weight element: E8M0 per 32 (MX), bf16 per group, fp32 per block
+        block = False
         if w.quantized:
             if w.is_mx:
                 scale = 1 / 32
@@ -143,11 +152,13 @@ class Geometry:
                 scale = (1 if w.scale_dtype == "e8m0" else 2) / w.group_size
             elif w.block:
                 scale = 4 / (w.block[0] * w.block[1])
+                block = True
         return cls(
             hidden=padding.hidden if padding is not None else layer.hidden,
             inter=padding.intermediate_per_rank if padding is not None else layer.intermediate_per_rank,
             experts=layer.experts_per_rank, experts_total=layer.experts, top_k=layer.top_k,
             w_bytes=w.bits / 8 + scale, a_bytes=_ACT_BYTES[layer.act.dtype], compute=_COMPUTE[layer.act.dtype],
+            block_scale=block,
         )
 
     @classmethod
@@ -164,6 +175,7 @@ class Geometry:
             w_bytes=_CSV_BYTES[qw] + _CSV_SCALE.get(str(get("q_type")), 0.0), a_bytes=a,
             compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a], gated=int(get("use_g1u1")) == 1,
             shared=_fused_shared(int(get("expert")), int(get("topk"))),
+            block_scale=str(get("q_type")) == "QuantType.per_1x128",
         )
 
     def active_experts(self, tokens: int) -> float:
@@ -231,6 +243,20 @@ def _f_bucket(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -
     return [1.0, math.log(rl), math.log(m * geo.top_k / geo.experts_total), math.log(geo.a_bytes)]
 
 
+#: From this token bucket on, bucket priors also see the weight bytes, the intermediate size and whether the weights
+#: are block-scaled (``bucket_large``), and their bars are their own (band level ``bucket_large``): at 2048+ tokens
+#: the kernel family — FlyDSL MXFP4 against CK fp8 blockscale — sets the efficiency, which the roofline, the token
+#: count and the activation dtype alone cannot tell apart (leave-one-file-out p90 at gfx950 16k-32k tokens: 42-46%
+#: without these terms, measured by benchmarks/bench_cost_model.py).
+LARGE_M = 2048
+
+
+@_feature("bucket_large")
+def _f_bucket_large(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
+    return _f_bucket(tm, tc, rl, geo, m, cu) + [math.log(geo.w_bytes), math.log(geo.inter),
+                                                 1.0 if geo.block_scale else 0.0]
+
+
 @_feature("arch_cu")
 def _f_arch_cu(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> list[float]:
     lb = math.log(bucket_of(m))
@@ -245,13 +271,13 @@ def _f_arch(tm: float, tc: float, rl: float, geo: Geometry, m: int, cu: int) -> 
 
 
 def model_features(name: str, geo: Geometry, tokens: int, cu: int, peaks: Mapping[str, Any]) -> list[float]:
-    """The feature vector of prior family ``name`` (``bucket``, ``arch_cu``, ``arch``)."""
+    """The feature vector of prior family ``name`` (``bucket``, ``bucket_large``, ``arch_cu``, ``arch``)."""
     tm, tc = roofline_us(geo, tokens, peaks)
     return _FEATURES[name](tm, tc, max(tm, tc), geo, tokens, cu)
 
 
 #: Coefficients per feature set (checked when the priors load).
-FEATURE_SIZES = {"bucket": 4, "arch_cu": 8, "arch": 5}
+FEATURE_SIZES = {"bucket": 4, "bucket_large": 7, "arch_cu": 8, "arch": 5}
 
 
 # -- lint --------------------------------------------------------------------------------------------------------
@@ -545,7 +571,8 @@ def _key_geometry(layer: Any, padding: Any, key: Any) -> Geometry:
         return geo
     return Geometry(hidden=geo.hidden, inter=geo.inter, experts=geo.experts + fused,
                     experts_total=geo.experts_total + fused, top_k=geo.top_k + fused, w_bytes=geo.w_bytes,
-                    a_bytes=geo.a_bytes, compute=geo.compute, gated=geo.gated, shared=fused)
+                    a_bytes=geo.a_bytes, compute=geo.compute, gated=geo.gated, shared=fused,
+                    block_scale=geo.block_scale)
 
 
 def _rows_from_dispatch(dispatch: Iterable[Any], caps: Any) -> list[Any]:
@@ -651,7 +678,7 @@ def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapp
             if below is not None and below[0] > us:
                 us = below[0]
             lower *= 2
-        level = key[0]
+        level = "bucket_large" if key[0] == "bucket" and key[3] >= LARGE_M else key[0]
         band = priors.bands.get((level, gfx, cu)) or priors.bands.get((level, gfx, 0)) or priors.generic[1:]
         where = "/".join(str(k) for k in key[1:] if k)
         if level == "decode":
@@ -767,6 +794,19 @@ def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[in
     return tuple(got[t] for t in tokens)
 
 
+def _release_context(caps: Any) -> release.ReleaseContext | None:
+    """Whose µs the tuned rows of a plan for ``caps`` are (the tuned set :func:`_shape_rows` reads), or None when
+    that cannot be said (then the same-release bars apply)."""
+    try:
+        return release.context_of(aiter_configs.config_set_for(caps, model_dims=frozenset({0})))
+    except (UsageError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _whose(ctx: release.ReleaseContext | None) -> str:
+    return f"; {ctx.describe()}" if ctx is not None else ""
+
+
 def _heuristic_entry(entry: Any, m: int) -> bool:
     """A dispatch entry (object or dict with ``basis`` and ``tokens`` = [lo, hi]) that says AITER runs untuned
     kernels at ``m`` tokens."""
@@ -788,6 +828,55 @@ def _heuristic_band(c: Cost, band: Mapping[str, Any], floor: float) -> Cost:
     return Cost(c.tokens, us, min(max(c.low * flo, floor), us), max(c.high * fhi, us), c.basis,
                 f"{c.detail}; × {factor:g} ({flo:g}–{fhi:g}): AITER runs untuned (heuristic) kernels here "
                 f"({band['source']})")
+
+
+def predict_one(geo: Geometry, m: int, table: Mapping[int, tuple[float, str]], caps: Any, priors: Priors,
+                peaks: Mapping[str, Any], *, kind: str = "aiter", ctx: "release.ReleaseContext | None" = None,
+                skipped: Sequence[str] = ()) -> Cost:
+    """One token count of :func:`predict` (before the heuristic band): ``table`` = ``{tokens: (us, where)}`` of the
+    lint-clean tuned rows of the shape AITER looks up, ``ctx`` whose µs they are (None: the same-release bars).
+    The benchmark's release held-out test calls it with an older release's truths against head's rows."""
+    floor = max(roofline_us(geo, m, peaks))   # nothing runs faster than the datasheet peaks
+    known = sorted(table)
+    if m in table:
+        us, where = table[m]
+        lo, hi = release.bars_for("tuned", ctx, priors.tuned)
+        return Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned", f"tuned row {where}{_whose(ctx)}")
+    below = [t for t in known if t < m]
+    above = [t for t in known if t > m]
+    if kind == "aiter" and below and above:
+        a, b = below[-1], above[0]
+        work = lambda t: sum(roofline_us(geo, t, peaks))  # noqa: E731 - the abscissa: roofline work
+        us = max(interpolate(m, (a, table[a][0]), (b, table[b][0]), work), floor)
+        lo, hi = release.bars_for("interpolated", ctx, priors.interpolated)
+        return Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
+                    f"log-log between tuned rows at {a} ({table[a][1]}) and {b} ({table[b][1]}) tokens"
+                    f"{_whose(ctx)}")
+    us, low, high, detail, _level = _roofline_cost(geo, m, caps, priors, peaks, floor)
+    if below or above:
+        # Beyond the tuned token range of this shape: anchor on the nearest tuned row and scale it by the
+        # prior's ratio between the two token counts (one bucket out: median error 4.5% against 7.6% for the
+        # prior alone, measured on the bundled rows); the bars stay the roofline's.
+        t = below[-1] if below else above[0]
+        anchor_us, anchor_where = table[t]
+        fitted = priors.buckets.get((getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0))
+        if not fitted or bucket_of(m) > fitted[-1]:
+            # Past the largest fitted bucket the priors would extrapolate; the work itself scales instead
+            # (compute-bound at these sizes: time grows with the FLOPs).
+            ratio = sum(roofline_us(geo, m, peaks)) / sum(roofline_us(geo, t, peaks))
+        else:
+            ratio = us / _roofline_cost(geo, t, caps, priors, peaks, 0.0)[0]
+        anchored = max(anchor_us * ratio, floor)
+        low, high, us = max(low * anchored / us, floor), high * anchored / us, anchored
+        detail += f"; scaled from the tuned row at {t} tokens ({anchor_where}, {anchor_us:.1f} µs){_whose(ctx)}"
+    if skipped:
+        detail += f"; tuned rows not used: {'; '.join(skipped[:3])}"
+    if kind != "aiter":
+        entry = priors.backend.get(kind) or priors.backend["other"]
+        factor, flo, fhi = float(entry["factor"]), float(entry["low"]), float(entry["high"])
+        us, low, high = us * factor, max(low * flo, floor), high * fhi
+        detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"
+    return Cost(m, us, min(low, us), max(high, us), "roofline", detail)
 
 
 def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
@@ -836,7 +925,9 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     shapes: dict[int, list[Any]] = {}
     geos: dict[int, Geometry] = {}
     heuristic: set[int] = set()   # token counts the dispatch model says AITER runs untuned (heuristic) kernels at
+    ctx = None                    # whose µs the tuned rows are, and how the user's AITER relates to that release
     if kind == "aiter" and getattr(caps, "aiter_version", None) is not None:
+        ctx = _release_context(caps)
         if rows is not None:
             given = list(rows)
             shapes = {m: given for m in tokens}
@@ -885,48 +976,8 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     for m in tokens:
         geo = geos.get(m, layer_geo)
         table, skipped = table_for(m)
-        known = sorted(table)
-        floor = max(roofline_us(geo, m, peaks))   # nothing runs faster than the datasheet peaks
-        if m in table:
-            us, where = table[m]
-            lo, hi = priors.tuned
-            add(Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned", f"tuned row {where}"), floor)
-            continue
-        below = [t for t in known if t < m]
-        above = [t for t in known if t > m]
-        if kind == "aiter" and below and above:
-            a, b = below[-1], above[0]
-            work = lambda t: sum(roofline_us(geo, t, peaks))  # noqa: E731 - the abscissa: roofline work
-            us = max(interpolate(m, (a, table[a][0]), (b, table[b][0]), work), floor)
-            lo, hi = priors.interpolated
-            add(Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
-                     f"log-log between tuned rows at {a} ({table[a][1]}) and {b} ({table[b][1]}) tokens"), floor)
-            continue
-        us, low, high, detail, _level = _roofline_cost(geo, m, caps, priors, peaks, floor)
-        if below or above:
-            # Beyond the tuned token range of this shape: anchor on the nearest tuned row and scale it by the
-            # prior's ratio between the two token counts (one bucket out: median error 4.5% against 7.6% for the
-            # prior alone, measured on the bundled rows); the bars stay the roofline's.
-            t = below[-1] if below else above[0]
-            anchor_us, anchor_where = table[t]
-            fitted = priors.buckets.get((getattr(caps, "gfx", None), getattr(caps, "compute_units", None) or 0))
-            if not fitted or bucket_of(m) > fitted[-1]:
-                # Past the largest fitted bucket the priors would extrapolate; the work itself scales instead
-                # (compute-bound at these sizes: time grows with the FLOPs).
-                ratio = sum(roofline_us(geo, m, peaks)) / sum(roofline_us(geo, t, peaks))
-            else:
-                ratio = us / _roofline_cost(geo, t, caps, priors, peaks, 0.0)[0]
-            anchored = max(anchor_us * ratio, floor)
-            low, high, us = max(low * anchored / us, floor), high * anchored / us, anchored
-            detail += f"; scaled from the tuned row at {t} tokens ({anchor_where}, {anchor_us:.1f} µs)"
-        if skipped:
-            detail += f"; tuned rows not used: {'; '.join(skipped[:3])}"
-        if kind != "aiter":
-            entry = priors.backend.get(kind) or priors.backend["other"]
-            factor, flo, fhi = float(entry["factor"]), float(entry["low"]), float(entry["high"])
-            us, low, high = us * factor, max(low * flo, floor), high * fhi
-            detail = f"{detail}; × {factor:g} ({flo:g}–{fhi:g}) for {kind} ({entry['source']})"
-        add(Cost(m, us, min(low, us), max(high, us), "roofline", detail), floor)
+        add(predict_one(geo, m, table, caps, priors, peaks, kind=kind, ctx=ctx, skipped=skipped),
+            max(roofline_us(geo, m, peaks)))
     return _no_faster_than_the_whole_device(tuple(out), layer, caps, backend_family, padding, tokens, rows)
 
 
