@@ -163,8 +163,23 @@ def main() -> int:
             out["layer"] = layer_case(cfg, hf["hidden_size"], hf.get("moe_intermediate_size")
                                       or hf["intermediate_size"], hf.get("num_experts") or hf.get("num_local_experts"),
                                       hf.get("num_experts_per_tok"), act)
-    else:
-        raise SystemExit(f"unknown case kind {what!r}")
+    elif what == "bench":  # process 0, then N MoE layers as one worker builds them, timed (benchmarks/bench_guard.py)
+        model_dir, tp, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        t0 = time.perf_counter()
+        import vllm.engine.arg_utils  # noqa: F401  (vLLM's own import, before the plugin loader runs)
+        t_import = time.perf_counter() - t0
+        out = config_case(model_dir, tp, None, keep=True)
+        cfg = out.pop("config")
+        hf = json.load(open(os.path.join(model_dir, "config.json")))
+        times = []
+        for index in range(n):
+            t = time.perf_counter()
+            ans = layer_case(cfg, hf["hidden_size"], hf.get("moe_intermediate_size") or hf["intermediate_size"],
+                             hf.get("num_experts") or hf.get("num_local_experts"), hf.get("num_experts_per_tok"),
+                             "silu", index)
+            times.append(time.perf_counter() - t)
+            assert ans["error"] is None, ans
+        out.update(import_seconds=t_import, layer_seconds=times, cls=ans["cls"])
     print(json.dumps(out))
     return 0
 
