@@ -206,3 +206,16 @@ def test_the_tools_own_recipes_lint_clean(cli, tmp_path, model, target, engine):
     lint = cli("lint", str(script), "--target", target, "--format", "json")
     findings = json.loads(lint.stdout)["findings"]
     assert lint.returncode == 0 and not [f for f in findings if f["severity"] in ("error", "warning")], findings
+
+
+def test_sglang_refusing_a_forced_runner_is_reported_as_its_refusal(cli):
+    """SGLang 0.5.23 raises for Quark MXFP4 with any runner but AITER (quark_w4a4_mxfp4_moe.py create_moe_runner):
+    lint says the launch is refused, with that source — not that Triton would run it with wrong output."""
+    proc, doc = _lint(cli, "--target", "MI355X", "--env", "SGLANG_USE_AITER=1", "--", "python", "-m",
+                      "sglang.launch_server", "--model-path", "Qwen3.5-397B-A17B-MXFP4", "--tp", "4",
+                      "--moe-runner-backend", "triton")
+    assert proc.returncode == 3
+    err = _sev(doc, "error")
+    assert len(err) == 1 and "sglang 0.5.23 refuses this launch" in err[0]["message"]
+    assert "requires the AITER runner" in err[0]["message"] and "quark_w4a4_mxfp4_moe.py" in err[0]["source"]
+    assert "--moe-runner-backend auto" in err[0]["fix"]

@@ -361,6 +361,11 @@ def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
                     return fam
             return "triton"
         return None
+    d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
+    choice = modelled_choice(launch.engine, version, d0.layer, plan.caps, dict(launch.env), backend,
+                             plan.model.quant_method)
+    if choice is not None and not choice.ok:  # SGLang refuses the runner itself (e.g. Quark MXFP4 needs AITER)
+        raise _EngineRefuses(choice)
     if backend == "aiter" or (backend == "auto" and on):
         if backend == "auto" and _gate_fails(launch.engine, version, plan):
             return "triton"  # SGLang's own gate routes the layer to Triton (and skips the AITER shuffle)
