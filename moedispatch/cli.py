@@ -92,7 +92,8 @@ def _build_parser() -> _Parser:
     explain.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
     explain.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
     explain.add_argument("--backend", help="force one backend (exit 3 with its reasons if it cannot run)")
-    explain.add_argument("--brief", action="store_true", help="one line per group of identical layers")
+    explain.add_argument("--brief", action="store_true", help="one line per group of identical layers; with "
+                         "--format json, each reason once (moedispatch.explain-brief/1)")
     explain.add_argument("--tokens", help="token counts per call to plan AITER's dispatch and cost for, comma-separated "
                          "(default 1,4,64,512,8192: decode and prefill)")
     explain.add_argument("--what-if", action="store_true",
@@ -174,13 +175,26 @@ def _build_parser() -> _Parser:
     lint.add_argument("--engine-version", help="engine release of the launch (default: newest known)")
     lint.set_defaults(engine_args=[])
 
-    fleet = sub.add_parser("fleet", help="plan every node of a deployment from its probe file for each role and "
-                                         "check that the nodes of a role agree (exit 3 when not)")
+    fleet = sub.add_parser("fleet", help="plan every node of a deployment (probe files or a Ray cluster) for each "
+                                         "role and check that the nodes of a role agree (exit 3 when not)")
     common(fleet, target=False)
-    fleet.add_argument("--from", dest="probes", required=True, metavar="GLOB",
+    where = fleet.add_mutually_exclusive_group(required=True)
+    where.add_argument("--from", dest="probes", metavar="GLOB",
                        help="probe files, one per node: `moedispatch probe --format json > probes/$(hostname).json`")
+    where.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                       help="probe and plan on every alive node of this Ray cluster (HOST:PORT, ray://HOST:PORT or "
+                            "auto, the default: RAY_ADDRESS or the cluster started here); needs "
+                            "pip install 'moedispatch[ray]'")
+    fleet.add_argument("--ray-timeout", type=_positive, default=120, metavar="SECONDS",
+                       help="--ray: give up (exit 2) when the cluster or a node has not answered by then (default 120)")
+    fleet.add_argument("--save-probes", metavar="DIR",
+                       help="--ray: also write each node's probe document to DIR/NODE.json (replay with --from)")
+    fleet.add_argument("--data-parallel-backend", choices=["ray", "mp"], default=None,
+                       help="with --engine vllm: how the launch starts its data-parallel ranks; ray checks that every "
+                            "AITER/GPTOSS switch a node's plan needs reaches vLLM's Ray actors there")
     fleet.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
-    fleet.add_argument("--role", action="append", default=[], metavar="NAME:tp=…,ep=…,tokens=LO-HI[,nodes=GLOB]",
+    fleet.add_argument("--role", action="append", default=[],
+                       metavar="NAME:tp=…,ep=…,tokens=LO-HI[,nodes=GLOB|label:K=V]",
                        help="a role and the nodes it runs on (repeatable; default one role on every node at --tp/--ep)")
     fleet.add_argument("--engine", metavar="ENGINE[@VERSION]",
                        help="the engine release the nodes launch (vllm, vllm@0.33.0, sglang): a node whose plan it "
@@ -226,7 +240,9 @@ def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> No
         if not renderers:
             import structlog
 
-            renderers.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if fmt == "console"
+            from moedispatch._util.colour import colour_enabled
+
+            renderers.append(structlog.dev.ConsoleRenderer(colors=colour_enabled(sys.stderr)) if fmt == "console"
                              else structlog.processors.JSONRenderer(sort_keys=True))
         return renderers[0](*args)
 
@@ -287,7 +303,15 @@ def _env_pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
+#: Colour the text report (a terminal, NO_COLOR unset, --format table): set per run by _main.
+_COLOUR = False
+
+
 def _print(text: str) -> None:
+    if _COLOUR:
+        from moedispatch._util.colour import colourize
+
+        text = colourize(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
@@ -383,10 +407,17 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         comparisons = compare_plan(plan, name, version, env=engine_env,
                                    quant_method=getattr(plan.model, "quant_method", None))
         if args.format == "json":
-            _print(json.dumps({**plan_to_json(plan), "engine_auto": comparisons}, indent=2))
+            from moedispatch.plan.plan import plan_to_brief_json
+
+            doc = plan_to_brief_json(plan) if args.brief else plan_to_json(plan)
+            _print(json.dumps({**doc, "engine_auto": comparisons}, indent=2))
         else:
             _print(render_table(plan, first_line=first_line, brief=args.brief, width=args.width).rstrip("\n") + "\n"
                    + fit("\n".join(render_comparison(comparisons, env=engine_env)), args.width))
+    elif args.format == "json" and args.brief:  # each reason once (moedispatch.explain-brief/1)
+        from moedispatch.plan.plan import plan_to_brief_json
+
+        _print(json.dumps(plan_to_brief_json(plan), indent=2))
     elif args.format == "json":
         _print(render_json(plan))
     else:
@@ -570,16 +601,94 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
 
     if args.role and (args.tp != 1 or args.ep != 1):
         raise UsageError("fleet: --role sets each role's tp/ep; it does not combine with --tp/--ep")
-    nodes = load_nodes(args.probes)
-    model = load_model(args.model)
+    if args.save_probes is not None and args.ray is None:
+        raise UsageError("fleet: --save-probes writes what --ray gathered; with --from the files are already there")
+    if args.data_parallel_backend is not None and not args.engine:
+        raise UsageError("fleet: --data-parallel-backend describes the --engine launch; pass --engine vllm[@V]")
     roles = [parse_role(r) for r in args.role] or [Role("all", args.tp, args.ep)]
+    model = load_model(args.model)
+    if args.ray is None:
+        nodes, origin, node_plans, node_tools = load_nodes(args.probes), "probe files", {}, {}
+    else:
+        nodes, origin, node_plans, node_tools = _fleet_from_ray(args, model, roles)
     report = plan_fleet(model, nodes, roles)
+    report.origin, report.node_plans, report.node_tools = origin, node_plans, node_tools
     if args.engine:
         from moedispatch.engines.fleet import check_engine
 
-        check_engine(report, args.engine)
+        check_engine(report, args.engine, data_parallel_backend=args.data_parallel_backend)
     _print(render_fleet(report, fmt=args.format, width=getattr(args, "width", None)))
     return EXIT_NO_BACKEND if report.problems() else EXIT_OK
+
+
+@contextlib.contextmanager
+def _c_stderr_silenced() -> Iterator[None]:
+    """Writes to file descriptor 2 by C code go to /dev/null; ``sys.stderr`` (progress, our one-line errors) keeps
+    the real stream. Nothing changes when stderr has no file descriptor (an in-process caller capturing it)."""
+    try:
+        sys.stderr.flush()
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    saved, devnull, old = os.dup(fd), os.open(os.devnull, os.O_WRONLY), sys.stderr
+    sys.stderr = open(saved, "w", encoding=old.encoding, errors=old.errors, closefd=False, buffering=1)
+    os.dup2(devnull, fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr = old
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _fleet_from_ray(args: argparse.Namespace, model: Any, roles: Any) -> tuple[list, str, dict, dict]:
+    """``fleet --ray``: the nodes (as ``--from`` would read them), where from, each node's own plan fingerprints and
+    moedispatch release; progress on stderr (``-q`` silences it). Ray is imported only here."""
+    from moedispatch.plan.fleet_ray import gather, import_ray, nodes_from_answers
+
+    import_ray()  # one line naming the extra when Ray is absent; Ray sets up its "ray" logger on import
+    # Ray's driver-side warnings are not ours to show: the "ray" logger (a warning when ray.init runs off the main
+    # thread) and its C++ core's writes to fd 2 (GCS connection retries) while gathering.
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    quiet = getattr(args, "quiet", False)
+
+    def progress(text: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"moedispatch: {text}\n")
+            sys.stderr.flush()
+
+    with _c_stderr_silenced():
+        answers = gather(args.ray, model, roles, timeout=float(args.ray_timeout), progress=progress)
+    pairs, skipped = nodes_from_answers(answers)
+    for line in skipped:
+        progress(f"fleet: {line}")
+    if args.save_probes is not None:
+        try:
+            os.makedirs(args.save_probes, exist_ok=True)
+            for node, doc in pairs:
+                with open(os.path.join(args.save_probes, f"{node.name}.json"), "w", encoding="utf-8") as fh:
+                    json.dump(doc, fh, indent=2)
+        except OSError as exc:
+            raise UsageError(f"fleet --save-probes {args.save_probes!r}: {exc}") from None
+    by_id = {doc["node"]["ray_node_id"]: node.name for node, doc in pairs}
+    node_plans = {}
+    node_tools = {}
+    for a in answers:
+        name = by_id.get(a.node_id)
+        if name is None:
+            continue
+        errors = dict(a.errors)
+        for role in roles:
+            fp = dict(a.fingerprints).get(role.name)
+            why = errors.get(role.name) or errors.get("*")
+            node_plans[(role.name, name)] = fp if fp is not None else f"(none: {why})"
+        if a.tool:
+            node_tools[name] = a.tool
+    where = args.ray if args.ray != "auto" else os.environ.get("RAY_ADDRESS") or "auto"
+    return [node for node, _ in pairs], f"Ray cluster at {where}", node_plans, node_tools
 
 
 def _cmd_exec(args: argparse.Namespace) -> int:
@@ -693,6 +802,8 @@ def _fail(argv: Sequence[str], message: str, code: int) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    global _COLOUR
+    _COLOUR = False
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = _build_parser()
@@ -707,6 +818,9 @@ def _main(argv: Sequence[str] | None) -> int:
             args.engine_args = engine_args
         # The one width every text report fits in (the terminal's, 80–200 columns; none when piped or for JSON).
         args.width = None if getattr(args, "format", "table") == "json" else terminal_width(sys.stdout)
+        from moedispatch._util.colour import colour_enabled
+
+        _COLOUR = getattr(args, "format", "table") != "json" and colour_enabled(sys.stdout)
         if args.version:
             _print(_version_text())
             return EXIT_OK

@@ -145,3 +145,163 @@ def test_fleet_and_roles_json_match_their_schemas(cli, tmp_path):
     jsonschema.validate(doc, json.loads((schemas / "fleet.schema.json").read_text()))
     roles = json.loads(cli("explain", "--model", MODEL, "--target", "MI355X", *ROLES, "--format", "json").stdout)
     jsonschema.validate(roles, json.loads((schemas / "roles.schema.json").read_text()))
+
+
+# -- fleet --ray without a cluster (tests/peers/test_fleet_ray.py runs a real one) ------------------------------------
+
+def test_fleet_ray_without_ray_is_one_line_naming_the_extra(cli, tmp_path):
+    """A `ray` that cannot be imported (a stand-in package first on PYTHONPATH, whatever this venv has)."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text("raise ImportError('simulated: no ray here')\n")
+    proc = cli("fleet", "--ray", "--model", MODEL, env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "pip install 'moedispatch[ray]'" in proc.stderr
+
+
+def test_ray_stays_off_explain_and_fleet_from(tmp_path):
+    """Ray is imported only by `fleet --ray` (issue 25 item 5): a `ray` that explodes on import is never touched by
+    explain or fleet --from."""
+    from conftest import tree_python
+
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text("raise SystemExit('ray was imported')\n")
+    pattern = _write(tmp_path, _probe("n1"), _probe("n2"))
+    code = ("from moedispatch.cli import main\n"
+            f"assert main(['explain', '--model', {MODEL!r}, '--target', 'MI355X', '--tp', '8']) == 0\n"
+            f"assert main(['fleet', '--from', {pattern!r}, '--model', {MODEL!r}, '--role', 'd:tp=8,tokens=1-512']) == 0\n"
+            "import moedispatch.plan.fleet_ray\n"
+            "assert 'ray' not in sys.modules, 'ray imported'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOEDISPATCH_")}
+    env.update(PYTHONPATH=str(tmp_path), MOEDISPATCH_AITER_VERSION="default")
+    proc = subprocess.run(tree_python(code), capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+_STUB_RAY = """
+import time
+def init(**kwargs):          # a Ray whose GCS never answers: ray.init retries for minutes
+    time.sleep(3600)
+def shutdown():
+    pass
+"""
+
+
+def test_bad_ray_arguments_are_one_line(cli, tmp_path):
+    """Bad addresses, an unreachable one (TCP refused) and a silent one (ray.init never returns: a stand-in `ray`)
+    are one line and exit 2 within --ray-timeout, before any task runs."""
+    import socket
+    import time
+
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text(_STUB_RAY)
+    env = {"PYTHONPATH": str(tmp_path), "RAY_ADDRESS": ""}
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        silent = f"127.0.0.1:{srv.getsockname()[1]}"
+        for args, message in ((["--ray", "nonsense"], "expected HOST:PORT, ray://HOST:PORT or auto"),
+                              (["--ray", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
+                              (["--ray", "ray://127.0.0.1:1"], "cannot reach a Ray cluster at ray://127.0.0.1:1"),
+                              (["--ray", "local"], "would start a new one-node cluster"),
+                              (["--ray", silent, "--ray-timeout", "2"], f"no answer from the Ray cluster at {silent} "
+                                                                        "within 2 s"),
+                              (["--from", "x", "--ray", "auto"], "not allowed with argument"),
+                              (["--from", "x", "--save-probes", str(tmp_path)], "--save-probes writes what --ray"),
+                              (["--from", "x", "--data-parallel-backend", "ray"], "pass --engine vllm")):
+            t0 = time.monotonic()
+            proc = cli("fleet", *args, "--model", MODEL, env=env)
+            assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, (args, proc.stderr)
+            assert time.monotonic() - t0 < 30, args
+
+
+def _answer(node_id, host, **kw):
+    from moedispatch.plan.fleet_ray import NodeAnswer
+
+    probe = kw.pop("probe", None) or _probe(host)
+    return NodeAnswer(node_id, kw.pop("labels", ()), probe, **kw)
+
+
+def test_ray_answers_become_the_nodes_fleet_from_reads():
+    """Raylets sharing a host are told apart by node id; Ray labels select roles; a CPU-only node (no GPU, no
+    MOEDISPATCH_TARGET: a typical head) is left out, said; a node whose task failed is one line naming the fix."""
+    from moedispatch.core.errors import UsageError
+    from moedispatch.plan.fleet import plan_fleet
+    from moedispatch.plan.fleet_ray import nodes_from_answers
+    from moedispatch.plan.roles import parse_role
+    from moedispatch.sources.models import load_model
+
+    answers = [_answer("b" * 56, "vm", labels=(("pool", "decode"),)), _answer("a" * 56, "vm"),
+               _answer("c" * 56, "head", probe={**_probe("head"), "gpus": []})]
+    pairs, skipped = nodes_from_answers(answers)
+    assert [n.name for n, _ in pairs] == ["vm-aaaaaaaa", "vm-bbbbbbbb"]
+    assert skipped == ["head: no GPU found and no MOEDISPATCH_TARGET set (a CPU-only node): left out"]
+    assert pairs[1][1]["node"]["labels"] == {"pool": "decode"} and pairs[1][0].source == "ray:" + "b" * 12
+    report = plan_fleet(load_model(MODEL), [n for n, _ in pairs], [parse_role("d:tp=8,tokens=1-512,nodes=label:decode")])
+    assert list(report.roles[0].plans) == ["vm-bbbbbbbb"]
+    with pytest.raises(UsageError, match=r"node dddddddd \(and 1 more\) could not be probed: ModuleNotFoundError"):
+        nodes_from_answers([_answer("d" * 56, "x", failure="ModuleNotFoundError: No module named 'moedispatch'"),
+                            _answer("e" * 56, "y", failure="boom")])
+
+
+def test_a_node_that_plans_itself_differently_is_a_problem():
+    """fleet --ray: each node also plans with its own moedispatch; a fingerprint that differs from the plan made here
+    from its probe (another moedispatch or capability_db there) makes the fleet not ready."""
+    from moedispatch.plan.fleet import Node, plan_fleet
+    from moedispatch.plan.roles import parse_role
+    from moedispatch.sources.models import load_model
+
+    node = Node("n1", "MI355X", "0.1.20.post1", (), "ray:n1")
+    report = plan_fleet(load_model(MODEL), [node], [parse_role("d:tp=8,tokens=1-512")])
+    fp = report.roles[0].plans["n1"].decision_fingerprint
+    report.node_plans, report.node_tools = {("d", "n1"): fp}, {"n1": "0.1.0"}
+    assert report.problems() == []
+    assert report.to_dict()["roles"][0]["nodes"]["n1"]["planned_on_node"] == fp
+    report.node_plans = {("d", "n1"): "0" * 16}
+    (line,) = report.problems()
+    assert line.startswith("role d: node n1 plans itself differently (decision fingerprint 0000000000000000 on the "
+                           f"node, {fp} here from its probe): it runs moedispatch 0.1.0")
+
+
+def test_probe_file_labels_and_the_nodes_own_aiter_choice(cli, tmp_path):
+    """The probe document as fleet --ray --save-probes writes it: node.name, node.labels (role selectors) and the
+    node's MOEDISPATCH_AITER_VERSION (what its own CLI would plan for) are read by --from too."""
+    docs = [_probe("x1", aiter="0.1.20.post1"), _probe("x2", aiter="0.1.20.post1",
+                                                        env={"MOEDISPATCH_AITER_VERSION": "0.1.17.post1"}),
+            _probe("x3")]
+    for d, labels in zip(docs, ({"role": "decode"}, {"role": "decode"}, {"role": "prefill"})):
+        d["node"]["labels"] = labels
+    pattern = _write(tmp_path, *docs)
+    proc = cli("fleet", "--from", pattern, "--model", MODEL, "--role", "decode:tp=8,tokens=1-512,nodes=label:role=decode",
+               "--format", "json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 3 and list(doc["roles"][0]["nodes"]) == ["x1", "x2"]
+    assert doc["problems"] == ["role decode: node(s) x2 plan differently from x1: AITER 0.1.20.post1 vs 0.1.17.post1"]
+    bad = _probe("y")
+    bad["node"]["labels"] = {"role": 1}
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "y.json").write_text(json.dumps(bad))
+    proc = cli("fleet", "--from", str(tmp_path / "bad" / "*.json"), "--model", MODEL)
+    assert proc.returncode == 2 and "node.labels must map label names to strings" in proc.stderr
+
+
+def test_a_switch_vllm_ray_actors_will_not_receive_from_probe_files(cli, tmp_path):
+    """--engine vllm --data-parallel-backend ray (capability_db [vllm.ray_env]): MiniMax-M3-MXFP4 TP8 decode needs
+    GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0 for vLLM 0.33 to allocate what AITER runs natively; vLLM's Ray DP actors copy only
+    VLLM_… variables from the launching shell, so the fleet is not ready unless the node sets it or the prefix is
+    copied. Prefill needs no such switch."""
+    pattern = _write(tmp_path, _probe("n1"), _probe("n2"))
+    args = ("fleet", "--from", pattern, "--model", MODEL, *ROLES, "--engine", "vllm", "--data-parallel-backend", "ray")
+    proc = cli(*args)
+    assert proc.returncode == 3
+    (line,) = [x.strip() for x in proc.stdout.splitlines() if "will not receive" in x]
+    assert line.startswith("role decode: node(s) n1, n2: its plan needs GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0")
+    assert "export VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=GPTOSS_ where vLLM is launched" in line
+    assert "vllm/ray/ray_env.py" in line
+    assert cli(*args, env={"VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY": "GPTOSS_"}).returncode == 0
+    assert cli(*args, env={"VLLM_RAY_EXTRA_ENV_VARS_TO_COPY": "GPTOSS_SWIGLU_MXFP4_BF16_BOUND"}).returncode == 0
+    assert cli(*args[:-2]).returncode == 0                       # --data-parallel-backend mp / not given: nothing
+    env = {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}               # the nodes' own environment sets it: it reaches them
+    pattern = _write(tmp_path, _probe("n1", env=env), _probe("n2", env=env))
+    assert cli(*args).returncode == 0
+    bad = cli("fleet", "--from", pattern, "--model", MODEL, "--engine", "sglang", "--data-parallel-backend", "ray")
+    assert bad.returncode == 2 and "only vLLM's Ray data-parallel actors are modelled" in bad.stderr

@@ -5,6 +5,9 @@ partition, AITER release) and the AITER/engine environment its processes see; ``
 'probes/*.json' --model REF [--role …]`` plans each node for each role and compares their decision fingerprints
 (:attr:`moedispatch.plan.plan.Plan.decision_fingerprint`: what must agree across ranks, not how a target was named).
 A role whose nodes disagree, or a node that cannot run its role's plan, makes the fleet exit 3 with what differs.
+
+``moedispatch fleet --ray [ADDRESS|auto]`` (:mod:`moedispatch.plan.fleet_ray`) gathers the same probe documents from
+every alive node of a Ray cluster instead of from files; everything after the nodes are collected is this module.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from moedispatch.data.capdb import target_capabilities
 from moedispatch.plan.plan import Plan, plan_model
 from moedispatch.plan.roles import Role
 
-__all__ = ["Node", "load_nodes", "node_from_probe", "plan_fleet", "FleetReport", "MAX_NODES"]
+__all__ = ["Node", "load_nodes", "node_from_probe", "plan_fleet", "selects", "FleetReport", "MAX_NODES"]
 
 MAX_NODES = 4096
 PROBE_SCHEMA = "moedispatch.probe/1"
+#: The node's own choice of AITER release to plan for (README "explain"; moedispatch.probe.targets.cli_aiter_version).
+AITER_VERSION_ENV = "MOEDISPATCH_AITER_VERSION"
+TARGET_ENV = "MOEDISPATCH_TARGET"
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class Node:
     aiter_version: str | None
     env: tuple[tuple[str, str], ...]
     source: str
+    #: Labels of the node (a Ray node's labels; ``node.labels`` of a probe file): ``--role …,nodes=label:K=V``.
+    labels: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         return f"{self.target}, AITER {self.aiter_version or 'none'}"
@@ -68,8 +76,19 @@ def node_from_probe(doc: Any, source: str) -> Node:
     env = doc.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise UsageError(f"{source}: env must map variable names to strings")
-    name = str((doc.get("node") or {}).get("host") or os.path.splitext(os.path.basename(source))[0])
-    return Node(name, str(target), version, tuple(sorted(env.items())), source)
+    # The node plans for the AITER its own CLI would: MOEDISPATCH_AITER_VERSION in its environment wins over the
+    # probed files ('default' = the newest capability_db knows), as moedispatch.probe.targets.cli_aiter_version does.
+    override = env.get(AITER_VERSION_ENV, "").strip()
+    if override and override.lower() != "installed":
+        version = None if override.lower() == "default" else override
+    node = doc.get("node") or {}
+    if not isinstance(node, dict):
+        raise UsageError(f"{source}: node must be an object ({{\"host\": …}})")
+    labels = node.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise UsageError(f"{source}: node.labels must map label names to strings")
+    name = str(node.get("name") or node.get("host") or os.path.splitext(os.path.basename(source))[0])
+    return Node(name, str(target), version, tuple(sorted(env.items())), source, tuple(sorted(labels.items())))
 
 
 def load_nodes(pattern: str) -> list[Node]:
@@ -115,6 +134,16 @@ class FleetReport:
     #: launch the node's plan (filled by :func:`moedispatch.engines.fleet.check_engine`).
     engine: str | None = None
     engine_errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Where the nodes came from, for the report's first line ("probe files", "Ray cluster at ADDRESS").
+    origin: str = "probe files"
+    #: ``fleet --ray``: the decision fingerprint each node computed itself for each role, (role, node) → fingerprint,
+    #: and the moedispatch release it runs; a node whose own plan differs from the plan made here from its probe runs
+    #: another moedispatch or capability_db (or reads files this host cannot see).
+    node_plans: dict[tuple[str, str], str] = field(default_factory=dict)
+    node_tools: dict[str, str] = field(default_factory=dict)
+    #: Launch problems found by the engine check that are not the recipe's own refusals (one line each, e.g. an
+    #: AITER switch vLLM's Ray data-parallel actors will not receive).
+    launch_problems: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         """Why the fleet is not ready (exit 3), one line each; [] when every role's nodes agree and run."""
@@ -131,6 +160,14 @@ class FleetReport:
             for (role, name), why in self.engine_errors.items():
                 if role == r.role.name:
                     out.append(f"role {r.role.name}: node {name}: {self.engine} cannot launch its plan: {why}")
+            for name, plan in r.plans.items():
+                own = self.node_plans.get((r.role.name, name))
+                if own is not None and own != plan.decision_fingerprint:
+                    tool = self.node_tools.get(name)
+                    out.append(f"role {r.role.name}: node {name} plans itself differently (decision fingerprint {own} "
+                               f"on the node, {plan.decision_fingerprint} here from its probe): it runs "
+                               f"{'moedispatch ' + tool if tool else 'another moedispatch'} (here: {_own_version()}) "
+                               "or reads other AITER files; install the same moedispatch on every node")
             groups = r.groups()
             if len(groups) > 1:
                 ranked = sorted(groups.values(), key=len, reverse=True)
@@ -139,14 +176,18 @@ class FleetReport:
                     out.append(f"role {r.role.name}: node(s) {', '.join(other)} plan differently from "
                                f"{', '.join(major)}: " + _what_differs(by_name[major[0]], by_name[other[0]],
                                                                       r.plans[major[0]], r.plans[other[0]]))
-        return out
+        return out + list(self.launch_problems)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "moedispatch.fleet/1", "engine": self.engine,
                 "nodes": [{"name": n.name, "target": n.target, "aiter_version": n.aiter_version,
-                           "env": dict(n.env), "source": n.source} for n in self.nodes],
+                           "env": dict(n.env), "labels": dict(n.labels), "source": n.source,
+                           **({"moedispatch": self.node_tools[n.name]} if n.name in self.node_tools else {})}
+                          for n in self.nodes],
                 "roles": [{**r.role.to_dict(), "errors": r.errors,
                            "nodes": {name: {"decision_fingerprint": p.decision_fingerprint,
+                                            **({"planned_on_node": self.node_plans[(r.role.name, name)]}
+                                               if (r.role.name, name) in self.node_plans else {}),
                                             "moe": _moe_summary(p)} for name, p in r.plans.items()},
                            "agree": len(r.groups()) <= 1 and not r.errors} for r in self.roles],
                 "problems": self.problems()}
@@ -168,7 +209,8 @@ def _what_differs(a: Node, b: Node, pa: Plan, pb: Plan) -> str:
     if a.aiter_version != b.aiter_version:
         parts.append(f"AITER {a.aiter_version or 'none'} vs {b.aiter_version or 'none'}")
     ea, eb = dict(a.env), dict(b.env)
-    env = sorted(k for k in set(ea) | set(eb) if ea.get(k) != eb.get(k))
+    # MOEDISPATCH_TARGET / MOEDISPATCH_AITER_VERSION are already said as the target and the AITER release.
+    env = sorted(k for k in set(ea) | set(eb) if ea.get(k) != eb.get(k) and k not in (TARGET_ENV, AITER_VERSION_ENV))
     if env:
         parts.append("environment " + ", ".join(f"{k}={ea.get(k, '(unset)')} vs {eb.get(k, '(unset)')}"
                                                  for k in env))
@@ -178,12 +220,33 @@ def _what_differs(a: Node, b: Node, pa: Plan, pb: Plan) -> str:
     return "; ".join(parts) or "the decision fingerprints differ"
 
 
+def _own_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"moedispatch {version('moedispatch')}"
+    except PackageNotFoundError:
+        return "moedispatch (not installed as a package)"
+
+
+def selects(pattern: str, node: Node) -> bool:
+    """Whether a role's ``nodes=`` selector picks ``node``: ``label:KEY=VALUE`` (that label has that value),
+    ``label:WORD`` (a label named WORD or with the value WORD: ``nodes=label:prefill``), else a glob on node names."""
+    if pattern.startswith("label:"):
+        key, eq, value = pattern[len("label:"):].partition("=")
+        labels = dict(node.labels)
+        if eq:
+            return labels.get(key) == value
+        return key in labels or key in labels.values()
+    return fnmatch.fnmatchcase(node.name, pattern)
+
+
 def plan_fleet(model: Any, nodes: Sequence[Node], roles: Sequence[Role], **plan_kwargs: Any) -> FleetReport:
-    """Each role planned on each node it runs on (:attr:`Role.nodes`, a glob on node names)."""
+    """Each role planned on each node it runs on (:attr:`Role.nodes`: a glob on node names or ``label:K=V``)."""
     results = []
     for role in roles:
         pattern = role.nodes
-        members = [n for n in nodes if fnmatch.fnmatchcase(n.name, pattern)]
+        members = [n for n in nodes if selects(pattern, n)]
         if not members:
             raise UsageError(f"role {role.name}: nodes={pattern!r} matches none of {', '.join(n.name for n in nodes)}")
         res = RoleResult(role)

@@ -28,10 +28,12 @@ from moedispatch.selector import plugins
 if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.workload import Runtime
 
-__all__ = ["Plan", "plan_model", "plan_to_json", "padded_bytes", "layer_entry", "group_entry", "layer_span", "cost_total",
-           "SCHEMA"]
+__all__ = ["Plan", "plan_model", "plan_to_json", "plan_to_brief_json", "padded_bytes", "layer_entry", "group_entry",
+           "layer_span", "cost_total", "SCHEMA", "BRIEF_SCHEMA"]
 
 SCHEMA = "moedispatch.explain/1"
+#: ``explain --brief --format json``: the same plan with each reason once (docs/schemas/explain-brief.schema.json).
+BRIEF_SCHEMA = "moedispatch.explain-brief/1"
 log = get_logger(__name__)
 
 
@@ -298,6 +300,40 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "decision_fingerprint": plan.decision_fingerprint,
         "aiter_data": aiter_data(plan),
     }
+
+
+def plan_to_brief_json(plan: Plan) -> dict[str, Any]:
+    """``explain --brief --format json`` (``moedispatch.explain-brief/1``): the plan with each distinct reason once.
+
+    explain/1 repeats every reason per layer, twice (``reasons`` and ``reason_details``), and again per rejected
+    backend — 1–2 MB for a 60–94-layer model although its layers form a handful of groups. Here ``reasons`` is the
+    table of distinct reasons (``{text, kind, source, issue, confidence}``, in order of first use) and everything
+    else refers to it by index: each group (the layers that share one decision, with that decision, its shape and
+    quant once), each rejected backend, each warning. The plan-level fields are explain/1's."""
+    table: dict[Reason, int] = {}
+
+    def ref(reasons: Sequence[Reason]) -> list[int]:
+        return [table.setdefault(r, len(table)) for r in reasons]
+
+    groups = []
+    for g in plan.groups():
+        d = g[0]
+        entry = {k: v for k, v in layer_entry(d).items()
+                 if k not in ("index", "reasons", "reason_details", "rejected")}
+        entry = {"layers": [x.layer.index for x in g], **entry, "reasons": ref(d.reasons),
+                 "rejected": [{"backend": r.backend, "supported": r.supported, "reasons": ref(r.reasons),
+                               **({"cost": [c.to_dict() for c in r.cost]} if r.cost else {})} for r in d.rejected],
+                 "warnings": ref(d.warnings)}
+        if plan.what_if_for(g):
+            entry["what_if"] = ref(plan.what_if_for(g))
+        groups.append(entry)
+    full = plan_to_json(plan)
+    warnings = ref(plan.warnings)
+    out = {"schema": BRIEF_SCHEMA, **{k: full[k] for k in ("model", "target", "parallel")},
+           "groups": groups, **_runtime_entries(plan), "warnings": warnings,
+           **{k: full[k] for k in ("padded_bytes", "fingerprint", "decision_fingerprint", "aiter_data")}}
+    out["reasons"] = [r.to_dict() for r in table]
+    return out
 
 
 def aiter_data(plan: Plan) -> list[dict[str, Any]]:

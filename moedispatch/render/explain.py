@@ -180,8 +180,8 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
         why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
         for n, reason in enumerate(why):
             lines += wrapped(cite(reason), "    why     " if n == 0 else "            ")
-        for reason in d.of_kind("caveat"):
-            lines += wrapped(cite(reason), "    caveat  ")
+        for reason in d.of_kind("caveat"):  # the label says caveat once (texts from known issues open with it)
+            lines += wrapped(cite(reason).removeprefix("caveat "), "    caveat  ")
         for reason in d.of_kind("warning"):
             lines += wrapped(cite(reason), "    warning ")
         for rej in d.rejected:

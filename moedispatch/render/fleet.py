@@ -15,10 +15,13 @@ def render_fleet(report: FleetReport, *, fmt: str = "table", width: int | None =
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2) + "\n"
     by_name = {n.name: n for n in report.nodes}
-    lines = [f"fleet   {len(report.nodes)} node(s) from probe files; {len(report.roles)} role(s)"]
+    lines = [f"fleet   {len(report.nodes)} node(s) from {report.origin}; {len(report.roles)} role(s)"
+             + (f"; engine {report.engine}" if report.engine else "")]
     for n in report.nodes:
         env = ", ".join(f"{k}={v}" for k, v in n.env if not k.startswith("MOEDISPATCH_")) or "no AITER/engine env"
-        lines.append(f"node    {n.name}: {n.describe()}; {env} ({n.source})")
+        labels = "; labels " + ", ".join(f"{k}={v}" for k, v in n.labels) if n.labels else ""
+        tool = f"; moedispatch {report.node_tools[n.name]}" if n.name in report.node_tools else ""
+        lines.append(f"node    {n.name}: {n.describe()}; {env}{labels}{tool} ({n.source})")
     for r in report.roles:
         lines.append("")
         lines.append(f"role    {r.role.describe()}")

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 V="${1:-.peers-venv}"
 if [ -x "$V/bin/python" ] && "$V/bin/python" -c "import vllm, sglang, compressed_tensors, gguf" 2>/dev/null; then
+  "$V/bin/python" -c "import ray, pytest" 2>/dev/null || "$V/bin/python" -m pip install -q "ray==2.60.*" "pytest>=7"
   echo "$V: ready"; exit 0
 fi
 python3 -m venv "$V"
@@ -27,5 +28,8 @@ $P --no-deps triton==3.8.0                # sglang.srt.utils.common imports trit
 $P gguf
 $P --no-deps compressed-tensors==0.18.0   # --no-deps: it would otherwise pull a CUDA torch
 $P -e .
+# moedispatch[ray] (same pin as pyproject.toml) and pytest: tests/peers/test_fleet_ray.py runs IN this venv (a real
+# 3-raylet local cluster: `.peers-venv/bin/python -m pytest -q tests/peers/test_fleet_ray.py`).
+$P "ray==2.60.*" "pytest>=7"
 "$V/bin/python" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$V: ready"
