@@ -12,17 +12,22 @@ read the engine's config into :func:`launch_argv`'s arguments and apply :class:`
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from moedispatch.core.errors import UsageError
 from moedispatch.engines import lint
 from moedispatch.engines.choice import ENGINES, _data
 from moedispatch.guard.launch import GUARD_ENV, MODES, decide
 
-__all__ = ["Settings", "Verdict", "settings", "unmodelled", "launch_argv", "check", "refusal_message"]
+__all__ = ["Settings", "Verdict", "settings", "unmodelled", "launch_argv", "check", "refusal_message", "say",
+           "installable", "guard_process0", "PREFIX"]
 
+PREFIX = "moedispatch guard"
 #: The engine config channel's key (vLLM ``--additional-config '{"moedispatch": {"mode": "refuse"}}'``).
 CONFIG_KEY = "moedispatch"
 _TARGET_ENV = "MOEDISPATCH_TARGET"
@@ -172,3 +177,66 @@ def refusal_message(engine: str, verdict: Verdict) -> str:
 def environ() -> dict[str, str]:
     """This process's environment (one place, so tests can see what the guard reads)."""
     return dict(os.environ)
+
+
+def say(line: str) -> None:
+    """One line of the guard's report on stderr (stdout belongs to the engine)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def installable(engine: str, state: dict[str, Any]) -> str | None:
+    """The engine's release when the guard should install its hooks in this process (once), else None: off by
+    ``MOEDISPATCH_GUARD``, already installed, or a release outside the model (said in one line). A mode it cannot
+    honour raises :class:`UsageError`."""
+    cfg = settings(os.environ)
+    if cfg.mode == "off" or state.get("registered"):
+        return None
+    state["registered"] = True
+    version = str(importlib.import_module(engine).__version__).split("+", 1)[0]
+    why = unmodelled(engine, version)
+    if why:
+        say(f"{PREFIX}: off — {why}")
+        return None
+    state["version"] = version
+    return version
+
+
+def guard_process0(engine: str, version: str, extra: Any, launch: Callable[[], tuple[list[str], Any]],
+                   apply_fix: Callable[[Verdict], str]) -> Verdict | None:
+    """Process 0's check inside an engine: settings (``extra``: the engine's config channel), the verdict on
+    ``launch()`` (argv, model spec or None), the report; ``refuse`` raises ``ValueError`` (one paragraph); ``fix``
+    calls ``apply_fix`` (which changes the engine's config and says what, as a phrase), re-checks the corrected launch
+    and raises if it is still known-wrong. A launch the guard cannot read starts unchecked, with one line."""
+    start = time.perf_counter()
+    try:
+        cfg = settings(os.environ, extra)
+    except UsageError as exc:
+        raise ValueError(f"{PREFIX}: {exc}") from None
+    if cfg.mode == "off":
+        say(f"{PREFIX}: off ({cfg.where}) — this launch is not checked")
+        return None
+
+    def verdict_now() -> Verdict:
+        argv, spec = launch()
+        return check(engine, version, argv, environ(), cfg, spec=spec, prefix=PREFIX)
+
+    try:
+        verdict = verdict_now()
+    except Exception as exc:
+        say(f"{PREFIX} ({cfg.mode}): could not check this launch ({type(exc).__name__}: {exc}); it starts unchecked")
+        return None
+    for line in verdict.report:
+        say(line)
+    if verdict.action == "refuse":
+        raise ValueError(refusal_message(engine, verdict))
+    if verdict.action == "fix":
+        os.environ.update(verdict.env)
+        parts = [apply_fix(verdict)] + [f"{k}={v}" for k, v in verdict.env.items()]
+        say(f"{PREFIX} (fix): set {', '.join(p for p in parts if p) or 'nothing'} for this launch and its workers")
+        verdict = verdict_now()
+        if verdict.action != "pass":  # the corrected launch is still known-wrong: never start it
+            raise ValueError(refusal_message(engine, verdict) + " (after the guard's fix)")
+        say(f"{PREFIX} (fix): the corrected launch checks clean")
+    say(f"{PREFIX}: process-0 check took {time.perf_counter() - start:.2f} s")
+    return verdict

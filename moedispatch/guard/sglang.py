@@ -18,9 +18,6 @@ Not here yet: SGLang's per-layer check (an AFTER hook on ``FusedMoE.__init__``),
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from typing import Any
 
 from moedispatch.core.errors import UsageError
@@ -28,44 +25,25 @@ from moedispatch.guard import process0 as p0
 
 __all__ = ["register", "STEP"]
 
-_PREFIX = "moedispatch guard"
 #: The resolution step the guard wraps (one of SGLang 0.5.23's ``_OVERRIDABLE_HOOKS``).
 STEP = "handle_moe_kernel_config"
 _STATE: dict[str, Any] = {}
 
 
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
-def _version() -> str:
-    import sglang
-
-    return str(sglang.__version__).split("+", 1)[0]
-
-
 def register() -> None:
     """SGLang's entry point: register the resolution hook and confirm it is in SGLang's table."""
     try:
-        cfg = p0.settings(os.environ)
+        version = p0.installable("sglang", _STATE)
     except UsageError as exc:
-        _say(f"{_PREFIX}: {exc} — not installed")
+        p0.say(f"{p0.PREFIX}: {exc} — not installed")
         raise
-    if cfg.mode == "off" or _STATE.get("registered"):
+    if version is None:
         return
-    _STATE["registered"] = True
-    version = _version()
-    why = p0.unmodelled("sglang", version)
-    if why:
-        _say(f"{_PREFIX}: off — {why}")
-        return
-    _STATE["version"] = version
     from sglang.srt.arg_groups import resolution_hooks as rh
 
     rh.register_resolution_hook(STEP)(moe_step)
     if moe_step not in rh._HOOKS.get(STEP, ()):
-        _say(f"{_PREFIX}: NOT ACTIVE — SGLang {version} did not register the {STEP} hook; launches are unchecked")
+        p0.say(f"{p0.PREFIX}: NOT ACTIVE — SGLang {version} did not register the {STEP} hook; launches are unchecked")
 
 
 def moe_step(server_args: Any, previous: Any) -> None:
@@ -88,37 +66,14 @@ def launch_from(server_args: Any) -> list[str]:
 
 
 def process0(server_args: Any) -> None:
-    start = time.perf_counter()
-    try:
-        cfg = p0.settings(os.environ)
-    except UsageError as exc:
-        raise ValueError(f"{_PREFIX}: {exc}") from None
-    if cfg.mode == "off":
-        _say(f"{_PREFIX}: off ({cfg.where}) — this launch is not checked")
-        return
-    try:
-        argv = launch_from(server_args)
-        verdict = p0.check("sglang", _STATE.get("version") or _version(), argv, p0.environ(), cfg, prefix=_PREFIX)
-    except Exception as exc:
-        _say(f"{_PREFIX} ({cfg.mode}): could not check this launch ({type(exc).__name__}: {exc}); it starts "
-             "unchecked")
-        return
-    for line in verdict.report:
-        _say(line)
-    if verdict.action == "refuse":
-        raise ValueError(p0.refusal_message("sglang", verdict))
-    if verdict.action == "fix":
-        if verdict.moe_backend:
-            from sglang.srt.arg_groups.overrides import declare_resolution
+    """The process-0 check of resolved server args (see the module docstring)."""
 
-            declare_resolution(server_args, "moedispatch.guard", moe_runner_backend=verdict.moe_backend)
-        os.environ.update(verdict.env)
-        what = ([f"--moe-runner-backend {verdict.moe_backend}"] if verdict.moe_backend else []) + [
-            f"{k}={v}" for k, v in verdict.env.items()]
-        _say(f"{_PREFIX} (fix): set {', '.join(what) or 'nothing'} for this launch")
-        verdict = p0.check("sglang", _STATE.get("version") or _version(), launch_from(server_args), p0.environ(),
-                           cfg, prefix=_PREFIX)
-        if verdict.action != "pass":  # the corrected launch is still known-wrong: never start it
-            raise ValueError(p0.refusal_message("sglang", verdict) + " (after the guard's fix)")
-        _say(f"{_PREFIX} (fix): the corrected launch checks clean")
-    _say(f"{_PREFIX}: process-0 check took {time.perf_counter() - start:.2f} s")
+    def apply_fix(verdict: p0.Verdict) -> str:
+        if not verdict.moe_backend:
+            return ""
+        from sglang.srt.arg_groups.overrides import declare_resolution
+
+        declare_resolution(server_args, "moedispatch.guard", moe_runner_backend=verdict.moe_backend)
+        return f"--moe-runner-backend {verdict.moe_backend}"
+
+    p0.guard_process0("sglang", _STATE["version"], None, lambda: (launch_from(server_args), None), apply_fix)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 import time
 from typing import Any
 
@@ -41,7 +40,8 @@ from moedispatch.sources.models import expand_layers, load_model, parse_config
 
 __all__ = ["register"]
 
-_PREFIX = "moedispatch guard"
+_PREFIX = p0.PREFIX
+_say = p0.say
 #: The attribute each vLLM 0.33 MoE quant method stores its oracle's pick under (unquantized_fused_moe_method.py,
 #: quantization/fp8.py, quantization/mxfp4.py, quark/quark_moe.py, compressed_tensors_moe*.py).
 _PICK_ATTRS = ("unquantized_backend", "fp8_backend", "mxfp4_backend", "mxfp8_backend", "wna16_backend")
@@ -51,11 +51,6 @@ _STATE: dict[str, Any] = {}
 _P0_ENV = "MOEDISPATCH_GUARD_CHECKED"
 
 
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
 def _once(key: Any, line: str) -> None:
     seen = _STATE.setdefault("said", set())
     if key not in seen:
@@ -63,32 +58,19 @@ def _once(key: Any, line: str) -> None:
         _say(line)
 
 
-def _version() -> str:
-    import vllm
-
-    return str(vllm.__version__).split("+", 1)[0]
-
-
 def register() -> None:
     """vLLM's entry point. Raises only for a guard setting it cannot honour (``MOEDISPATCH_GUARD=refsue``)."""
     try:
-        cfg = p0.settings(os.environ)
+        version = p0.installable("vllm", _STATE)
     except UsageError as exc:
         raise RuntimeError(f"{_PREFIX}: {exc}") from None
-    if cfg.mode == "off" or _STATE.get("registered"):
+    if version is None:
         return
-    _STATE["registered"] = True
     try:
-        version = _version()
-        why = p0.unmodelled("vllm", version)
-        if why:
-            _say(f"{_PREFIX}: off — {why}")
-            return
-        _STATE["version"] = version
         _wrap_platform_check()
         _register_layer_check()
     except Exception as exc:  # never stop vLLM for the guard's own failure in warn mode
-        if cfg.mode != "warn":
+        if p0.settings(os.environ).mode != "warn":
             raise
         _say(f"{_PREFIX}: could not install ({type(exc).__name__}: {exc}); vLLM starts unguarded")
 
@@ -136,50 +118,21 @@ def process0(vllm_config: Any) -> None:
     """The process-0 check of one ``VllmConfig`` (see the module docstring)."""
     if getattr(vllm_config, "model_config", None) is None:
         return  # a bare VllmConfig() (vLLM's own tests and helpers): no launch to judge
-    start = time.perf_counter()
-    try:
-        cfg = p0.settings(os.environ, getattr(vllm_config, "additional_config", None))
-    except UsageError as exc:
-        raise ValueError(f"{_PREFIX}: {exc}") from None
-    if cfg.mode == "off":
-        _say(f"{_PREFIX}: off ({cfg.where}) — this launch is not checked")
-        return
-    try:
-        argv, spec = launch_from(vllm_config)
-        verdict = p0.check("vllm", _STATE.get("version") or _version(), argv, p0.environ(), cfg, spec=spec,
-                           prefix=_PREFIX)
-    except Exception as exc:
-        _say(f"{_PREFIX} ({cfg.mode}): could not check this launch ({type(exc).__name__}: {exc}); it starts "
-             "unchecked")
-        return
-    for line in verdict.report:
-        _say(line)
-    if verdict.action == "refuse":
-        raise ValueError(p0.refusal_message("vllm", verdict))
-    if verdict.action == "fix":
-        _apply_fix(vllm_config, verdict)
-        argv, spec = launch_from(vllm_config)
-        verdict = p0.check("vllm", _STATE.get("version") or _version(), argv, p0.environ(), cfg, spec=spec,
-                           prefix=_PREFIX)
-        if verdict.action != "pass":  # the corrected launch is still known-wrong: never start it
-            raise ValueError(p0.refusal_message("vllm", verdict) + " (after the guard's fix)")
-        _say(f"{_PREFIX} (fix): the corrected launch checks clean")
-    _STATE["process0"] = verdict
-    os.environ[_P0_ENV] = digest(verdict)
-    _say(f"{_PREFIX}: process-0 check took {time.perf_counter() - start:.2f} s")
 
+    def apply_fix(verdict: p0.Verdict) -> str:
+        if verdict.env:
+            from vllm._aiter_ops import rocm_aiter_ops
 
-def _apply_fix(vllm_config: Any, verdict: p0.Verdict) -> None:
-    if verdict.moe_backend:
-        vllm_config.kernel_config.moe_backend = verdict.moe_backend
-    os.environ.update(verdict.env)
-    if verdict.env:
-        from vllm._aiter_ops import rocm_aiter_ops
+            rocm_aiter_ops.refresh_env_variables()  # vLLM's own helper to re-read the AITER switches
+        if verdict.moe_backend:
+            vllm_config.kernel_config.moe_backend = verdict.moe_backend
+            return f"--moe-backend {verdict.moe_backend}"
+        return ""
 
-        rocm_aiter_ops.refresh_env_variables()  # vLLM's own helper to re-read the AITER switches
-    what = ([f"--moe-backend {verdict.moe_backend}"] if verdict.moe_backend else []) + [
-        f"{k}={v}" for k, v in verdict.env.items()]
-    _say(f"{_PREFIX} (fix): set {', '.join(what) or 'nothing'} for this launch and its workers")
+    verdict = p0.guard_process0("vllm", _STATE["version"], getattr(vllm_config, "additional_config", None),
+                                lambda: launch_from(vllm_config), apply_fix)
+    if verdict is not None:
+        os.environ[_P0_ENV] = digest(verdict)
 
 
 def digest(verdict: p0.Verdict) -> str:
@@ -252,7 +205,7 @@ def _worker() -> dict[str, Any] | None:
             launch = lint.parse_launch(None, argv, {}, env)
             tp, ep = lint._plan_layout(launch)
             caps, _ = resolve_capabilities(cfg.target, None)
-            verdict = p0.check("vllm", _STATE.get("version") or _version(), argv, env, cfg, spec=spec,
+            verdict = p0.check("vllm", _STATE["version"], argv, env, cfg, spec=spec,
                                prefix=_PREFIX)
             layers = {lay.index: lay for lay in expand_layers(spec, tp, ep) if lay.kind == "moe"}
             inherited = env.get(_P0_ENV)
@@ -309,7 +262,7 @@ def _prediction(state: dict[str, Any], layer: Any, moe_backend: str) -> Any:
     key = (layer.hidden, layer.intermediate, layer.experts, moe_backend)
     cache = state.setdefault("choices", {})
     if key not in cache:
-        cache[key] = choice_for_layer(layer, state["caps"], "vllm", _STATE.get("version") or _version(),
+        cache[key] = choice_for_layer(layer, state["caps"], "vllm", _STATE["version"],
                                       env=state["env"], moe_backend=moe_backend, quant_method=state["quant_method"])
     return cache[key]
 
