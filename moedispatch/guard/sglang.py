@@ -13,20 +13,31 @@ raises, ``fix`` declares the corrected ``moe_runner_backend`` through SGLang's o
 (arg_groups/overrides.py:110) and sets the environment. Because SGLang skips a failing hook with only a log line, the
 guard confirms its hook is registered and says so loudly when it is not.
 
-Not here yet: SGLang's per-layer check (an AFTER hook on ``FusedMoE.__init__``), which vLLM's guard has.
+Per layer, in every scheduler: an AFTER hook on ``FusedMoE.__init__`` (SGLang's ``HookRegistry``,
+python/sglang/srt/plugins/hook_registry.py:69-166) sees the runner SGLang resolved for the layer
+(``self.runner_backend``, set at fused_moe_triton/layer.py:577 after ``create_weights``, before the checkpoint loads)
+and compares it with moedispatch's prediction (:mod:`moedispatch.guard.layers`): a difference is the stale-model alarm.
+It never raises (SGLang would only log it and skip).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import os
+import time
+
 from moedispatch.core.errors import UsageError
 from moedispatch.guard import process0 as p0
+from moedispatch.guard.layers import LayerModel, stale_pick
+from moedispatch.sources.models import load_model
 
 __all__ = ["register", "STEP"]
 
 #: The resolution step the guard wraps (one of SGLang 0.5.23's ``_OVERRIDABLE_HOOKS``).
 STEP = "handle_moe_kernel_config"
+#: The layer whose construction the per-layer check follows.
+LAYER = "sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE.__init__"
 _STATE: dict[str, Any] = {}
 
 
@@ -41,9 +52,18 @@ def register() -> None:
         return
     from sglang.srt.arg_groups import resolution_hooks as rh
 
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
     rh.register_resolution_hook(STEP)(moe_step)
     if moe_step not in rh._HOOKS.get(STEP, ()):
         p0.say(f"{p0.PREFIX}: NOT ACTIVE — SGLang {version} did not register the {STEP} hook; launches are unchecked")
+    HookRegistry.register(LAYER, after_layer, HookType.AFTER)
+
+
+def _layer_hook_applied() -> bool:
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    return LAYER in HookRegistry._patched
 
 
 def moe_step(server_args: Any, previous: Any) -> None:
@@ -76,4 +96,54 @@ def process0(server_args: Any) -> None:
         declare_resolution(server_args, "moedispatch.guard", moe_runner_backend=verdict.moe_backend)
         return f"--moe-runner-backend {verdict.moe_backend}"
 
-    p0.guard_process0("sglang", _STATE["version"], None, lambda: (launch_from(server_args), None), apply_fix)
+    verdict = p0.guard_process0("sglang", _STATE["version"], None, lambda: (launch_from(server_args), None),
+                                apply_fix)
+    if verdict is not None and not _layer_hook_applied():  # SGLang logs and skips a hook it cannot apply
+        p0.say(f"{p0.PREFIX}: per-layer check NOT ACTIVE — SGLang did not apply the hook on {LAYER}")
+
+
+def _scheduler() -> dict | None:
+    """This scheduler's model of the launch (once), from the server args SGLang published in this process."""
+    if "scheduler" in _STATE:
+        return _STATE["scheduler"]
+    from sglang.srt.runtime_context import get_context
+
+    start = time.perf_counter()
+    state = None
+    try:
+        cfg = p0.settings(os.environ)
+        if cfg.mode != "off":
+            sa = get_context().server_args
+            argv = launch_from(sa)
+            model = LayerModel("sglang", _STATE["version"], argv, load_model(str(sa.model_path)), p0.environ(),
+                               cfg.target)
+            runner = argv[argv.index("--moe-runner-backend") + 1]
+            state = {"model": model, "runner": runner}
+            p0.say(f"{p0.PREFIX}: layer check ready in {time.perf_counter() - start:.2f} s ({len(model.layers)} MoE "
+                   f"layer(s) planned, {cfg.mode} mode)")
+    except Exception as exc:  # the hook must never stop SGLang (it would log and skip it anyway)
+        p0.say(f"{p0.PREFIX}: cannot check this scheduler's MoE layers ({type(exc).__name__}: {exc}); they run "
+               "unchecked")
+    _STATE["scheduler"] = state
+    return state
+
+
+def after_layer(result: object, layer: object, *args: object, **kwargs: object) -> None:
+    """SGLang built one FusedMoE: compare its resolved runner with moedispatch's prediction."""
+    state = _scheduler()
+    if state is None:
+        return
+    try:
+        modelled = state["model"].layers.get(int(getattr(layer, "layer_id", -1)))
+        backend = getattr(layer, "runner_backend", None)
+        if modelled is None or backend is None:
+            return
+        picked = str(getattr(backend, "name", backend)).upper()
+        line = stale_pick("sglang", str(getattr(layer, "layer_name", "")), modelled, picked,
+                          state["model"].predict(modelled, state["runner"]))
+        said = _STATE.setdefault("said", set())
+        if line and picked not in said:
+            said.add(picked)
+            p0.say(line)
+    except Exception as exc:
+        p0.say(f"{p0.PREFIX}: per-layer check failed ({type(exc).__name__}: {exc}); the layer is unchecked")

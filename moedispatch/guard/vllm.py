@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
 from typing import Any
 
 from moedispatch.core.errors import UsageError
-from moedispatch.engines import lint
-from moedispatch.engines.choice import choice_for_layer
 from moedispatch.guard import process0 as p0
-from moedispatch.probe.targets import resolve_capabilities
-from moedispatch.sources.models import expand_layers, load_model, parse_config
+from moedispatch.guard.layers import LayerModel, stale_allocation, stale_pick
+from moedispatch.sources.models import load_model, parse_config
 
 __all__ = ["register"]
 
@@ -45,7 +42,6 @@ _say = p0.say
 #: The attribute each vLLM 0.33 MoE quant method stores its oracle's pick under (unquantized_fused_moe_method.py,
 #: quantization/fp8.py, quantization/mxfp4.py, quark/quark_moe.py, compressed_tensors_moe*.py).
 _PICK_ATTRS = ("unquantized_backend", "fp8_backend", "mxfp4_backend", "mxfp8_backend", "wna16_backend")
-_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _STATE: dict[str, Any] = {}
 #: Process 0's findings digest, inherited by its workers: a worker whose own check differs says so.
 _P0_ENV = "MOEDISPATCH_GUARD_CHECKED"
@@ -202,12 +198,8 @@ def _worker() -> dict[str, Any] | None:
         if cfg.mode != "off" and getattr(vc, "model_config", None) is not None:
             argv, spec = launch_from(vc)
             env = p0.environ()
-            launch = lint.parse_launch(None, argv, {}, env)
-            tp, ep = lint._plan_layout(launch)
-            caps, _ = resolve_capabilities(cfg.target, None)
-            verdict = p0.check("vllm", _STATE["version"], argv, env, cfg, spec=spec,
-                               prefix=_PREFIX)
-            layers = {lay.index: lay for lay in expand_layers(spec, tp, ep) if lay.kind == "moe"}
+            verdict = p0.check("vllm", _STATE["version"], argv, env, cfg, spec=spec, prefix=_PREFIX)
+            model = LayerModel("vllm", _STATE["version"], argv, spec, env, cfg.target)
             inherited = env.get(_P0_ENV)
             if inherited != digest(verdict):
                 _say(f"{_PREFIX}: this worker's own check "
@@ -215,8 +207,7 @@ def _worker() -> dict[str, Any] | None:
                         "(process 0's check did not reach this process, e.g. a Ray actor without its environment):"))
                 for line in verdict.report:
                     _say("  " + line)
-            state = {"cfg": cfg, "verdict": verdict, "layers": layers, "caps": caps, "env": env,
-                     "quant_method": spec.quant_method, "observed": 0, "cost": 0.0}
+            state = {"cfg": cfg, "verdict": verdict, "model": model, "observed": 0, "cost": 0.0}
     except UsageError as exc:
         raise ValueError(f"{_PREFIX}: {exc}") from None
     except Exception as exc:
@@ -224,14 +215,9 @@ def _worker() -> dict[str, Any] | None:
     _STATE["worker"] = state
     if state is not None:
         state["cost"] = time.perf_counter() - start
-        _say(f"{_PREFIX}: layer check ready in {state['cost']:.2f} s ({len(state['layers'])} MoE layer(s) planned, "
+        _say(f"{_PREFIX}: layer check ready in {state['cost']:.2f} s ({len(state['model'].layers)} MoE layer(s) planned, "
              f"{state['cfg'].mode} mode)")
     return state
-
-
-def _layer(state: dict[str, Any], layer_name: str) -> Any:
-    m = _LAYER_INDEX.search(str(layer_name))
-    return state["layers"].get(int(m.group(1))) if m else None
 
 
 def before_oracle(layer_name: str, moe_config: Any) -> None:
@@ -258,35 +244,22 @@ def observed_pick(method: Any) -> str | None:
     return None
 
 
-def _prediction(state: dict[str, Any], layer: Any, moe_backend: str) -> Any:
-    key = (layer.hidden, layer.intermediate, layer.experts, moe_backend)
-    cache = state.setdefault("choices", {})
-    if key not in cache:
-        cache[key] = choice_for_layer(layer, state["caps"], "vllm", _STATE["version"],
-                                      env=state["env"], moe_backend=moe_backend, quant_method=state["quant_method"])
-    return cache[key]
-
-
 def after_oracle(layer_name: str, method: Any, moe_config: Any) -> None:
     """vLLM picked: compare with moedispatch's prediction of that pick (the stale-model alarm)."""
     state = _worker()
     if state is None:
         return
     start = time.perf_counter()
-    picked, layer = observed_pick(method), _layer(state, layer_name)
+    picked, layer = observed_pick(method), state["model"].layer(layer_name)
     state["observed"] += 1
     if layer is None or picked is None:
         _once(("unmodelled", layer is None), f"{_PREFIX}: layer {layer_name} "
               + ("is not a MoE layer of moedispatch's plan" if layer is None else
                  f"({type(method).__name__}) stores no backend pick moedispatch knows") + "; not compared")
     else:
-        choice = _prediction(state, layer, str(moe_config.moe_backend))
-        if choice.backend != picked:
-            _once(("stale", picked, choice.backend),
-                  f"{_PREFIX}: STALE — moedispatch's model of vLLM {choice.version} is stale here: layer {layer_name} "
-                  f"(hidden {layer.hidden}, intermediate/rank {layer.intermediate_per_rank}): vLLM picked {picked}, moedispatch "
-                  f"predicted {choice.backend or 'a refusal: ' + str(choice.error)}; its verdict on this launch cannot "
-                  "be trusted — please report it with both values")
+        line = stale_pick("vllm", layer_name, layer, picked, state["model"].predict(layer, str(moe_config.moe_backend)))
+        if line:
+            _once(("stale", picked), line)
     state["cost"] += time.perf_counter() - start
 
 
@@ -295,13 +268,11 @@ def after_allocation(experts: Any) -> None:
     state = _worker()
     if state is None:
         return
-    layer = _layer(state, experts.layer_name)
+    model = state["model"]
+    layer = model.layer(experts.layer_name)
     if layer is None:
         return
-    choice = _prediction(state, layer, str(experts.moe_config.moe_backend))
     got = (int(experts.hidden_size), int(experts.intermediate_size_per_partition))
-    want = (choice.hidden, choice.intermediate_per_rank)
-    if choice.ok and got != want:
-        _once(("alloc", got, want), f"{_PREFIX}: STALE — moedispatch's model of vLLM {choice.version} is stale here: "
-              f"layer {experts.layer_name}: vLLM allocated hidden {got[0]} × intermediate/rank {got[1]}, moedispatch "
-              f"predicted {want[0]} × {want[1]}")
+    line = stale_allocation("vllm", experts.layer_name, got, model.predict(layer, str(experts.moe_config.moe_backend)))
+    if line:
+        _once(("alloc", got), line)

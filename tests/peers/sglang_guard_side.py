@@ -10,6 +10,14 @@ Runs ONLY inside .peers-venv, one case per process (SGLang loads plugins once pe
 SGLang's real resolution pipeline (``device="cpu"``: this machine has no accelerator; the MoE steps do not depend on
 it). Prints one JSON line: ``ok``, ``error`` (the exception ``resolve_once`` raised), ``moe_runner_backend`` (the
 resolved value, ``resolved_view``), ``hooked`` (the guard's wrapper is in SGLang's hook table), ``seconds``.
+
+With ``GUARD_LAYER=1`` the resolved args are then published for a scheduler (``set_global_server_args_for_scheduler``)
+and the model's first MoE layer is built with SGLang's own ``FusedMoE(...)`` (where the guard's AFTER hook runs):
+``layer`` has ``runner`` (``runner_backend`` SGLang resolved), ``patched`` (the hook applied) or ``error``. To stand
+for a ROCm gfx950 box on this CPU, the two platform probes the unquantized method reads are set as on that box
+(``unquant._use_aiter``: SGLANG_USE_AITER and is_hip(); ``is_gfx95_supported``), and this process's parallel ranks are
+stated (rank 0; SGLang's own ``get_parallel().override_permanently``). ``GUARD_PLANT=sglang-bf16-alignment`` plants a
+wrong fact in moedispatch's model of SGLang 0.5.23 (its AITER gate's intermediate alignment 128 → 64).
 """
 
 from __future__ import annotations
@@ -20,6 +28,51 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _plant() -> None:
+    import copy
+
+    from moedispatch.data import capdb
+
+    real = capdb.load_toml
+
+    def load_toml(name, *a, **kw):
+        doc = real(name, *a, **kw)
+        if name == "engines/sglang.toml":
+            doc = copy.deepcopy(doc)
+            doc["runner"]["bf16"]["aiter_alignment"] = 64
+        return doc
+
+    capdb.load_toml = load_toml
+
+
+def _layer(sa, model_dir: str) -> dict:
+    import torch
+    import sglang.srt.layers.quantization.unquant as uq
+    from sglang.srt.layers.moe.utils import initialize_moe_config
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    from sglang.srt.runtime_context import get_parallel
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    set_global_server_args_for_scheduler(sa)
+    initialize_moe_config()
+    get_parallel().override_permanently(tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0,
+                                        moe_tp_rank=0)
+    uq._use_aiter = os.environ.get("SGLANG_USE_AITER") == "1"
+    uq.is_gfx95_supported = lambda: os.environ.get("PEERS_GFX") == "gfx950"
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    hf = json.load(open(os.path.join(model_dir, "config.json")))
+    ans = {"patched": "sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE.__init__" in HookRegistry._patched}
+    try:
+        layer = FusedMoE(num_experts=hf["num_experts"], hidden_size=hf["hidden_size"],
+                         intermediate_size=hf["moe_intermediate_size"], layer_id=0, top_k=hf["num_experts_per_tok"],
+                         params_dtype=torch.bfloat16, prefix="model.layers.0.mlp.experts")
+        ans.update(runner=layer.runner_backend.name, error=None)
+    except Exception as exc:
+        ans.update(runner=None, error=f"{type(exc).__name__}: {exc}")
+    return ans
 
 
 def main() -> int:
@@ -33,6 +86,8 @@ def main() -> int:
 
     iu.is_torchvision_available()
     sys.path.insert(0, os.path.join(HERE, "stubs_sglang"))
+    if os.environ.get("GUARD_PLANT") == "sglang-bf16-alignment":
+        _plant()
     t0 = time.perf_counter()
     from sglang.srt.arg_groups import resolution_hooks as rh
     from sglang.srt.arg_groups.overrides import resolved_view
@@ -51,6 +106,8 @@ def main() -> int:
     except Exception as exc:
         out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
     out["seconds"] = time.perf_counter() - t0
+    if out["ok"] and os.environ.get("GUARD_LAYER"):
+        out["layer"] = _layer(sa, sys.argv[1])
     print(json.dumps(out))
     return 0
 

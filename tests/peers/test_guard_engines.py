@@ -83,6 +83,12 @@ CASES = {
                            {**SGLANG_ON, "MOEDISPATCH_GUARD": "refuse"}),
     "sglang-fix-triton": ("sglang", ["Qwen3-235B-A22B-Instruct-2507-MXFP4", "4", "triton"],
                           {**SGLANG_ON, "MOEDISPATCH_GUARD": "fix"}),
+    # SGLang per layer: its own FusedMoE(...) resolves AITER at TP2 (intermediate/rank 384) and Triton at TP4 (192,
+    # its AITER CK gate needs 128-aligned shards); the guard's hook predicts both, and alarms on a planted fact.
+    "sglang-layer-tp2": ("sglang", ["Qwen3-30B-A3B", "2", "auto"], {**SGLANG_ON, "GUARD_LAYER": "1"}),
+    "sglang-layer-tp4": ("sglang", ["Qwen3-30B-A3B", "4", "auto"], {**SGLANG_ON, "GUARD_LAYER": "1"}),
+    "sglang-layer-planted": ("sglang", ["Qwen3-30B-A3B", "4", "auto"],
+                             {**SGLANG_ON, "GUARD_LAYER": "1", "GUARD_PLANT": "sglang-bf16-alignment"}),
 }
 
 
@@ -142,7 +148,9 @@ def test_warn_never_raises_and_the_config_channel_sets_the_mode(runs):
 def test_stale_model_alarm_fires_on_a_planted_fact_and_is_quiet_on_real_data(runs):
     r = runs["planted"]
     assert "STALE" in r["stderr"] and "vLLM picked AITER, moedispatch predicted TRITON" in r["stderr"]
-    quiet = [n for n, r in runs.items() if n != "planted" and "STALE" in r["stderr"]]
+    r = runs["sglang-layer-planted"]
+    assert "STALE" in r["stderr"] and "SGLang picked TRITON, moedispatch predicted AITER" in r["stderr"]
+    quiet = [n for n, r in runs.items() if "planted" not in n and "STALE" in r["stderr"]]
     assert not quiet, quiet
 
 
@@ -163,6 +171,14 @@ def test_sglang_resolution_hook_refuses_and_fixes(runs):
     assert r["ok"] and r["moe_runner_backend"] == "auto"
     r = runs["sglang-fix-triton"]
     assert r["ok"] and r["moe_runner_backend"] == "auto" and "the corrected launch checks clean" in r["stderr"]
+
+
+def test_sglang_per_layer_check_follows_sglangs_own_layer(runs):
+    for name, runner in (("sglang-layer-tp2", "AITER"), ("sglang-layer-tp4", "TRITON")):
+        r = runs[name]
+        assert r["hooked"] and r["layer"]["patched"], name  # the hook is applied, not silently skipped
+        assert (r["layer"]["runner"], r["layer"]["error"]) == (runner, None), (name, r["layer"])
+        assert "layer check ready in" in r["stderr"] and "NOT ACTIVE" not in r["stderr"], name
 
 
 def test_overhead_is_reported_once_per_process(runs):
