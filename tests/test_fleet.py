@@ -305,3 +305,20 @@ def test_a_switch_vllm_ray_actors_will_not_receive_from_probe_files(cli, tmp_pat
     assert cli(*args).returncode == 0
     bad = cli("fleet", "--from", pattern, "--model", MODEL, "--engine", "sglang", "--data-parallel-backend", "ray")
     assert bad.returncode == 2 and "only vLLM's Ray data-parallel actors are modelled" in bad.stderr
+
+
+def test_a_decode_only_bucket_issue_the_nodes_do_not_handle(cli, tmp_path):
+    """DeepSeek-V4-Pro TP8 on MI355X / AITER 0.1.20.post1: the decode role (1–512) reaches ROCm/aiter#5233 (wrong
+    output at 1–8 tokens) unless the node sets AITER_BF16_FP8_MOE_BOUND=0; the prefill role (1k–16k) never does."""
+    def fleet(*docs):
+        return cli("fleet", "--from", _write(tmp_path, *docs), "--model", "DeepSeek-V4-Pro", *ROLES)
+
+    proc = fleet(_probe("n1"), _probe("n2"))
+    assert proc.returncode == 3
+    lines = [x.strip() for x in proc.stdout.splitlines() if "ROCm/aiter#5233" in x]
+    assert len(lines) == 1 and lines[0].startswith("role decode: node(s) n1, n2: its token range reaches "
+                                                   "ROCm/aiter#5233 at tokens 1–8")
+    assert lines[0].endswith("fix: export AITER_BF16_FP8_MOE_BOUND=0 on those nodes")
+    fixed = {"AITER_BF16_FP8_MOE_BOUND": "0"}
+    proc = fleet(_probe("n1", env=fixed), _probe("n2", env=fixed))
+    assert proc.returncode == 0 and "ROCm/aiter#5233" not in proc.stdout, proc.stdout

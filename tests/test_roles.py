@@ -88,6 +88,10 @@ def test_explain_roles_cli(cli):
     js = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--aiter-version", A20,
              "--role", DECODE, "--role", PREFILL, "--format", "json")
     assert json.loads(js.stdout)["schema"] == "moedispatch.roles/1"
+    # Where AITER runs nothing (an AITER older than every modelled release: emulation), no empty "AITER runs" line.
+    proc = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--aiter-version", "0.1.7.post2.dev18",
+               "--role", DECODE, "--role", PREFILL)
+    assert proc.returncode == 0 and "emulation" in proc.stdout and "AITER runs for layers" not in proc.stdout
 
 
 @pytest.mark.parametrize("extra, message", [

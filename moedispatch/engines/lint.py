@@ -5,8 +5,9 @@ report each known-wrong or risky combination (severity, what goes wrong, source,
 Never executes anything: the script is read as text (``export K=V`` lines, ``K=V cmd`` prefixes, backslash
 continuations). The launch is re-planned with moedispatch (same model, target, TP/EP as the launch) and compared with
 what that engine release would run given those flags and env (engine facts: capability_db/engines.toml).
-Schema ``moedispatch.lint/1``: ``{"schema", "engine", "engine_version", "model", "target", "parallel", "findings":
-[{"severity": "error"|"warning"|"info", "message", "source", "fix"}]}``.
+Schema ``moedispatch.lint/1``: ``{"schema", "engine", "engine_version", "model", "target", "parallel", "env",
+"launch": {"from", "argv", "model", "options"}, "findings": [{"severity": "error"|"warning"|"info", "message",
+"source", "fix"}]}`` (docs/schemas/lint.schema.json).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Launch:
     flags: dict[str, str | bool] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
+    origin: str = "arguments"  # where the launch was read: a script's name, "stdin", or "arguments" (argv)
 
 
 @dataclass(frozen=True)
@@ -297,7 +299,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
     script_env.update({k: v for k, v in _container_env(tokens[:start]).items() if k not in script_env})
     merged = dict(script_env)
     merged.update(env or {})
-    return Launch(engine, model, flags, merged, tokens)
+    return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments")
 
 
 # -- checking -------------------------------------------------------------------------------------------------------
@@ -548,11 +550,9 @@ def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: l
                 continue
             seen.add(hit.issue)
             env = dict(hit.workaround_env)
-            if env and all(str(launch.env.get(k, "")) == v for k, v in env.items()):
-                continue  # the launch applies the workaround
-            cap = launch.flags.get("max_batched_tokens")
-            if hit.token_cap and str(cap or "").isdigit() and int(str(cap)) <= hit.token_cap:
-                continue  # the launch caps the batch below the bug (--max-num-batched-tokens / --chunked-prefill-size)
+            cap = str(launch.flags.get("max_batched_tokens") or "")
+            if hit.handled_by(launch.env, int(cap) if cap.isdigit() else None):
+                continue  # the launch applies the workaround or caps the batch below the bug
             toks = f"token {hit.tokens[0]}" if hit.tokens[0] == hit.tokens[1] else \
                 f"tokens {hit.tokens[0]}–{hit.tokens[1]}"
             severity = hit.severity if hit.severity in ("error", "warning", "info") else "warning"
@@ -625,7 +625,16 @@ def _doc(launch: Launch, version: str, model: str, caps: Any, tp: int, ep: int, 
     return {"schema": SCHEMA, "engine": launch.engine, "engine_version": version, "model": model,
             "target": caps.target_dict(), "parallel": {"tp": tp, "ep": ep},
             "env": {k: v for k, v in sorted(launch.env.items()) if k.startswith(("VLLM_", "SGLANG_", "AITER_"))},
-            "findings": [f.to_dict() for f in unique]}
+            "launch": _launch_dict(launch), "findings": [f.to_dict() for f in unique]}
+
+
+def _launch_dict(launch: Launch) -> dict[str, Any]:
+    """What lint parsed (newcomer minor 19): where from, the engine command line as read (script variables expanded,
+    continuations joined, leading ``K=V`` / ``env`` taken off; a ``docker run`` wrapper kept), the model as written, and the options lint reads, each under the
+    ``dest`` the engine's own argument parser gives it (aliases and abbreviations resolved)."""
+    dest = {key: d for d, key in _DEST_KEYS[launch.engine].items()}
+    return {"from": launch.origin, "argv": list(launch.argv), "model": launch.model,
+            "options": {dest.get(k, k): launch.flags[k] for k in sorted(launch.flags, key=lambda k: dest.get(k, k))}}
 
 
 def render_lint(doc: dict[str, Any], fmt: str = "table", width: int | None = None) -> str:

@@ -17,7 +17,7 @@ import glob
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from moedispatch.core.errors import MoedispatchError, UsageError
 from moedispatch.core.workload import Runtime, parse_tokens
@@ -168,6 +168,7 @@ class FleetReport:
                                f"on the node, {plan.decision_fingerprint} here from its probe): it runs "
                                f"{'moedispatch ' + tool if tool else 'another moedispatch'} (here: {_own_version()}) "
                                "or reads other AITER files; install the same moedispatch on every node")
+            out += _unhandled_issues(r, by_name)
             groups = r.groups()
             if len(groups) > 1:
                 ranked = sorted(groups.values(), key=len, reverse=True)
@@ -191,6 +192,28 @@ class FleetReport:
                                             "moe": _moe_summary(p)} for name, p in r.plans.items()},
                            "agree": len(r.groups()) <= 1 and not r.errors} for r in self.roles],
                 "problems": self.problems()}
+
+
+def _unhandled_issues(r: RoleResult, nodes: Mapping[str, Node]) -> list[str]:
+    """Known kernel × bucket issues of severity ``error`` that a role's token range reaches on a node and that the
+    node's environment (or the role's token cap) does not handle — what ``lint`` calls an error, per role and node."""
+    found: dict[tuple, list[str]] = {}
+    for name, plan in r.plans.items():
+        for d in plan.decisions:
+            if d.layer.kind != "moe" or d.dispatch is None:
+                continue
+            for hit in d.dispatch.issues:
+                if hit.severity == "error" and not hit.handled_by(dict(nodes[name].env), r.role.hi):
+                    found.setdefault((hit.issue, hit.tokens, hit.bucket, hit.kernel, hit.effect, hit.workaround_env,
+                                      hit.source), []).append(name)
+    out = []
+    for (issue, toks, bucket, kernel, effect, env, source), names in found.items():
+        where = f"token {toks[0]}" if toks[0] == toks[1] else f"tokens {toks[0]}–{toks[1]}"
+        fix = (f"; fix: export {' '.join(f'{k}={v}' for k, v in env)} on {'that node' if len(set(names)) == 1 else 'those nodes'}"
+               if env else "")
+        out.append(f"role {r.role.name}: node(s) {', '.join(sorted(set(names)))}: its token range reaches {issue} at "
+                   f"{where} (bucket {bucket}, {kernel}): {effect} [{source}]{fix}")
+    return out
 
 
 def _moe_summary(plan: Plan) -> list[str]:

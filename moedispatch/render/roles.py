@@ -34,6 +34,8 @@ def render_roles(plans: Sequence[tuple[Role, Any]], *, fmt: str = "table", first
         body = render_table(plan, first_line=first_line, brief=True, width=width)
         lines += [line for line in body.splitlines() if not line.startswith("legend")]
         for g in group_view(plan):
+            if not g["runs"]:  # AITER runs nothing for these layers (another path, e.g. emulation)
+                continue
             what = f"        AITER runs for layers {g['layers'][0]}–{g['layers'][-1]}: {_runs(g['runs'])}"
             if g["issues"]:
                 what += f"; known issues met: {', '.join(g['issues'])}"
