@@ -101,8 +101,8 @@ def cluster():
                 keeper.wait()
 
 
-def _fleet(cluster, *args, env=None, timeout=180):
-    cmd = [cluster["python"], "-m", "moedispatch.cli", "fleet", "--ray", cluster["address"], "--model", MODEL, *args]
+def _fleet(cluster, *args, env=None, timeout=180, model=MODEL):
+    cmd = [cluster["python"], "-m", "moedispatch.cli", "fleet", "--ray", cluster["address"], "--model", model, *args]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(**(env or {})), timeout=timeout,
                           cwd=str(peers.ROOT))
@@ -185,6 +185,19 @@ def test_a_switch_vllm_ray_actors_will_not_receive(cluster):
     assert "fix: export VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=GPTOSS_ where vLLM is launched" in line
     fixed = _fleet(cluster, *args, env={"VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY": "GPTOSS_"})
     assert fixed.returncode == 0, fixed.stdout
+
+
+def test_a_decode_only_bucket_issue_is_named(cluster):
+    """Planted fault: DeepSeek-V4-Pro TP8 on the two equal nodes (MI355X, AITER 0.1.20.post1) — the decode role's
+    token range reaches ROCm/aiter#5233 (wrong output at 1–8 tokens), which no node's environment handles; the
+    prefill role never reaches it: exit 3 naming the decode role, its nodes and the export that fixes it."""
+    roles = ["--role", DECODE + ",nodes=label:pool=a", "--role", PREFILL + ",nodes=label:pool=a"]
+    proc = _fleet(cluster, *roles, "--format", "json", model="DeepSeek-V4-Pro")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    (line,) = [p for p in doc["problems"] if "ROCm/aiter#5233" in p]
+    assert line.startswith("role decode: node(s) ") and "reaches ROCm/aiter#5233 at tokens 1–8" in line
+    assert line.endswith("fix: export AITER_BF16_FP8_MOE_BOUND=0 on those nodes")
 
 
 def test_an_unreachable_address_is_one_line_fast(cluster):
