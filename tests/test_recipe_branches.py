@@ -350,7 +350,11 @@ def test_a_load_time_conversion_refuses_the_planned_path_except_sglangs_triton_r
     sgl_conv = engines["sglang"]["conversion"][0]
     sgl = build_recipe(plan, "sglang", "0.5.20", alternatives=False)
     assert not any("does not run" in w.text for w in sgl.warnings + sgl.refusals)
-    assert Reason(sgl_conv["what"], "caveat", sgl_conv["source"], None, "confirmed") in sgl.caveats
+    # SGLang serves the converted experts: the recipe plans them (block-FP8 on its forced Triton runner) and says so.
+    (cav,) = [c for c in sgl.caveats if c.text.startswith(sgl_conv["what"])]
+    assert cav.text.endswith("the recipe plans the converted experts (fp8 block128x128) on triton")
+    assert cav.source == f"{sgl_conv['source']}; {sgl_conv['to_source']}" and cav.kind == "caveat"
+    assert sgl.backend == "triton" and "--moe-runner-backend triton" in sgl.command
     conv["family"] = "triton"
     again = build_recipe(plan, "vllm", V, alternatives=False)
     assert any("does not run aiter-ck here" in w.text for w in again.warnings + again.refusals)

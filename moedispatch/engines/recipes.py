@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -25,7 +25,7 @@ from moedispatch.core.backend import round_up
 from moedispatch.core.families import AITER_FAMILIES, family_of
 from moedispatch.core.decision import Decision
 from moedispatch.core.errors import MoedispatchError, UsageError
-from moedispatch.core.layers import MoELayer
+from moedispatch.core.layers import MoELayer, QuantSpec
 from moedispatch.engines.layout import Layout, realize_layout
 from moedispatch.plan.plan import Plan
 from moedispatch.core.reason import Reason, texts
@@ -128,6 +128,30 @@ def conversion(engine: str, version: str, layer: MoELayer, gfx: str) -> dict[str
         if _match(row, version, layer, gfx):
             return row
     return None
+
+
+def converted_plan(plan: Plan, engine: str, version: str | None = None) -> tuple[Plan, dict[str, Any]] | None:
+    """The plan of the layers the engine serves after its load-time conversion, when one applies to every MoE layer
+    and says what the converted experts are (``to``): planned on the conversion's family (``runner``), with the
+    conversion row. None when the engine serves the checkpoint's own experts."""
+    version = _version(engine, version, engine_data(engine)[engine])
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    rows = [conversion(engine, version, d.layer, plan.caps.gfx) for d in moe]
+    if not moe or any(r is None or "to" not in r for r in rows) or len({id(r) for r in rows}) != 1:
+        return None
+    conv = rows[0]
+    to = conv["to"]
+    weight = QuantSpec(to["weight"], to["weight_granularity"], scale_dtype="fp32")
+    act = QuantSpec(to["act"], to["act_granularity"], scale_dtype="fp32", dynamic=True)
+    layers = tuple(replace(t, weight=weight, act=act, quant_why=f"{engine} {version}: {conv['what']}")
+                   if t.kind == "moe" else t for t in plan.model.layers)
+    spec = replace(plan.model, layers=layers)
+    force = conv["family"] if conv["family"] in ("triton", "emulation") else None
+    # The caller's warnings (a guessed target, the installed AITER) carry over; those the original layers' decisions
+    # produced (e.g. "run on emulation") do not: the converted plan states its own.
+    own = set(plan_model(plan.model, plan.caps, plan.tp, plan.ep, runtime=plan.runtime).warnings)
+    carried = [w for w in plan.warnings if w not in own]
+    return plan_model(spec, plan.caps, plan.tp, plan.ep, runtime=plan.runtime, warnings=carried, force=force), conv
 
 
 def path_family(engine: str, version: str, layer: MoELayer, gfx: str, family: str | None) -> str | None:
@@ -398,6 +422,15 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     512), the plan is re-made with each AITER environment switch that changes what AITER runs (the what-if
     switches); a switch under which the engine realizes the first choice gives the recipe, with the switch exported.
     """
+    converted = converted_plan(plan, engine, version)
+    if converted is not None:  # what the engine serves after its load-time conversion is what the launch must run
+        cplan, conv = converted
+        recipe = build_recipe(cplan, engine, version, alternatives=alternatives, switches=switches)
+        recipe.caveats.insert(0, Reason(f"{conv['what']}: the recipe plans the converted experts "
+                                        f"({conv['to']['weight']} {conv['to']['weight_granularity']}) on "
+                                        f"{conv['family']}", "caveat", f"{conv['source']}; {conv['to_source']}", None,
+                                        conv.get("confidence", "confirmed")))
+        return recipe
     if switches and plan.runtime is not None:
         first = build_recipe(plan, engine, version, alternatives=alternatives, switches=False)
         return _realized_with_switch(plan, engine, version, first) or first
@@ -738,7 +771,7 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
         lines.append(f"# AITER runs (layers {_ranges(run['layers'])}, {engine}'s allocation {run['allocation'][0]} × "
                      f"{run['allocation'][1]}/rank): {spans}")
     for w in recipe.warnings:
-        lines.append(f"# WARNING: {w.marked()}")
+        lines.append(f"# WARNING: {w.marked().removeprefix('caveat ')}")  # the label once (newcomer minor 6)
     if not recipe.ok:
         lines.append(f"# NO SAFE LAUNCH: {engine} {recipe.version} cannot carry out this plan:")
         for r in recipe.refusals:
