@@ -65,7 +65,9 @@ def _build_parser() -> _Parser:
                         help="print the version, the capability_db snapshot and the releases it knows, and exit")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log decisions to stderr (-v info, -vv debug); default: warnings only")
-    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (verify, fleet --ray) and no -v logging; warnings and "
+                             "errors still show (logging is warnings-only without -v anyway)")
     parser.add_argument("--log-format", choices=["console", "json"], default=None,
                         help="log rendering on stderr (default: console on a TTY, else JSON)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -117,7 +119,9 @@ def _build_parser() -> _Parser:
     explain.add_argument("--engine-version", help="engine release the recipe targets (default: newest known)")
     explain.add_argument("--engine", metavar="ENGINE[@VERSION]",
                          help="also show what that engine does on its own per layer group (vllm, vllm@0.33.0, "
-                              "sglang@0.5.23): its --moe-backend auto choice and allocation, and whether it differs")
+                              "sglang@0.5.23): its --moe-backend auto choice and allocation, and whether it differs. "
+                              "Modelled for the newest release of each engine only (vllm 0.33.0, sglang 0.5.23); "
+                              "--recipe --engine-version covers older ones (vllm from 0.23.0, sglang from 0.5.18)")
     explain.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
                          help="the engine's environment for --engine (repeatable), e.g. VLLM_ROCM_USE_AITER=1; "
                               "absent variables take the engine's defaults")

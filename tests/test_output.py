@@ -51,15 +51,22 @@ def test_did_you_mean_on_a_typo_with_exit_2_and_one_line(cli, args, expected):
 
 
 def test_target_line_says_where_target_and_aiter_come_from(cli):
+    """One notation (words in parentheses after what they qualify), not a bracketed [flag] beside "(default: …)"
+    (newcomer minor 7)."""
     proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI300X", "--brief")
-    assert "AITER 0.1.20.post1 (default: the newest capability_db knows) [flag]" in proc.stdout
+    assert ("target  gfx942 (MI300X), 304 CUs (from --target), AITER 0.1.20.post1 (default: the newest "
+            "capability_db knows)\n") in proc.stdout
+    assert "[flag]" not in proc.stdout
     proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI300X", "--aiter-version", "0.1.15.post3",
                "--brief")
-    assert "AITER 0.1.15.post3 (--aiter-version) [flag]" in proc.stdout
+    assert "AITER 0.1.15.post3 (--aiter-version)\n" in proc.stdout
     env = {"MOEDISPATCH_TARGET": "MI300X"}
     proc = cli("explain", "--model", "Mixtral-8x7B", "--format", "json", env=env)
     assert json.loads(proc.stdout)["target"]["source"] == "env"
-    assert "[env]" in cli("explain", "--model", "Mixtral-8x7B", "--brief", env=env).stdout
+    out = cli("explain", "--model", "Mixtral-8x7B", "--brief", env=env).stdout
+    assert "gfx942 (MI300X), 304 CUs (from MOEDISPATCH_TARGET), " in out and "[env]" not in out
+    assert "gfx950 (MI355X), 256 CUs (default: no GPU found), " in cli("explain", "--model", "Mixtral-8x7B",
+                                                                      "--brief").stdout
 
 
 def test_python_dash_m_runs_the_same_cli():

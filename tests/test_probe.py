@@ -358,6 +358,27 @@ def test_visible_devices_filter(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(report.gpus) == 8 and "UUID" in report.source("env").detail  # type: ignore[union-attr]
 
 
+def test_visible_devices_set_with_no_gpu_found_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Newcomer minor 14: `HIP_VISIBLE_DEVICES=0,1 moedispatch probe` on a machine where no source found a GPU said
+    "no GPU-selection variables set"; every set variable is named, with why it was not applied."""
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0,1")
+    report = probe(refresh=True)
+    detail = report.source("env").detail  # type: ignore[union-attr]
+    assert report.gpus == () and "no GPU-selection variables set" not in detail
+    assert detail == "HIP_VISIBLE_DEVICES=0,1 is set (not applied here: no GPU found to filter)"
+    assert "HIP_VISIBLE_DEVICES=0,1 is set" in render_probe(report, "table")
+
+
+def test_visible_devices_not_applied_by_the_probe_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_VISIBLE_DEVICES beside HIP_VISIBLE_DEVICES is not applied (HIP wins); it is named, not dropped."""
+    monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi([MI300X] * 8))
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0,2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    detail = probe(refresh=True).source("env").detail  # type: ignore[union-attr]
+    assert "HIP_VISIBLE_DEVICES=0,2 keeps 2 of 8" in detail
+    assert "CUDA_VISIBLE_DEVICES=3 is set (not applied here: HIP_VISIBLE_DEVICES is set and takes precedence)" in detail
+
+
 def test_visible_devices_selects_one_arch_of_mixed_node(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi([MI300X] * 4 + [MI355X] * 4))
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "4,5")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-__all__ = ["Reason", "KINDS", "CONFIDENCES", "as_reasons", "texts"]
+__all__ = ["Reason", "KINDS", "CONFIDENCES", "as_reasons", "texts", "with_marker"]
 
 #: The closed set of kinds.
 #:   decision   why the chosen backend won (the first line of a layer's reasons)
@@ -55,9 +55,8 @@ class Reason:
         return f"{self.text} ({self.source})" if self.source else self.text
 
     def marked(self) -> str:
-        """``str()`` plus a "(derived)" / "(unconfirmed)" marker for the table (with a legend there)."""
-        text = str(self)
-        return text if self.confidence == "confirmed" else f"{text} ({self.confidence})"
+        """``str()`` plus a "(derived)" / "(unconfirmed)" marker for the table (with a legend there), once."""
+        return with_marker(self.text, self.confidence, f" ({self.source})" if self.source else "")
 
     def to_dict(self) -> dict[str, Any]:
         """The contract's ``reason_details`` entry: ``{text, kind, source, issue, confidence}``."""
@@ -87,3 +86,12 @@ def as_reasons(values: Iterable["Reason | str"], kind: str) -> tuple[Reason, ...
 def texts(reasons: Iterable[Reason]) -> list[str]:
     """The rendered strings of ``reasons`` (the contract's plain ``reasons: [str]``)."""
     return [str(r) for r in reasons]
+
+
+def with_marker(text: str, confidence: str, citation: str = "") -> str:
+    """``text`` + ``citation`` (`` [3]``, `` (source)``) + the confidence marker (`` (derived)``), the marker once
+    even where the text already ends with it (newcomer minor 6: "… HEAD e4048607 (derived) (derived)")."""
+    marker = "" if confidence == "confirmed" else f" ({confidence})"
+    if marker and text.endswith(marker):
+        text = text[: -len(marker)]
+    return text + citation + marker

@@ -531,6 +531,22 @@ def flydsl_pin(aiter_version: str) -> tuple[str, str] | None:
 
 # -- simulated targets -----------------------------------------------------------------------------------------
 
+def _arch_name_notes(target: str, gfx: str, product: str | None, cus: int | None) -> list[str]:
+    """A target named by arch (``gfx942``) where the arch's products differ in CU count (newcomer minor 25): which
+    product was assumed, and the others. AITER's tuned fused-MoE rows are keyed on the CU count (cu_num;
+    ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py get_cu_num), so MI308X (80 CUs) looks up other rows."""
+    if not target.strip().lower().startswith(("gfx", "amdgcn")):
+        return []
+    others = [p for p in (arch_facts(gfx) or {}).get("products", []) if p["name"] != product]
+    if not any(p["compute_units"] != cus for p in others):
+        return []
+    listing = ", ".join(f"{p['name']} ({p['compute_units']} CUs)" for p in others)
+    return [f"target {target.strip()} names an arch, not a product: planned for {product} ({cus} CUs), the arch's "
+            f"first product; {gfx} is also {listing}, and AITER keys its tuned rows on the CU count (cu_num: "
+            "ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py get_cu_num): name the product (e.g. "
+            f"{others[-1]['name']}) to plan for another"]
+
+
 def target_capabilities(
     target: str | None = None,
     aiter_version: str | None = None,
@@ -557,6 +573,7 @@ def target_capabilities(
                                                   else "db"), ("compute_units", "db")]
         if mode is not None:
             provenance.append(("partition", target_source))
+        notes += _arch_name_notes(target, gfx, product, cus)
     facts = arch_facts(gfx) or {}
     provenance += [("fp8_format", "db"), ("native_mx", "db")]
     if aiter_version is None:

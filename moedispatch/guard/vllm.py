@@ -164,6 +164,45 @@ def _register_layer_check() -> None:
         return base_register(cls, _decorated_layer_cls, name)
 
     RoutedExperts.register_oot = classmethod(register_oot)  # type: ignore[method-assign,assignment]
+    _wrap_model_creation()
+
+
+def _wrap_model_creation() -> None:
+    """After vLLM built the model (``BaseModelLoader.create_model``, before its weights load,
+    vllm-project/vllm@v0.33.0:vllm/model_executor/model_loader/base_loader.py:49-76), say once what the per-layer
+    check saw — or that it saw nothing: a model whose MoE is another layer class is "not observed"."""
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    original = BaseModelLoader.create_model
+    if getattr(original, "__moedispatch__", False):
+        return
+
+    def create_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        model = original(self, *args, **kwargs)
+        after_model(kwargs.get("vllm_config", args[0] if args else None))
+        return model
+
+    create_model.__moedispatch__ = True  # type: ignore[attr-defined]
+    BaseModelLoader.create_model = create_model  # type: ignore[method-assign]
+
+
+def after_model(vllm_config: Any) -> None:
+    """The per-layer check's summary for this process (once per model built), never an exception."""
+    try:
+        state = _worker(vllm_config)
+        if state is None or not state["model"].layers:
+            return
+        n = len(state["model"].layers)
+        if state["observed"] == 0:
+            _say(f"{_PREFIX}: not observed — none of this model's {n} MoE layer(s) was built through vLLM's "
+                 "RoutedExperts (its MoE is another layer class): the per-layer check did not run, only process 0's")
+        else:
+            stale = sum(1 for key in _STATE.get("said", ()) if key[0] in ("stale", "alloc"))
+            _say(f"{_PREFIX}: per-layer check compared {state['observed']} of {n} MoE layer(s): "
+                 + (f"{stale} STALE finding(s) above" if stale else "all as moedispatch predicted")
+                 + f"; {state['cost']:.2f} s in all")
+    except Exception as exc:
+        _say(f"{_PREFIX}: per-layer summary failed ({type(exc).__name__}: {exc})")
 
 
 def _guarded_class(base: Any) -> Any:
@@ -183,9 +222,10 @@ def _guarded_class(base: Any) -> Any:
     return MoedispatchGuardedRoutedExperts
 
 
-def _worker() -> dict[str, Any] | None:
+def _worker(vc: Any = None) -> dict[str, Any] | None:
     """This process's plan of the model (once): settings, the verdict on its own environment, the layers as
-    moedispatch models them, the target. None when there is no config to read."""
+    moedispatch models them, the target. None when there is no config to read. ``vc``: the config (default: the one
+    vLLM set current while it builds the model)."""
     if "worker" in _STATE:
         return _STATE["worker"]
     from vllm.config import get_current_vllm_config
@@ -193,7 +233,7 @@ def _worker() -> dict[str, Any] | None:
     start = time.perf_counter()
     state: dict[str, Any] | None = None
     try:
-        vc = get_current_vllm_config()
+        vc = vc if vc is not None else get_current_vllm_config()
         cfg = p0.settings(os.environ, getattr(vc, "additional_config", None))
         if cfg.mode != "off" and getattr(vc, "model_config", None) is not None:
             argv, spec = launch_from(vc)

@@ -8,9 +8,11 @@ largest planned token count. Off explain's default path: ``moedispatch explain -
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from moedispatch.core.decision import NoBackendError
+from moedispatch.core.layers import QuantSpec
 from moedispatch.core.reason import Reason
 from moedispatch.core.families import FUSED_MOE_FAMILIES
 from moedispatch.cost.model import padding_overhead, tuning_worklist, untuned_csv
@@ -23,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from moedispatch.core.backend import Backend
     from moedispatch.core.capabilities import Capabilities
     from moedispatch.core.decision import Decision
+    from moedispatch.core.layers import MoELayer
     from moedispatch.plan.plan import Plan
 
 __all__ = ["what_if", "plan_what_if", "tuning_list", "switch_variants", "MIN_GAIN"]
@@ -107,7 +110,68 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
             f"what-if: {change}: {_padding_text(alt)}, {format_cost(alt.cost[-1])} vs {format_cost(decision.cost[-1])} "
             f"at {tokens} tokens ({alt_us / base - 1:+.0%})", "note", source, None, "derived"))
         break  # the cheapest change that helps
+    else:
+        if decision.backend == "emulation":  # no switch or release helps: say what would run natively instead
+            out += _native_alternatives(decision, caps, backends, runtime)
     return tuple(out)
+
+
+#: Checkpoint formats tried for a layer that only emulation runs, most compact first: FP8 with 128×128 weight blocks
+#: and dynamic per-token-group activations (DeepSeek-V3's and Qwen3-FP8's published quantization_config:
+#: huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json "weight_block_size": [128, 128]), then BF16.
+_CHECKPOINTS: tuple[tuple[str, QuantSpec, QuantSpec], ...] = (
+    ("an FP8 checkpoint (128×128 weight blocks)", QuantSpec("fp8", "block128x128"),
+     QuantSpec("fp8", "group128", dynamic=True)),
+    ("a BF16 checkpoint", QuantSpec("bf16"), QuantSpec("bf16")),
+)
+
+
+def _native(layer: "MoELayer", target: "Capabilities", backends: Sequence["Backend"],
+            runtime: "Runtime") -> "Decision | None":
+    try:
+        alt = select(layer, target, backends, runtime=runtime)
+    except NoBackendError:
+        return None
+    return alt if alt.backend not in (None, "emulation") and alt.cost else None
+
+
+def _source_of(alt: "Decision") -> str | None:
+    return next((r.source for r in alt.reasons if r.source), None)
+
+
+def _native_alternatives(decision: "Decision", caps: "Capabilities", backends: Sequence["Backend"],
+                         runtime: "Runtime") -> list[Reason]:
+    """For a layer only emulation runs (newcomer minor 3): the nearest target that runs the same checkpoint natively
+    (newest AITER, newest arch first), and the first other checkpoint format that runs natively on this target —
+    each re-planned by the selector, so the alternative is as correct as the plan."""
+    out: list[Reason] = []
+    layer, tokens, base = decision.layer, max(runtime.tokens), decision.cost[-1]
+    here = capdb.target_label(caps)
+
+    def versus(alt: "Decision") -> str:
+        return (f"{alt.backend}, {format_cost(alt.cost[-1])} vs {format_cost(base)} on emulation at {tokens} tokens "
+                f"({alt.cost[-1].us / base.us - 1:+.0%})")
+
+    archs = capdb.gpus()["arch"]
+    for gfx in sorted(archs, key=lambda g: -archs[g]["cdna"]):
+        if gfx == caps.gfx or archs[gfx]["cdna"] < 1:
+            continue
+        product = archs[gfx]["products"][0]["name"]
+        alt = _native(layer, capdb.target_capabilities(product), backends, runtime)
+        if alt is not None:
+            out.append(Reason(f"what-if: this checkpoint on {gfx} ({product}) with AITER "
+                              f"{capdb.default_aiter_version()}: {versus(alt)}", "note", _source_of(alt), None,
+                              "derived"))
+            break
+    for label, weight, act in _CHECKPOINTS:
+        if (layer.weight.dtype, layer.act.dtype) == (weight.dtype, act.dtype):
+            continue
+        alt = _native(replace(layer, weight=weight, act=act), caps, backends, runtime)
+        if alt is not None:
+            out.append(Reason(f"what-if: {label} of {layer.model or 'this model'} on {here} (other weights: check "
+                              f"its accuracy): {versus(alt)}", "note", _source_of(alt), None, "derived"))
+            break
+    return out
 
 
 def plan_what_if(plan: "Plan", backends: Sequence["Backend"]) -> tuple[tuple[int, tuple[Reason, ...]], ...]:

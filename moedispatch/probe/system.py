@@ -165,9 +165,22 @@ def _discover(allow_torch: bool, timeout: float) -> tuple[list[RawGpu], list[Sou
     env_notes: list[str] = []
     if chosen and chosen[0].source == "probe:amdsmi":
         chosen = apply_visible(chosen, "ROCR_VISIBLE_DEVICES", env_notes)
+    hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in os.environ else "CUDA_VISIBLE_DEVICES"
     if chosen and chosen[0].source != "probe:torch":
-        hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in os.environ else "CUDA_VISIBLE_DEVICES"
         chosen = apply_visible(chosen, hip_var, env_notes)
+    # Every GPU-selection variable that is set is named, applied or not (a probe that finds no GPU still says what
+    # would have filtered it).
+    for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        value = os.environ.get(var)
+        if value is None or any(note.startswith(f"{var}=") for note in env_notes):
+            continue
+        if not chosen:
+            why = "no GPU found to filter"
+        elif var == "CUDA_VISIBLE_DEVICES" and hip_var == "HIP_VISIBLE_DEVICES":
+            why = "HIP_VISIBLE_DEVICES is set and takes precedence"
+        else:
+            why = f"{chosen[0].source.removeprefix('probe:')} already applies it"
+        env_notes.append(f"{var}={value} is set (not applied here: {why})")
     target = os.environ.get(TARGET_ENV)
     env_ok = True
     if target:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from moedispatch._util.width import fit, wrap
 from moedispatch.core.errors import UsageError
+from moedispatch.core.reason import with_marker
 from moedispatch.data.capdb import target_label
 from moedispatch.plan.plan import layer_span, plan_model, plan_to_json
 from moedispatch.probe.targets import resolve_capabilities
@@ -305,10 +306,8 @@ def render_table(cmp: Comparison, doc: dict[str, Any] | None = None, *, width: i
 
     def cite(reason: Any) -> str:
         """``text [3]``: sources are numbered and listed once at the end (the JSON keeps them on each line)."""
-        text = reason.text
-        if reason.source:
-            text += f" [{numbers.setdefault(reason.source, len(numbers) + 1)}]"
-        return text if reason.confidence == "confirmed" else f"{text} ({reason.confidence})"
+        number = f" [{numbers.setdefault(reason.source, len(numbers) + 1)}]" if reason.source else ""
+        return with_marker(reason.text, reason.confidence, number)
 
     model = cmp.plans[0].model
     letters = [chr(ord("A") + i) for i in range(len(cmp.plans))]

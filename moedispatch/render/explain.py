@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from moedispatch._util.width import fit, wrap
 from moedispatch.core.decision import Decision
 from moedispatch.plan.plan import SCHEMA, Plan, aiter_data, cost_total, layer_span, padded_bytes, plan_model, plan_to_json
-from moedispatch.core.reason import Reason
+from moedispatch.core.reason import Reason, with_marker
 from moedispatch.core.costs import format_cost
 from moedispatch.data.capdb import partition_of, partitions_for
 from moedispatch.kit.caveats import PAD_RATIO_MIN
@@ -45,6 +45,8 @@ def _wrap(text: str, indent: str, width: int | None = None) -> list[str]:
 
 
 #: Why the plan assumes its AITER version (the provenance of ``aiter_version``), for the target line.
+_TARGET_WHY = {"flag": "from --target", "env": "from MOEDISPATCH_TARGET", "probe": "probed",
+               "default": "default: no GPU found"}
 _AITER_WHY = {"default": "default: the newest capability_db knows", "flag": "--aiter-version",
               "env": "MOEDISPATCH_TARGET", "probe": "installed", "installed": "installed in this Python"}
 
@@ -96,11 +98,10 @@ class _Sources:
         self.numbers: dict[str, int] = {}
 
     def __call__(self, reason: Reason) -> str:
-        text = reason.text
+        number = ""
         if reason.source:
-            n = self.numbers.setdefault(reason.source, len(self.numbers) + 1)
-            text += f" [{n}]"
-        return text if reason.confidence == "confirmed" else f"{text} ({reason.confidence})"
+            number = f" [{self.numbers.setdefault(reason.source, len(self.numbers) + 1)}]"
+        return with_marker(reason.text, reason.confidence, number)
 
     def lines(self, width: int | None = None) -> list[str]:
         out: list[str] = []
@@ -121,6 +122,8 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     lines: list[str] = []
     if first_line:
         lines.append(first_line)
+    # Where the target and the AITER came from, in words, each right after what it qualifies (newcomer minor 7: a
+    # bracketed [flag] beside "(default: …)" was two notations on one line, neither in the legend).
     target = f"{caps.arch_label}"
     mode = partition_of(caps.gfx, caps.product, caps.compute_units)
     if mode and caps.compute_units:
@@ -128,11 +131,12 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
         target += f", {mode} partition: {caps.compute_units} CUs (1/{n} of {caps.compute_units * n}; derived)"
     elif caps.compute_units:
         target += f", {caps.compute_units} CUs"
+    target += f" ({_TARGET_WHY.get(caps.source, caps.source)})"
     target += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
     target += f" ({_AITER_WHY.get(caps.source_of('aiter_version') or '', caps.source_of('aiter_version') or '?')})"
     lines.append(f"model   {plan.model.name} ({plan.model.source}"
                  + (f", {plan.model.architecture}" if plan.model.architecture else "") + ")")
-    lines.append(f"target  {target} [{caps.source}]")
+    lines.append(f"target  {target}")
     lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
                  f" plan fingerprint {plan.fingerprint}, decision fingerprint {plan.decision_fingerprint}")
     for used in aiter_data(plan):
@@ -198,8 +202,8 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
         lines.append(f"padding adds {_human_bytes(total)} of expert weights per rank over the whole model")
     if plan.warnings:
         lines.append("")
-        for w in plan.warnings:
-            lines += wrapped(cite(w), "warning ")
+        for w in plan.warnings:  # the label says warning once (a caveat raised to a warning opens with "caveat ")
+            lines += wrapped(cite(w).removeprefix("caveat "), "warning ")
     if cite.numbers:
         lines.append("")
         lines.append("sources")

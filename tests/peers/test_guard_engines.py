@@ -76,6 +76,7 @@ CASES = {
                                                              "MOEDISPATCH_GUARD": "refuse"}),
     "other-oot-before": ("vllm", ["model", "Qwen3-30B-A3B", "8"], {**VLLM_ON, "GUARD_OTHER_OOT": "before"}),
     "other-oot-after": ("vllm", ["model", "Qwen3-30B-A3B", "8"], {**VLLM_ON, "GUARD_OTHER_OOT": "after"}),
+    "not-observed": ("vllm", ["model", "Qwen3-30B-A3B", "8"], {**VLLM_ON, "GUARD_NO_LAYER": "1"}),
     # SGLang: Quark MXFP4 with a forced Triton runner is refused in process 0's resolution; auto passes; fix.
     "sglang-refuse-triton": ("sglang", ["Qwen3-235B-A22B-Instruct-2507-MXFP4", "4", "triton"],
                              {**SGLANG_ON, "MOEDISPATCH_GUARD": "refuse"}),
@@ -179,6 +180,15 @@ def test_sglang_per_layer_check_follows_sglangs_own_layer(runs):
         assert r["hooked"] and r["layer"]["patched"], name  # the hook is applied, not silently skipped
         assert (r["layer"]["runner"], r["layer"]["error"]) == (runner, None), (name, r["layer"])
         assert "layer check ready in" in r["stderr"] and "NOT ACTIVE" not in r["stderr"], name
+
+
+def test_a_model_whose_moe_never_passes_routed_experts_is_reported_not_observed(runs):
+    r = runs["not-observed"]
+    assert r["ok"] and r["create_model_wrapped"] and "layer" not in r
+    assert "not observed — none of this model's 48 MoE layer(s) was built through vLLM's RoutedExperts" in r["stderr"]
+    r = runs["refuse-verified"]
+    assert "per-layer check compared 1 of 48 MoE layer(s): all as moedispatch predicted" in r["stderr"]
+    assert "per-layer check compared 1 of 48 MoE layer(s): 2 STALE finding(s) above" in runs["planted"]["stderr"]
 
 
 def test_overhead_is_reported_once_per_process(runs):

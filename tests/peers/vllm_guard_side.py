@@ -160,9 +160,18 @@ def main() -> int:
         if cfg is not None:
             hf = json.load(open(os.path.join(model_dir, "config.json")))
             act = "swigluoai" if hf.get("model_type") == "gpt_oss" else "silu"
-            out["layer"] = layer_case(cfg, hf["hidden_size"], hf.get("moe_intermediate_size")
-                                      or hf["intermediate_size"], hf.get("num_experts") or hf.get("num_local_experts"),
-                                      hf.get("num_experts_per_tok"), act)
+            if os.environ.get("GUARD_NO_LAYER") != "1":  # GUARD_NO_LAYER=1: a model whose MoE never passes
+                out["layer"] = layer_case(cfg, hf["hidden_size"], hf.get("moe_intermediate_size")  # RoutedExperts
+                                          or hf["intermediate_size"], hf.get("num_experts")
+                                          or hf.get("num_local_experts"), hf.get("num_experts_per_tok"), act)
+            # What vLLM's loader does once the model is built: its create_model (wrapped by the guard) returns.
+            from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+            out["create_model_wrapped"] = bool(getattr(BaseModelLoader.create_model, "__moedispatch__", False))
+            if out["create_model_wrapped"]:
+                from moedispatch.guard import vllm as guard
+
+                guard.after_model(cfg)
     elif what == "bench":  # process 0, then N MoE layers as one worker builds them, timed (benchmarks/bench_guard.py)
         model_dir, tp, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
         t0 = time.perf_counter()
