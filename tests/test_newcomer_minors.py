@@ -176,3 +176,20 @@ def test_an_arch_target_says_which_product_it_assumed(monkeypatch):
         doc = json.loads(run(["explain", "--model", "Mixtral-8x7B", "--target", target, "--format", "json"],
                              monkeypatch)[1])
         assert not any("names an arch" in w for w in doc["warnings"])
+
+
+def test_packaging_metadata_minor_31():
+    """Newcomer minor 31: a LICENSE file, the license as an SPDX expression (PEP 639, not the deprecated table) and
+    no AITER in the rocm extra (a PyPI amd-aiter could replace a ROCm image's source-built AITER)."""
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (root / "LICENSE").read_text()
+    assert not any("aiter" in dep for dep in project["optional-dependencies"]["rocm"])
