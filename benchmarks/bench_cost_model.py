@@ -57,7 +57,7 @@ else:  # pragma: no cover
 from moedispatch.data import aiter_configs
 from moedispatch.data import capdb
 from moedispatch.cost import model as cost
-from moedispatch.cost import drift, release
+from moedispatch.cost import drift, release, reverted
 
 #: Product whose datasheet peaks the priors are fit against, per (gfx, cu_num) of the tuned rows.
 REFERENCE = {("gfx950", 256): "MI355X", ("gfx942", 304): "MI300X", ("gfx942", 80): "MI308X"}
@@ -129,8 +129,12 @@ def load(snapshot: str, aiter_data: str | None = None):
     else:
         cs = aiter_configs.load_config_set(snapshot)
     rows = [r for r in cs.rows if not r.tag and r.us and r.gfx and (r.gfx, r.cu_num) in REFERENCE]
+    root = os.path.join(aiter_data, snapshot) if aiter_data else ""
+    rows, reverted_out = reverted.drop(snapshot, rows, lambda r: os.path.relpath(r.file, root).replace(os.sep, "/")
+                                       if aiter_data else r.file.split(":", 1)[-1])
     peaks = {k: capdb.product_peaks(p) for k, p in REFERENCE.items()}
     clean, rejected = cost.lint_rows(rows, lambda r: peaks[(r.gfx, r.cu_num)])
+    rejected += [(r, f"reverted by ROCm/aiter#{rev.pr} ({rev.date})") for r, rev in reverted_out]
     return cs, rows, [Sample(r) for r in clean], rejected, peaks
 
 
@@ -503,8 +507,10 @@ def main(argv=None) -> int:
     cs, rows, samples, rejected, peaks = load(args.snapshot, args.aiter_data)
     copied = sum("copied" in why for _, why in rejected)
     fast = sum("faster" in why for _, why in rejected)
+    gone = sum("reverted by" in why for _, why in rejected)
     print(f"{cs.label}: {len(rows)} timed untagged rows, {len(samples)} clean "
-          f"({copied} copied across buckets, {fast} faster than the datasheet roofline)", flush=True)
+          f"({copied} copied across buckets, {fast} faster than the datasheet roofline; {gone} more rows left out: "
+          f"AITER reverted them, capability_db/{reverted.REVERTED_FILE})", flush=True)
 
     in_errs, in_res, naive_in, in_files = in_shape(samples, peaks)
     lo, hi, n = band_of(in_res)
@@ -521,7 +527,7 @@ def main(argv=None) -> int:
     provenance = {
         "snapshot": args.snapshot, "commit": cs.commit or "", "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "script": "benchmarks/bench_cost_model.py --fit", "rows": len(rows), "clean_rows": len(samples),
-        "lint_copied": copied, "lint_faster_than_roofline": fast,
+        "lint_copied": copied, "lint_faster_than_roofline": fast, "reverted_rows": gone,
         "method": "log(us) = coef . features, least absolute deviations (IRLS), per level: bucket = (gfx, cu, "
                   "token bucket) if >= 12 rows, arch_cu = (gfx, cu) if >= 150, arch = gfx if >= 40; decode (<= "
                   f"{DECODE_MAX_TOKENS} tokens) = fixed_us + t_mem / efficiency, least absolute relative deviations "

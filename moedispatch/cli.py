@@ -482,15 +482,19 @@ def _cmd_models(args: argparse.Namespace) -> int:
             "layers": len(spec.layers), "moe_layers": spec.moe_layers, "hidden": spec.hidden,
             "intermediate": moe.intermediate, "experts": moe.experts, "top_k": moe.top_k,
             "activation": spec.activation, "quant": {"weight": moe.weight.dtype, "activation": moe.act.dtype},
+            "aliases": list(entry.get("aliases") or []),
         })
     if args.format == "json":
         _print(json.dumps({"schema": "moedispatch.models/1", "models": rows}, indent=2))
         return EXIT_OK
     nw = max(len("model"), *(len(r["name"]) for r in rows))  # the name column as wide as the longest name
-    lines = [f"{'model':<{nw}} {'layers':>6} {'MoE':>4} {'hidden':>6} {'inter':>6} {'E':>4} {'k':>3}  quant (W/A)"]
+    lines = [f"{'model':<{nw}} {'layers':>6} {'MoE':>4} {'hidden':>6} {'inter':>6} {'E':>4} {'k':>3}  "
+             f"{'quant (W/A)':<12} also known as (HF id, aliases)"]
     for r in rows:
+        aka = ", ".join(n for n in [r["hf_id"], *r["aliases"]] if n) or "—"
         lines.append(f"{r['name']:<{nw}} {r['layers']:>6} {r['moe_layers']:>4} {r['hidden']:>6} {r['intermediate']:>6} "
-                     f"{r['experts']:>4} {r['top_k']:>3}  {r['quant']['weight']}/{r['quant']['activation']}")
+                     f"{r['experts']:>4} {r['top_k']:>3}  {r['quant']['weight'] + '/' + r['quant']['activation']:<12} "
+                     f"{aka}")
     _print(fit("\n".join(lines), args.width))
     return EXIT_OK
 

@@ -193,3 +193,25 @@ def test_packaging_metadata_minor_31():
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert "Apache License" in (root / "LICENSE").read_text()
     assert not any("aiter" in dep for dep in project["optional-dependencies"]["rocm"])
+
+
+# -- 23. aliases: suggested, said when used, listed ---------------------------------------------------------------------
+
+def test_aliases_are_suggested_said_and_listed(monkeypatch):
+    """Minor 23: 'DeepSeek-R1-0528' was offered 'DeepSeek-V4-Pro'; the declared alias deepseek-ai/DeepSeek-R1 resolved
+    to DeepSeek-V3 silently; `models` showed neither HF ids nor aliases."""
+    line = one_line_error(*run(["explain", "--model", "DeepSeek-R1-0528", "--target", "MI355X"], monkeypatch))
+    assert "(did you mean 'DeepSeek-R1', an alias of DeepSeek-V3?)" in line
+    doc = json.loads(run(["explain", "--model", "deepseek-ai/DeepSeek-R1", "--target", "MI355X", "--format", "json"],
+                         monkeypatch)[1])
+    assert doc["model"]["name"] == "DeepSeek-V3"
+    assert any(w.startswith("--model deepseek-ai/DeepSeek-R1 is planned as the built-in DeepSeek-V3") for w in
+               doc["warnings"])
+    doc = json.loads(run(["explain", "--model", "DeepSeek-V3", "--target", "MI355X", "--format", "json"],
+                         monkeypatch)[1])
+    assert not any("is planned as the built-in" in w for w in doc["warnings"])  # its own name: nothing to say
+    table = run(["models"], monkeypatch)[1]
+    assert "also known as (HF id, aliases)" in table.splitlines()[0]
+    assert "deepseek-ai/DeepSeek-V3, deepseek-ai/DeepSeek-R1" in table
+    rows = {r["name"]: r for r in json.loads(run(["models", "--format", "json"], monkeypatch)[1])["models"]}
+    assert "deepseek-ai/DeepSeek-R1" in rows["DeepSeek-V3"]["aliases"]

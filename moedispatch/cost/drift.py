@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from moedispatch.cost import model as cost
+from moedispatch.cost import reverted as reverted_rows
 from moedispatch.data import aiter_configs, aiter_index, capdb
 
 if sys.version_info >= (3, 11):
@@ -47,7 +48,8 @@ def release_rows(data: str | None,
     """Per release of ``data`` (``../shared/aiter``; None: moedispatch's AITER index, derived from it): ``(tag,
     commit, {key: row})`` of the lint-clean, untagged, timed
     rows of AITER's default tuned set on the targets the priors are fit for (``reference``: (gfx, cu) → product;
-    default the priors' ``[[reference]]``), first row per lookup key in AITER's merge order."""
+    default the priors' ``[[reference]]``), first row per lookup key in AITER's merge order, without the rows AITER
+    reverted (:mod:`moedispatch.cost.reverted`)."""
     if reference is None:
         reference = cost.load_priors().reference
     peaks = {k: capdb.product_peaks(p) for k, p in reference.items()}
@@ -55,13 +57,17 @@ def release_rows(data: str | None,
     listing = manifest(data) if data is not None else [(r.tag, r.commit, r.date) for r in aiter_index.releases()]
     for tag, commit, _date in listing:
         cs = aiter_configs.load_config_set(os.path.join(data, tag) if data is not None else tag)
+        root = os.path.join(data, tag) if data is not None else ""
+
+        def path_of(r: Any) -> str:
+            return os.path.relpath(r.file, root).replace(os.sep, "/") if data is not None else r.file.split(":", 1)[-1]
+
         rows = [r for r in cs.rows if not r.tag and r.us and r.gfx and (r.gfx, r.cu_num) in peaks]
+        rows, _reverted = reverted_rows.drop(tag, rows, path_of)
         clean, _rejected = cost.lint_rows(rows, lambda r: peaks[(r.gfx, r.cu_num)])
         keyed: dict[tuple, Any] = {}
-        root = os.path.join(data, tag) if data is not None else ""
         for r in clean:
-            path = os.path.relpath(r.file, root).replace(os.sep, "/") if data is not None else r.file.split(":", 1)[-1]
-            keyed.setdefault(r.key(), r._replace(file=path))
+            keyed.setdefault(r.key(), r._replace(file=path_of(r)))
         out.append((tag, commit, keyed))
     return out
 

@@ -515,6 +515,26 @@ def _norm(name: str) -> str:
     return name.strip().lower()
 
 
+def _other_names(entry: dict[str, Any]) -> list[str]:
+    """A built-in model's HF id and aliases (what ``models`` lists and an alias note names)."""
+    return [n for n in [entry.get("hf_id"), *(entry.get("aliases") or [])] if n]
+
+
+def _suggest(ref: str) -> str:
+    """`` (did you mean 'X'?)`` over built-in names, HF ids and aliases (and their last path part); a match that is
+    not a built-in name says which built-in it stands for."""
+    names: dict[str, str] = {}
+    for entry in builtin_models():
+        for n in [entry["name"], *_other_names(entry)]:
+            names.setdefault(n, entry["name"])
+            names.setdefault(n.split("/")[-1], entry["name"])
+    hint = did_you_mean(ref.split("/")[-1], names)
+    if not hint:
+        return ""
+    match = hint[len(" (did you mean '"):-len("'?)")]
+    return hint if names[match] == match else f" (did you mean {match!r}, an alias of {names[match]}?)"
+
+
 @memoize(maxsize=None)
 def _builtin_index() -> dict[str, dict[str, Any]]:
     index: dict[str, dict[str, Any]] = {}
@@ -622,7 +642,12 @@ def load_model(ref: str) -> ModelSpec:
             return _load_folder(snap, cfg_path, name=repo_id, source="hf-cache")
     entry = _builtin_index().get(_norm(ref)) or _builtin_index().get(_norm(ref.split("/")[-1]))
     if entry is not None:
-        return _load_builtin(entry["name"])
+        spec = _load_builtin(entry["name"])
+        if _norm(ref) != _norm(entry["name"]):  # an alias or HF id: say which built-in the plan is of
+            spec = replace(spec, notes=spec.notes + (
+                f"--model {ref.strip()} is planned as the built-in {entry['name']} (one of its declared names: "
+                f"{', '.join(_other_names(entry))}; same architecture and expert shapes)",))
+        return spec
     if is_repo_id(ref.strip()):
         raise ModelError(f"{ref.strip()!r} is not a built-in model and is not in the local Hugging Face cache "
                          f"({hf_cache_dir()}); moedispatch never downloads: fetch it first (e.g. huggingface-cli "
@@ -630,6 +655,6 @@ def load_model(ref: str) -> ModelSpec:
     if os.sep in ref or ref.startswith((".", "~")) or ref.endswith(".json"):
         raise ModelError(f"{ref}: no such file or folder")
     known = sorted(e["name"] for e in builtin_models())
-    raise ModelError(f"unknown model {ref!r}{did_you_mean(ref, known)}: not a built-in name, folder, config.json or "
+    raise ModelError(f"unknown model {ref!r}{_suggest(ref)}: not a built-in name, folder, config.json or "
                      "cached HF repo id "
                      f"(built-in: {', '.join(known)})")
