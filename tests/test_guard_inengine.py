@@ -157,3 +157,22 @@ def test_observed_pick_and_digest():
     b = p0.Verdict("pass", ("other report",), doc={"findings": [{"severity": "info", "message": "x"}]})
     c = p0.Verdict("pass", (), doc={"findings": [{"severity": "error", "message": "x"}]})
     assert gv.digest(a) == gv.digest(b) != gv.digest(c)
+
+
+def test_the_guard_stays_off_where_the_engine_does_not_run_on_rocm(monkeypatch, capsys):
+    """An engine on another platform (vLLM on CUDA) is not judged by AMD rules unless a target is named."""
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.33.0+cu130"))
+    monkeypatch.delenv("MOEDISPATCH_TARGET", raising=False)
+    monkeypatch.delenv("MOEDISPATCH_GUARD", raising=False)
+    state: dict = {}
+    assert p0.installable("vllm", state, lambda: False) is None
+    assert "moedispatch guard: off — vllm is not running on ROCm here" in capsys.readouterr().err
+    monkeypatch.setenv("MOEDISPATCH_TARGET", "MI355X")
+    state = {}
+    assert p0.installable("vllm", state, lambda: False) == "0.33.0" and state["version"] == "0.33.0"
+    assert p0.installable("vllm", state, lambda: False) is None  # once per process
+    monkeypatch.delenv("MOEDISPATCH_TARGET")
+    assert p0.installable("vllm", {}, lambda: True) == "0.33.0"
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.34.0"))
+    assert p0.installable("vllm", {}, lambda: True) is None
+    assert "off — vllm 0.34.0 is outside the releases" in capsys.readouterr().err

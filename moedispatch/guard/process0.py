@@ -185,14 +185,19 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
-def installable(engine: str, state: dict[str, Any]) -> str | None:
+def installable(engine: str, state: dict[str, Any], on_rocm: Callable[[], bool]) -> str | None:
     """The engine's release when the guard should install its hooks in this process (once), else None: off by
-    ``MOEDISPATCH_GUARD``, already installed, or a release outside the model (said in one line). A mode it cannot
+    ``MOEDISPATCH_GUARD``, already installed, an engine not running on ROCm (``on_rocm``; a target given with
+    ``MOEDISPATCH_TARGET`` still plans for it) or a release outside the model (said in one line). A mode it cannot
     honour raises :class:`UsageError`."""
     cfg = settings(os.environ)
     if cfg.mode == "off" or state.get("registered"):
         return None
     state["registered"] = True
+    if cfg.target is None and not on_rocm():
+        say(f"{PREFIX}: off — {engine} is not running on ROCm here (set MOEDISPATCH_TARGET to check a launch for an "
+            "AMD GPU anyway)")
+        return None
     version = str(importlib.import_module(engine).__version__).split("+", 1)[0]
     why = unmodelled(engine, version)
     if why:

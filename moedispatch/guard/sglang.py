@@ -41,10 +41,16 @@ LAYER = "sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE.__init__"
 _STATE: dict[str, Any] = {}
 
 
+def _on_rocm() -> bool:
+    from sglang.srt.utils import is_hip
+
+    return bool(is_hip())
+
+
 def register() -> None:
     """SGLang's entry point: register the resolution hook and confirm it is in SGLang's table."""
     try:
-        version = p0.installable("sglang", _STATE)
+        version = p0.installable("sglang", _STATE, _on_rocm)
     except UsageError as exc:
         p0.say(f"{p0.PREFIX}: {exc} — not installed")
         raise

@@ -54,10 +54,16 @@ def _once(key: Any, line: str) -> None:
         _say(line)
 
 
+def _on_rocm() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_rocm())
+
+
 def register() -> None:
     """vLLM's entry point. Raises only for a guard setting it cannot honour (``MOEDISPATCH_GUARD=refsue``)."""
     try:
-        version = p0.installable("vllm", _STATE)
+        version = p0.installable("vllm", _STATE, _on_rocm)
     except UsageError as exc:
         raise RuntimeError(f"{_PREFIX}: {exc}") from None
     if version is None:
