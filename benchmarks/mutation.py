@@ -76,6 +76,9 @@ FAST_TESTS = [
     "tests/test_aiter_dispatch.py",
     "tests/test_aiter_dispatch_mutants.py",   # boundary cases of the AITER model, each cited (issue 22)
     "tests/test_cost.py",
+    "tests/test_cost_reverted.py",      # reverted AITER rows: matching and validation (issue 26 item 5)
+    "tests/test_cost_release.py",       # release-aware bars and their derivation (needs ../shared/aiter, else skips)
+    "tests/test_cost_pairs.py",         # per-pair decode fixed terms, the anchored arch prior (issue 26 item 1)
     "tests/test_engine_choice.py",
     "tests/test_one_home.py",
     "tests/test_launch.py",             # the engine launch rules: FlyDSL tiles, named families, workaround envs
@@ -215,7 +218,7 @@ EQUIVALENT: list[tuple[str, str, str]] = [
                 r'scheme_for\(None\))',
      "for the MXFP4 oracles check_scheme is the scheme itself (only the FP8 paths change it), and elsewhere scheme_for "
      "returns check_scheme whatever the name: every scheme_for(...) gives the same scheme"),
-    # -- moedispatch/aiter/dispatch.py (tests/test_aiter_dispatch_mutants.py kills the rest) --
+    # -- the AITER dispatch model, moedispatch/aiter/*.py (tests/test_aiter_dispatch_mutants.py kills the rest) --
     ("x__dispatch_*", r"basis: str, ksplit: int = \d+,$",
      "every step() call in _dispatch_head/_dispatch_legacy passes ksplit, so its default is never used"),
     ("x__dispatch_*", r"^run_1stage = None$",

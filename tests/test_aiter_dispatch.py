@@ -19,6 +19,15 @@ import pytest
 
 from moedispatch.data import aiter_configs as ac
 from moedispatch.aiter import dispatch as ad
+from moedispatch.aiter.activation import activation_dtype
+from moedispatch.aiter.fhmoe import fhmoe_config_scope, fhmoe_lookup, _fhmoe_rows, fhmoe_supports
+from moedispatch.aiter.hazards import raising_hits
+from moedispatch.aiter.issues import dispatch_issues, DispatchIssue, evaluate_issues
+from moedispatch.aiter.key import dispatch_key, DispatchKey
+from moedispatch.aiter.rules import get_padded_M
+from moedispatch.aiter.steps import DispatchStep, kernel_family, parse_info_line
+from moedispatch.aiter.vocab import BF16, FP4, FP8, FP8_FNUZ, I4, Q_1X128, Q_1X32, SILU, SITUV2, SWIGLU
+from moedispatch.aiter.walk import dispatch_token
 from moedispatch.core.workload import AITER_ENV, DEFAULT_TOKENS, aiter_env, parse_env_args, parse_tokens
 from moedispatch.sources import models
 from moedispatch.aiter.dispatch import Assumptions, plan_dispatch, simulate
@@ -72,37 +81,37 @@ MI355X = ("MI355X", "0.1.20.post1")
 ])
 def test_get_padded_m(m, head_bucket, legacy_bucket):
     """HEAD: next power of two below 32768 then tiers 32768/131072 (FM get_padded_M); 0.1.7: ≤16 → 16, capped 1024."""
-    assert ad.get_padded_M(m) == head_bucket
-    assert ad.get_padded_M(m, "legacy") == legacy_bucket
+    assert get_padded_M(m) == head_bucket
+    assert get_padded_M(m, "legacy") == legacy_bucket
 
 
-def _key(**kw) -> ad.DispatchKey:
+def _key(**kw) -> DispatchKey:
     base = dict(gfx="gfx950", cu_num=256, model_dim=6144, inter_dim=384, expert=129, topk=5, runtime_topk=5,
-                act_type=ad.SWIGLU, dtype=ad.BF16, q_dtype_w=ad.FP4, q_type=ad.Q_1X32, use_g1u1=1, doweight_stage1=0,
+                act_type=SWIGLU, dtype=BF16, q_dtype_w=FP4, q_type=Q_1X32, use_g1u1=1, doweight_stage1=0,
                 gate_mode="separated", is_ep=False)
     base.update(kw)
-    return ad.DispatchKey(**base)
+    return DispatchKey(**base)
 
 
 @pytest.mark.parametrize(("key", "m", "env", "expected"), [
     # Swiglu SEPARATED: bf16 below GPTOSS_SWIGLU_MXFP4_BF16_BOUND (256), else fp4x2.
-    (_key(), 255, {}, ad.BF16), (_key(), 256, {}, ad.FP4),
-    (_key(), 1, {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}, ad.FP4),
+    (_key(), 255, {}, BF16), (_key(), 256, {}, FP4),
+    (_key(), 1, {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0"}, FP4),
     # Swiglu / INTERLEAVE: bf16 unless gfx950 and M >= AITER_BF16_FP8_MOE_BOUND (256), then fp8.
-    (_key(gate_mode="interleave"), 255, {}, ad.BF16), (_key(gate_mode="interleave"), 256, {}, ad.FP8),
-    (_key(gate_mode="interleave", gfx="gfx942"), 4096, {}, ad.BF16),
-    (_key(act_type=ad.SILU, gate_mode="interleave"), 4, {"AITER_BF16_FP8_MOE_BOUND": "0"}, ad.FP8),
+    (_key(gate_mode="interleave"), 255, {}, BF16), (_key(gate_mode="interleave"), 256, {}, FP8),
+    (_key(gate_mode="interleave", gfx="gfx942"), 4096, {}, BF16),
+    (_key(act_type=SILU, gate_mode="interleave"), 4, {"AITER_BF16_FP8_MOE_BOUND": "0"}, FP8),
     # Silu SEPARATED MXFP4: fp4x2; a16wi4: bf16; mxfp8: fp8; SiTUv2: bf16 unless the a8w4/a4w4 switches.
-    (_key(act_type=ad.SILU), 1, {}, ad.FP4), (_key(q_dtype_w=ad.I4, act_type=ad.SILU), 1, {}, ad.BF16),
-    (_key(q_dtype_w=ad.FP8, act_type=ad.SILU), 1, {}, ad.FP8),
-    (_key(act_type=ad.SITUV2), 1, {}, ad.BF16), (_key(act_type=ad.SITUV2), 1, {"AITER_SITUV2_A8W4": "1"}, ad.FP8),
-    (_key(act_type=ad.SITUV2), 1, {"AITER_SITUV2_A4W4": "1"}, ad.FP4),
+    (_key(act_type=SILU), 1, {}, FP4), (_key(q_dtype_w=I4, act_type=SILU), 1, {}, BF16),
+    (_key(q_dtype_w=FP8, act_type=SILU), 1, {}, FP8),
+    (_key(act_type=SITUV2), 1, {}, BF16), (_key(act_type=SITUV2), 1, {"AITER_SITUV2_A8W4": "1"}, FP8),
+    (_key(act_type=SITUV2), 1, {"AITER_SITUV2_A4W4": "1"}, FP4),
     # Non-MX: activations take the weight dtype.
-    (_key(q_type=ad.Q_1X128, q_dtype_w=ad.FP8, act_type=ad.SILU), 1, {}, ad.FP8),
+    (_key(q_type=Q_1X128, q_dtype_w=FP8, act_type=SILU), 1, {}, FP8),
 ])
 def test_activation_dtype_policy(key, m, env, expected):
     """FM _fused_moe_impl's activation-dtype policy by token count and env."""
-    assert ad.activation_dtype(m, key, env)[0] == expected
+    assert activation_dtype(m, key, env)[0] == expected
 
 
 # -- the lookup key (engine assumptions) --------------------------------------------------------------------------
@@ -113,15 +122,15 @@ def test_key_fused_shared_expert_and_ep_topk():
     (https://github.com/ROCm/aiter/issues/3999)."""
     caps = target_capabilities(*MI355X)
     m3 = moe("MiniMax-M3-MXFP4")
-    plain = ad.dispatch_key(m3, caps)
-    fused = ad.dispatch_key(m3, caps, assumptions=Assumptions(fused_shared_expert=True))
+    plain = dispatch_key(m3, caps)
+    fused = dispatch_key(m3, caps, assumptions=Assumptions(fused_shared_expert=True))
     assert (plain.expert, plain.topk) == (128, 4) and (fused.expert, fused.topk) == (129, 5)
     ds = moe("DeepSeek-V3", tp=8, ep=8)
-    ep = ad.dispatch_key(ds, caps)
+    ep = dispatch_key(ds, caps)
     assert ep.is_ep and ep.expert == 32 and (ep.runtime_topk, ep.topk) == (8, 7)
-    slot = ad.dispatch_key(ds, caps, assumptions=Assumptions(ep_fake_slot=True))
+    slot = dispatch_key(ds, caps, assumptions=Assumptions(ep_fake_slot=True))
     assert (slot.runtime_topk, slot.topk) == (9, 8)
-    assert ad.dispatch_key(ds, caps, model="legacy").topk == 8  # 0.1.7 has no EP adjustment
+    assert dispatch_key(ds, caps, model="legacy").topk == 8  # 0.1.7 has no EP adjustment
     assert any("aiter#3999" in line for line in Assumptions().describe(ds))
 
 
@@ -129,12 +138,12 @@ def test_key_gate_mode_and_quant_mapping():
     """swigluoai_uninterleave → SEPARATED (vLLM PR #46419), swigluoai → INTERLEAVE; fp8 128x128 blocks →
     per_1x128 (FM quant_remap) with the arch's fp8 (e4m3fnuz on gfx942)."""
     caps950 = target_capabilities(*MI355X)
-    assert ad.dispatch_key(moe("MiniMax-M3-MXFP4"), caps950).gate_mode == "separated"
-    assert ad.dispatch_key(layer(activation="swigluoai", **MXFP4), caps950).gate_mode == "interleave"
-    k942 = ad.dispatch_key(layer(), target_capabilities("MI300X", "0.1.20.post1"))
-    assert (k942.q_type, k942.q_dtype_w) == (ad.Q_1X128, ad.FP8_FNUZ)
+    assert dispatch_key(moe("MiniMax-M3-MXFP4"), caps950).gate_mode == "separated"
+    assert dispatch_key(layer(activation="swigluoai", **MXFP4), caps950).gate_mode == "interleave"
+    k942 = dispatch_key(layer(), target_capabilities("MI300X", "0.1.20.post1"))
+    assert (k942.q_type, k942.q_dtype_w) == (Q_1X128, FP8_FNUZ)
     with pytest.raises(UsageError):
-        ad.dispatch_key(layer(weight="mxfp6", act="bf16"), caps950)
+        dispatch_key(layer(weight="mxfp6", act="bf16"), caps950)
 
 
 # -- Done when: MiniMax-M3-MXFP4 TP8 MI355X with the HEAD snapshot ----------------------------------------------
@@ -257,10 +266,10 @@ def test_aiter_4788_flagged_with_pre_fix_rows():
     assert said and all(r.text.endswith("; fixed upstream by https://github.com/ROCm/aiter/pull/4811") for r in said)
     last = plan.steps[-1]
     assert last.stages == 1 and last.kernels == ("_ZN5aiter46fmoe_bf16_blockscaleFp8_g1u1_vs_ps_silu_64x256E",)
-    quoted = ad.parse_info_line("[aiter] [fused_moe] using 1stage (kernelName1='_ZN5aiter46fmoe_bf16_blockscaleFp8_"
+    quoted = parse_info_line("[aiter] [fused_moe] using 1stage (kernelName1='_ZN5aiter46fmoe_bf16_blockscaleFp8_"
                                 "g1u1_vs_ps_silu_64x256E', kernelName2=nan) for ('gfx942', 304, 2048)")
     assert quoted["stages"] == last.stages and quoted["kernels"] == last.kernels
-    assert ad.parse_info_line(last.info_line(plan.key))["kernels"] == last.kernels
+    assert parse_info_line(last.info_line(plan.key))["kernels"] == last.kernels
     bypass = plan_dispatch(glm, caps, env={**env, "AITER_BYPASS_TUNE_CONFIG": "1"}, assumptions=a, tokens=(64,))
     assert bypass.steps[0].basis == "heuristic" and not bypass.issues
     fixed = plan_dispatch(glm, target_capabilities("MI300X", "0.1.20"), env=env, assumptions=a, tokens=(64,))
@@ -334,15 +343,15 @@ def test_fhmoe_config_scope(overrides, expected):
                 gate_mode="interleave", doweight_stage1=False)
     args.update(overrides)
     token = args.pop("token_num")
-    assert ad.fhmoe_config_scope(token, **args, env={}) is expected
+    assert fhmoe_config_scope(token, **args, env={}) is expected
 
 
 @pytest.mark.parametrize(("max_tokens", "expected"), [(0, False), (1, True), (1536, True), (2048, True),
                                                      (2049, False), (True, False)])
 def test_fhmoe_capability(max_tokens, expected):
     """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_capability; AITER_BYPASS_TUNE_CONFIG rejects the table."""
-    assert ad.fhmoe_supports(max_tokens, env={}) is expected
-    assert ad.fhmoe_supports(1, env={"AITER_BYPASS_TUNE_CONFIG": "1"}) is False
+    assert fhmoe_supports(max_tokens, env={}) is expected
+    assert fhmoe_supports(1, env={"AITER_BYPASS_TUNE_CONFIG": "1"}) is False
 
 
 @pytest.mark.parametrize(("num_tokens", "stage1", "stage2"), [
@@ -353,15 +362,15 @@ def test_fhmoe_capability(max_tokens, expected):
 ])
 def test_fhmoe_uses_dedicated_config(num_tokens, stage1, stage2):
     """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_uses_dedicated_config."""
-    assert ad.fhmoe_lookup(ad.get_padded_M(num_tokens), env={}) == (stage1, stage2)
+    assert fhmoe_lookup(get_padded_M(num_tokens), env={}) == (stage1, stage2)
 
 
 @pytest.mark.parametrize("num_tokens", [768, 2049])
 def test_fhmoe_requires_exact_bucket(tmp_path, num_tokens):
     """op_tests/test_fhmoe.py::test_dsv4_i384_fhmoe_config_requires_exact_bucket: a missing bucket is no row
     (AITER raises NotImplementedError), even with AITER_ONLINE_TUNE=1."""
-    missing = str(ad.get_padded_M(num_tokens))
-    table = ad._fhmoe_rows()  # capability_db/aiter_fhmoe.toml, as AITER's CSV spells it
+    missing = str(get_padded_M(num_tokens))
+    table = _fhmoe_rows()  # capability_db/aiter_fhmoe.toml, as AITER's CSV spells it
     rows = [r for r in table if r["token"] != missing]
     fields = list(table[0])
     path = tmp_path / "gap.csv"
@@ -369,7 +378,7 @@ def test_fhmoe_requires_exact_bucket(tmp_path, num_tokens):
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-    assert ad.fhmoe_lookup(int(missing), env={"AITER_ONLINE_TUNE": "1"}, path=str(path)) is None
+    assert fhmoe_lookup(int(missing), env={"AITER_ONLINE_TUNE": "1"}, path=str(path)) is None
 
 
 # -- the lookup and merge rules ---------------------------------------------------------------------------------
@@ -432,7 +441,7 @@ def test_act_match_per_release(tmp_path, version, line):
 ])
 def test_padded_m_per_release(version, m, bucket):
     """get_padded_M as written at each tag (v0.1.7, v0.1.8, v0.1.10.post2, v0.1.12, v0.1.13.post1, v0.1.15.post3)."""
-    assert ad.get_padded_M(m, version) == bucket
+    assert get_padded_M(m, version) == bucket
 
 
 def test_ep_strip_and_bound_per_release():
@@ -440,12 +449,12 @@ def test_ep_strip_and_bound_per_release():
     (AITER_BF16_FP8_BOUND), from v0.1.14 256 (AITER_BF16_FP8_MOE_BOUND)."""
     caps = target_capabilities(*MI355X)
     ds = moe("DeepSeek-V3", tp=8, ep=8)
-    assert ad.dispatch_key(ds, caps, model="0.1.15.post3").topk == 8
-    assert ad.dispatch_key(ds, caps, model="0.1.16").topk == 7
+    assert dispatch_key(ds, caps, model="0.1.15.post3").topk == 8
+    assert dispatch_key(ds, caps, model="0.1.16").topk == 7
     key = _key(gate_mode="interleave")
-    assert ad.activation_dtype(300, key, {}, "0.1.13.post1")[0] == ad.BF16
-    assert ad.activation_dtype(300, key, {"AITER_BF16_FP8_BOUND": "256"}, "0.1.13.post1")[0] == ad.FP8
-    assert ad.activation_dtype(300, key, {}, "0.1.15.post3")[0] == ad.FP8
+    assert activation_dtype(300, key, {}, "0.1.13.post1")[0] == BF16
+    assert activation_dtype(300, key, {"AITER_BF16_FP8_BOUND": "256"}, "0.1.13.post1")[0] == FP8
+    assert activation_dtype(300, key, {}, "0.1.15.post3")[0] == FP8
 
 
 def test_large_token_tier_falls_back_to_smaller_tier(tmp_path):
@@ -540,11 +549,11 @@ def test_bad_input_is_one_line_usage_error(head):
 ])
 def test_kernel_family(name, family):
     """Families from AITER's kernel naming (FM dispatch on name prefixes)."""
-    assert ad.kernel_family(name) == family
+    assert kernel_family(name) == family
 
 
 def test_dispatch_issues_toml_loads_with_sources():
-    issues = ad.dispatch_issues()
+    issues = dispatch_issues()
     ids = {i.id for i in issues}
     assert {"ROCm/aiter#3933", "ROCm/aiter#4788", "ROCm/aiter#3471", "ROCm/aiter#5233"} <= ids
     for i in issues:
@@ -573,8 +582,8 @@ def test_physical_floor():
     from moedispatch.aiter import lint as aiter_lint
 
     cs_row = ac.TunedRow(file="x", line=2, gfx="gfx950", cu_num=256, token=1, model_dim=7168, inter_dim=256,
-                         expert=256, topk=8, act_type=ad.SILU, dtype=ad.BF16, q_dtype_a=ad.FP8, q_dtype_w=ad.FP8,
-                         q_type=ad.Q_1X128, use_g1u1=1, doweight_stage1=0, block_m=32, us=1.0)
+                         expert=256, topk=8, act_type=SILU, dtype=BF16, q_dtype_a=FP8, q_dtype_w=FP8,
+                         q_type=Q_1X128, use_g1u1=1, doweight_stage1=0, block_m=32, us=1.0)
     assert aiter_lint.physical_floor_us(cs_row, 8.0) == pytest.approx(8 * 7168 * 768 / 8e12 * 1e6)
 
 
@@ -607,15 +616,15 @@ def test_issue_predicates_bucket_version_and_stage(head):
     stage-restricted regex looks only at that stage's kernel."""
     caps = target_capabilities(*MI355X)
     plan = plan_dispatch(layer(), caps, configs=head, env={}, tokens=(1, 4, 64))
-    raw = [ad.dispatch_token(m, plan.key, head, env={}) for m in (1, 4, 64)]
+    raw = [dispatch_token(m, plan.key, head, env={}) for m in (1, 4, 64)]
     base = dict(id="x#1", title="t", source="https://github.com/x/y/issues/1", status="open", kernel=".",
                 effect="e", workaround="w", confidence="confirmed", severity="error")
-    only4 = ad.DispatchIssue(**base, buckets=(4,))
-    assert [h.bucket for h in ad.evaluate_issues(raw, plan.key, "0.1.20", [only4])] == [4]
-    old = ad.DispatchIssue(**base, aiter="<0.1.10")
-    assert ad.evaluate_issues(raw, plan.key, "0.1.20", [old]) == ()
-    stage2 = ad.DispatchIssue(**{**base, "kernel": "gemm1"}, stage=2)
-    assert ad.evaluate_issues(raw, plan.key, "0.1.20", [stage2]) == ()
+    only4 = DispatchIssue(**base, buckets=(4,))
+    assert [h.bucket for h in evaluate_issues(raw, plan.key, "0.1.20", [only4])] == [4]
+    old = DispatchIssue(**base, aiter="<0.1.10")
+    assert evaluate_issues(raw, plan.key, "0.1.20", [old]) == ()
+    stage2 = DispatchIssue(**{**base, "kernel": "gemm1"}, stage=2)
+    assert evaluate_issues(raw, plan.key, "0.1.20", [stage2]) == ()
 
 
 @pytest.mark.parametrize("token", [32, 64])
@@ -628,7 +637,7 @@ def test_replay_op_tests_bm16_tiled_scale_boundary(head, token):
     dsv4 = layer(hidden=7168, intermediate=4096, experts=384, top_k=6, **MXFP4)
     (step,) = simulate(dsv4, caps, configs=head, env={"AITER_BF16_FP8_MOE_BOUND": "0"}, tokens=(token,),
                        assumptions=Assumptions(fused_shared_expert=True, gate_mode="interleave"))
-    assert step.block_m == 16 and step.basis == "tuned" and step.q_dtype_a == ad.FP8
+    assert step.block_m == 16 and step.basis == "tuned" and step.q_dtype_a == FP8
     assert step.kernels == ("flydsl_moe1_afp8_wfp4_bf16_t16x128x256_w3_gui_fp8",
                             "flydsl_moe2_afp8_wfp4_bf16_t16x256x256_atomic")
 
@@ -670,8 +679,8 @@ def test_compute_floor():
     from moedispatch.aiter import lint as aiter_lint
 
     row = ac.TunedRow(file="x", line=2, gfx="gfx950", cu_num=256, token=32768, model_dim=7168, inter_dim=256,
-                      expert=256, topk=8, act_type=ad.SILU, dtype=ad.BF16, q_dtype_a=ad.FP8, q_dtype_w=ad.FP8,
-                      q_type=ad.Q_1X128, use_g1u1=1, doweight_stage1=0, block_m=64, us=1.0)
+                      expert=256, topk=8, act_type=SILU, dtype=BF16, q_dtype_a=FP8, q_dtype_w=FP8,
+                      q_type=Q_1X128, use_g1u1=1, doweight_stage1=0, block_m=64, us=1.0)
     fp8 = aiter_lint._tflops("MI355X")[0][1]
     assert fp8 in (5000.0, 5033.2)
     assert aiter_lint.compute_floor_us(row, "MI355X") == pytest.approx(2 * 32768 * 8 * 7168 * 768 / (fp8 * 1e12) * 1e6)
@@ -734,9 +743,9 @@ def test_rc1_w4a8_activation_is_the_arch_fp8(head):
     w4a8 = layer(hidden=2048, intermediate=96, experts=8, top_k=2, tp=1, weight=QuantSpec("int4", "channel"),
                  act=QuantSpec("fp8", "token", dynamic=True))
     (step,) = simulate(w4a8, target_capabilities(*MI300X_HEAD), configs=head, env={}, tokens=(1,))
-    assert step.q_dtype_a == ad.FP8_FNUZ and step.block_m == 32
+    assert step.q_dtype_a == FP8_FNUZ and step.block_m == 32
     (step,) = simulate(w4a8, target_capabilities(*MI355X), configs=head, env={}, tokens=(1,))
-    assert step.q_dtype_a == ad.FP8
+    assert step.q_dtype_a == FP8
 
 
 def test_rc2_one_stage_op_follows_the_quant_type(head):
@@ -751,9 +760,9 @@ def test_rc3_gfx942_mxfp8_is_not_dtypes_fp8(head):
     no FlyDSL (its test is q_dtype_w in (fp4x2, dtypes.fp8)), ASM stage 1 + CK stage 2 with get_ksplit."""
     mxfp8 = layer(hidden=2048, intermediate=96, experts=8, top_k=2, tp=1, weight="mxfp8", act="mxfp8")
     (step,) = simulate(mxfp8, target_capabilities(*MI300X_HEAD), configs=head, env={}, tokens=(1,))
-    assert (step.q_dtype_a, step.family, step.ksplit) == (ad.FP4, "asm+ck", 8)
+    assert (step.q_dtype_a, step.family, step.ksplit) == (FP4, "asm+ck", 8)
     (on_950,) = simulate(mxfp8, target_capabilities(*MI355X), configs=head, env={}, tokens=(1,))
-    assert on_950.q_dtype_a == ad.FP8 and on_950.family == "flydsl"
+    assert on_950.q_dtype_a == FP8 and on_950.family == "flydsl"
 
 
 @pytest.mark.parametrize(("assume", "why"), [
@@ -912,13 +921,13 @@ def test_legacy_one_stage_op_and_fp8_flavour():
     gfx942)."""
     caps = target_capabilities("MI300X", "0.1.7")
     # the wheel's heuristic: per_1x128 runs 1-stage when inter_dim % 256 == 0
-    key = ad.dispatch_key(layer(hidden=2048, intermediate=256, experts=8, top_k=2, tp=1), caps, model="legacy")
-    step = ad.dispatch_token(64, key, None, env={}, model="legacy")
+    key = dispatch_key(layer(hidden=2048, intermediate=256, experts=8, top_k=2, tp=1), caps, model="legacy")
+    step = dispatch_token(64, key, None, env={}, model="legacy")
     assert step.stages == 1 and step.kernels == ("fmoe_fp8_blockscale_g1u1 (default)",)
     w4a8 = layer(hidden=2048, intermediate=96, experts=8, top_k=2, tp=1, weight=QuantSpec("int4", "channel"),
                  act=QuantSpec("fp8", "token", dynamic=True))
-    key = ad.dispatch_key(w4a8, caps, model="legacy")
-    assert ad.dispatch_token(1, key, None, env={}, model="legacy").q_dtype_a == ad.FP8_FNUZ
+    key = dispatch_key(w4a8, caps, model="legacy")
+    assert dispatch_token(1, key, None, env={}, model="legacy").q_dtype_a == FP8_FNUZ
 
 
 @pytest.mark.parametrize(("version", "raises"), [("0.1.7", True), ("0.1.18", True), ("0.1.19", False)])
@@ -948,15 +957,15 @@ def test_a_hit_range_never_spans_a_step_it_does_not_apply_to(head):
     """evaluate_issues / raising_hits / pad_hazards merge only consecutive steps: an issue at tokens 1 and 8 with a
     clean step at 4 between them is two hits, never one for 1–8 (found by the mutation run)."""
     def step(m, kernels, raises=None):
-        return ad.DispatchStep(tokens=(m, m), bucket=m, stages=2, family="ck", kernels=kernels, block_m=16,
+        return DispatchStep(tokens=(m, m), bucket=m, stages=2, family="ck", kernels=kernels, block_m=16,
                                activation_dtype="fp8", basis="heuristic", config=None, raises=raises)
 
-    key = ad.dispatch_key(layer(), target_capabilities(*MI355X))
-    issue = ad.DispatchIssue(id="x", title="t", source="s", status="open", kernel="^bad", effect="e", workaround="w",
+    key = dispatch_key(layer(), target_capabilities(*MI355X))
+    issue = DispatchIssue(id="x", title="t", source="s", status="open", kernel="^bad", effect="e", workaround="w",
                              confidence="derived", severity="error")
     steps = [step(1, ("bad1", "k2")), step(4, ("good1", "k2")), step(8, ("bad1", "k2"))]
-    assert [h.tokens for h in ad.evaluate_issues(steps, key, "0.1.20", issues=[issue])] == [(1, 1), (8, 8)]
+    assert [h.tokens for h in evaluate_issues(steps, key, "0.1.20", issues=[issue])] == [(1, 1), (8, 8)]
     raising = [step(1, (), "ValueError: x"), step(4, ("good1",)), step(8, (), "ValueError: x")]
-    assert [h.tokens for h in ad.raising_hits(raising, key, {})] == [(1, 1), (8, 8)]
+    assert [h.tokens for h in raising_hits(raising, key, {})] == [(1, 1), (8, 8)]
     together = [step(1, ("bad1", "k2")), step(2, ("bad1", "k2"))]
-    assert [h.tokens for h in ad.evaluate_issues(together, key, "0.1.20", issues=[issue])] == [(1, 2)]
+    assert [h.tokens for h in evaluate_issues(together, key, "0.1.20", issues=[issue])] == [(1, 2)]

@@ -19,6 +19,20 @@ from __future__ import annotations
 import pytest
 
 from moedispatch.aiter import dispatch as ad
+from moedispatch.aiter.activation import activation_dtype
+from moedispatch.aiter.fhmoe import fhmoe_config_scope, fhmoe_lookup, _fhmoe_rows, fhmoe_supports
+from moedispatch.aiter.flydsl import _flydsl_heuristic_names
+from moedispatch.aiter.hazards import pad_hazards, raising_hits
+from moedispatch.aiter.heuristics import (_block_size_M, _ksplit, _one_stage_op, _situv2_a16w4_refusal, _stage2_name,
+                                          _tier_block_m)
+from moedispatch.aiter.issues import DispatchIssue, evaluate_issues, _issue_matches, IssueHit
+from moedispatch.aiter.key import dispatch_key, DispatchKey
+from moedispatch.aiter.lookup import _index
+from moedispatch.aiter.rules import _at_least, get_padded_M, HEAD_RULES, LEGACY_RULES, lookup_rules
+from moedispatch.aiter.steps import DispatchStep, _family, _group, kernel_family, parse_info_line
+from moedispatch.aiter.vocab import (BF16, FP16, FP4, FP8, FP8_FNUZ, GELU, I4, I8, _label, Q_1X128, Q_1X32, Q_NO,
+                                     Q_TENSOR, Q_TOKEN, SILU, SITUV2, SWIGLU, U32)
+from moedispatch.aiter.walk import dispatch_token
 from moedispatch.aiter.dispatch import Assumptions, plan_dispatch
 from moedispatch.core.errors import UsageError
 from moedispatch.core.layers import MoELayer, QuantSpec
@@ -85,15 +99,15 @@ def fm017_get_padded_M(M):
 
 # -- helpers ------------------------------------------------------------------------------------------------------
 
-def key(**kw) -> ad.DispatchKey:
+def key(**kw) -> DispatchKey:
     base = dict(gfx="gfx950", cu_num=256, model_dim=7168, inter_dim=256, expert=256, topk=8, runtime_topk=8,
-                act_type=ad.SILU, dtype=ad.BF16, q_dtype_w=ad.FP8, q_type=ad.Q_1X128, use_g1u1=1, doweight_stage1=0,
+                act_type=SILU, dtype=BF16, q_dtype_w=FP8, q_type=Q_1X128, use_g1u1=1, doweight_stage1=0,
                 gate_mode="separated", is_ep=False)
     base.update(kw)
-    return ad.DispatchKey(**base)
+    return DispatchKey(**base)
 
 
-def row(k: ad.DispatchKey, token: int, q_a: str, *, line: int = 2, gfx: str | None = "same", **kw) -> TunedRow:
+def row(k: DispatchKey, token: int, q_a: str, *, line: int = 2, gfx: str | None = "same", **kw) -> TunedRow:
     """A tuned row whose key is ``k`` at ``token`` with activation dtype ``q_a`` (a CSV line of AITER's table)."""
     base = dict(file="t.csv", line=line, gfx=k.gfx if gfx == "same" else gfx, cu_num=k.cu_num, token=token,
                 model_dim=k.model_dim, inter_dim=k.inter_dim, expert=k.expert, topk=k.topk, act_type=k.act_type,
@@ -109,13 +123,13 @@ def cs(*rows: TunedRow, broken: bool = False, warnings: tuple[str, ...] = (), di
                         rows=tuple(rows), warnings=warnings, broken=broken)
 
 
-def legacy(M: int, k: ad.DispatchKey, c: ac.ConfigSet | None = None, env: dict | None = None) -> ad.DispatchStep:
-    return ad.dispatch_token(M, k, c, env=env or {}, model="legacy")
+def legacy(M: int, k: DispatchKey, c: ac.ConfigSet | None = None, env: dict | None = None) -> DispatchStep:
+    return dispatch_token(M, k, c, env=env or {}, model="legacy")
 
 
-def head_step(M: int, k: ad.DispatchKey, c: ac.ConfigSet | None = None, env: dict | None = None,
-              a: Assumptions | None = None, model: str = "head") -> ad.DispatchStep:
-    return ad.dispatch_token(M, k, c, env=env or {}, assumptions=a, model=model)
+def head_step(M: int, k: DispatchKey, c: ac.ConfigSet | None = None, env: dict | None = None,
+              a: Assumptions | None = None, model: str = "head") -> DispatchStep:
+    return dispatch_token(M, k, c, env=env or {}, assumptions=a, model=model)
 
 
 def layer(**kw) -> MoELayer:
@@ -137,7 +151,7 @@ def head() -> ac.ConfigSet:
 
 # -- the 0.1.7 heuristics (FM017 get_2stage_cfgs) -----------------------------------------------------------------
 
-I8_942 = dict(gfx="gfx942", cu_num=304, q_type=ad.Q_TOKEN, q_dtype_w=ad.I8, inter_dim=512, expert=64, topk=6)
+I8_942 = dict(gfx="gfx942", cu_num=304, q_type=Q_TOKEN, q_dtype_w=I8, inter_dim=512, expert=64, topk=6)
 
 
 @pytest.mark.parametrize(("M", "one_stage"), [(32, False), (33, True), (64, True)])
@@ -148,7 +162,7 @@ def test_legacy_per_token_int8_runs_one_stage_above_bucket_32(M, one_stage):
     last branch runs asm_stage1 + ck_moe_stage2 with block_m rounded up into [32, 64, 128]."""
     k = key(**I8_942)
     s = legacy(M, k)
-    assert s.bucket == fm017_get_padded_M(M) and s.q_dtype_a == ad.I8 and s.activation_dtype == "int8"
+    assert s.bucket == fm017_get_padded_M(M) and s.q_dtype_a == I8 and s.activation_dtype == "int8"
     assert s.buckets == (s.bucket,) and s.tokens == (M, M)
     if one_stage:
         assert (s.stages, s.kernels, s.block_m, s.ksplit, s.basis, s.config) == (
@@ -174,7 +188,7 @@ def test_legacy_unquantized_runs_one_stage_below_bucket_256(M, one_stage):
     """FM017: QuantType.No (bf16 weights, g1u0 Silu on gfx942 -> aiter.fmoe) runs 1-stage when ``token < 256``;
     else CK 2-stage (q_dtype_w bf16 is in the CK dtype list) with get_block_size_M's block_m and empty kernel
     names (the codegen's default instance)."""
-    k = key(gfx="gfx942", cu_num=304, q_type=ad.Q_NO, q_dtype_w=ad.BF16, use_g1u1=0, inter_dim=768, expert=16,
+    k = key(gfx="gfx942", cu_num=304, q_type=Q_NO, q_dtype_w=BF16, use_g1u1=0, inter_dim=768, expert=16,
             topk=2)
     s = legacy(M, k)
     if one_stage:
@@ -191,7 +205,7 @@ def test_legacy_blockscale_one_stage_needs_inter_dim_multiple_of_256(inter_dim, 
     """FM017: per_1x128 runs 1-stage (gfx950: aiter.fmoe_fp8_blockscale_g1u1) iff inter_dim % 256 == 0, at any token
     count; otherwise block_m 64 and, fp8 weights not being a CK dtype, asm_stage1 + ck_moe_stage2."""
     s = legacy(1, key(inter_dim=inter_dim))
-    assert s.bucket == 16 and s.q_dtype_a == ad.FP8 and s.activation_dtype == "fp8"
+    assert s.bucket == 16 and s.q_dtype_a == FP8 and s.activation_dtype == "fp8"
     if one_stage:
         assert (s.stages, s.kernels, s.block_m) == (1, ("fmoe_fp8_blockscale_g1u1 (default)",), 32)
     else:
@@ -210,7 +224,7 @@ def test_legacy_doweight_stage1_never_runs_one_stage_and_goes_to_ck():
 def test_legacy_per_token_fp8_with_doweight_is_asm_stage1():
     """FM017: per_Token fp8 with doweight_stage1 skips the 1-stage dict; fp8 is no CK dtype and per_Token is not
     per_1x128, so asm_stage1 + ck_moe_stage2 runs (block_m from get_block_size_M)."""
-    k = key(q_type=ad.Q_TOKEN, doweight_stage1=1, inter_dim=512, expert=32, topk=4)
+    k = key(q_type=Q_TOKEN, doweight_stage1=1, inter_dim=512, expert=32, topk=4)
     s = legacy(512, k)
     assert s.stages == 2 and s.kernels == ("fmoe_stage1_g1u1 (default)", "moe_ck2stages_gemm2 (default)")
     assert s.block_m == fm_get_block_size_M(512, 4, 32, 512, 256)
@@ -220,10 +234,10 @@ def test_legacy_cktile_needs_per_1x32_swiglu():
     """FM017: the CK-Tile branch needs bf16/fp16 out AND per_1x32 AND Swiglu: a Swiglu per_1x128 layer (no 1-stage
     entry for Swiglu, fp8 not a CK dtype) runs asm_stage1 + ck_moe_stage2; a Silu per_1x32 layer runs CK 2-stage
     (fp4x2 is a CK dtype)."""
-    s = legacy(1, key(act_type=ad.SWIGLU, inter_dim=384))
+    s = legacy(1, key(act_type=SWIGLU, inter_dim=384))
     assert (s.family, s.kernels, s.block_m) == (
         "asm+ck", ("fmoe_stage1_g1u1 (default)", "moe_ck2stages_gemm2 (default)"), 64)
-    t = legacy(1, key(q_type=ad.Q_1X32, q_dtype_w=ad.FP4, inter_dim=384))
+    t = legacy(1, key(q_type=Q_1X32, q_dtype_w=FP4, inter_dim=384))
     assert t.family == "ck" and t.kernels == ("moe_ck2stages_gemm1 (default)", "moe_ck2stages_gemm2 (default)")
 
 
@@ -231,12 +245,12 @@ def test_legacy_cktile_needs_per_1x32_swiglu():
 def test_legacy_swiglu_mxfp4_is_cktile_with_block_m_16(M):
     """FM017: bf16 out, per_1x32, Swiglu -> cktile_moe_stage1/2 with block_m ``16 if token < 2048 else 32`` (token is
     at most 1024 in 0.1.7) and the heuristic ksplit 0; a matching tuned row only contributes its ksplit."""
-    k = key(q_type=ad.Q_1X32, q_dtype_w=ad.FP4, act_type=ad.SWIGLU, inter_dim=384)
+    k = key(q_type=Q_1X32, q_dtype_w=FP4, act_type=SWIGLU, inter_dim=384)
     s = legacy(M, k)
     assert (s.stages, s.kernels, s.block_m, s.ksplit, s.basis, s.family) == (
         2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), 16, 0, "heuristic", "cktile")
-    assert s.q_dtype_a == ad.FP4 and s.activation_dtype == "mxfp4"  # FM017: per_1x32 -> fp4x2 activations
-    t = legacy(M, k, cs(row(k, s.bucket, ad.FP4, ksplit=3, kernel1="ck_x", kernel2="ck_y", line=7)))
+    assert s.q_dtype_a == FP4 and s.activation_dtype == "mxfp4"  # FM017: per_1x32 -> fp4x2 activations
+    t = legacy(M, k, cs(row(k, s.bucket, FP4, ksplit=3, kernel1="ck_x", kernel2="ck_y", line=7)))
     assert (t.kernels, t.block_m, t.ksplit, t.basis, t.config, t.row) == (s.kernels, 16, 3, "heuristic", None, None)
     assert t.notes[-1] == "tuned row t.csv:7 matched but this path ignores its kernel names"
 
@@ -244,7 +258,7 @@ def test_legacy_swiglu_mxfp4_is_cktile_with_block_m_16(M):
 def test_legacy_tuned_one_stage_row():
     """FM017: a tuned row with run_1stage runs fused_moe_1stage with the row's kernelName1, block_m and ksplit."""
     k = key(**I8_942)
-    r = row(k, 16, ad.I8, kernel1="_ZN5aiter9fmoe_int8E", kernel2="", run_1stage=1, block_m=64, ksplit=2, line=9)
+    r = row(k, 16, I8, kernel1="_ZN5aiter9fmoe_int8E", kernel2="", run_1stage=1, block_m=64, ksplit=2, line=9)
     s = legacy(3, k, cs(r))
     assert (s.stages, s.kernels, s.block_m, s.ksplit, s.basis, s.config, s.row) == (
         1, ("_ZN5aiter9fmoe_int8E",), 64, 2, "tuned", "t.csv:9", r)
@@ -264,7 +278,7 @@ def test_legacy_tuned_two_stage_rows(kernel1, bm, expected_bm, family):
     row takes the last branch (asm_stage1 + ck_moe_stage2), where a block_m outside [32, 64, 128] becomes the first
     larger one, else 128."""
     k = key(**I8_942)
-    r = row(k, 64, ad.I8, kernel1=kernel1, kernel2="moe_ck2stages_gemm2_x", block_m=bm, ksplit=4, line=5)
+    r = row(k, 64, I8, kernel1=kernel1, kernel2="moe_ck2stages_gemm2_x", block_m=bm, ksplit=4, line=5)
     s = legacy(40, k, cs(r))
     assert (s.stages, s.kernels, s.block_m, s.ksplit, s.basis, s.config) == (
         2, (kernel1, "moe_ck2stages_gemm2_x"), expected_bm, 4, "tuned", "t.csv:5")
@@ -275,9 +289,9 @@ def test_legacy_lookup_is_exact_on_activation_and_ignores_gfx():
     """FM017 keys (cu_num, token, …, str(activation), …) with no gfx and no act wildcard: a Gelu row does not
     answer a Silu lookup, and a row's gfx column is not read."""
     k = key(**I8_942)
-    gelu = row(k, 64, ad.I8, act_type=ad.GELU, kernel1="moe_ck2stages_gemm1_g", kernel2="k2")
+    gelu = row(k, 64, I8, act_type=GELU, kernel1="moe_ck2stages_gemm1_g", kernel2="k2")
     assert legacy(64, k, cs(gelu)).basis == "heuristic"
-    other_gfx = row(k, 64, ad.I8, gfx="gfx950", kernel1="moe_ck2stages_gemm1_g", kernel2="k2")
+    other_gfx = row(k, 64, I8, gfx="gfx950", kernel1="moe_ck2stages_gemm1_g", kernel2="k2")
     assert legacy(64, k, cs(other_gfx)).config == "t.csv:2"
 
 
@@ -286,7 +300,7 @@ def test_legacy_broken_table_and_online_tune_notes():
     AITER_ONLINE_TUNE=1 with no row tunes at first call (FM017 get_2stage_cfgs MainFunc), which the model cannot
     know offline and says so."""
     k = key(**I8_942)
-    r = row(k, 64, ad.I8, kernel1="moe_ck2stages_gemm1_g", kernel2="k2")
+    r = row(k, 64, I8, kernel1="moe_ck2stages_gemm1_g", kernel2="k2")
     broken = legacy(64, k, cs(r, broken=True))
     assert broken.basis == "heuristic" and broken.stages == 1
     assert "the tuned set has malformed lines: modelled with heuristics only" in broken.notes
@@ -303,11 +317,11 @@ def test_legacy_activation_dtype_is_the_weight_dtype_or_fp4():
     """FM017 fused_moe_: ``q_dtype_a = w1.dtype if w1.dtype != torch.uint32 else dtypes.fp8``, then fp4x2 for
     per_1x32; the first note says which."""
     s = legacy(1, key(**I8_942))
-    name = ad.LEGACY_RULES.name
+    name = LEGACY_RULES.name
     assert s.notes[0] == f"activations take the weight dtype ({name})"
-    assert legacy(1, key(q_type=ad.Q_1X32, q_dtype_w=ad.FP4)).notes[0] == (
+    assert legacy(1, key(q_type=Q_1X32, q_dtype_w=FP4)).notes[0] == (
         f"per_1x32 quantizes activations to fp4x2 ({name})")
-    assert ad.activation_dtype(1, key(q_type=ad.Q_TOKEN, q_dtype_w=ad.U32), model="legacy")[0] == ad.FP8
+    assert activation_dtype(1, key(q_type=Q_TOKEN, q_dtype_w=U32), model="legacy")[0] == FP8
 
 
 # -- the report formats: explain's table, the JSON contract, AITER's INFO line ----------------------------------
@@ -416,21 +430,21 @@ def test_info_line_is_aiters_log_line():
     {keys}`` with keys = (gfx, cu_num, token, model_dim, inter_dim, expert, topk, activation, str(dtype),
     str(q_dtype_a), str(q_dtype_w), str(q_type), use_g1u1, doweight_stage1) (FM lines 2205-2220, 2519); the activation
     is the pybind enum (``<ActivationType.Gelu: 1>``), and pandas reads an empty kernelName2 as nan."""
-    k = key(act_type=ad.GELU, inter_dim=384)
-    two = row(k, 64, ad.FP8, kernel1="moe_ck2stages_gemm1_a", kernel2="moe_ck2stages_gemm2_b", block_m=64)
+    k = key(act_type=GELU, inter_dim=384)
+    two = row(k, 64, FP8, kernel1="moe_ck2stages_gemm1_a", kernel2="moe_ck2stages_gemm2_b", block_m=64)
     s = head_step(64, k, cs(two))
     body = ("('gfx950', 256, 64, 7168, 384, 256, 8, <ActivationType.Gelu: 1>, 'torch.bfloat16', "
             "'torch.float8_e4m3fn', 'torch.float8_e4m3fn', 'QuantType.per_1x128', 1, 0)")
     assert s.info_line(k) == ("[fused_moe] using 2stage (kernelName1='moe_ck2stages_gemm1_a', "
                               f"kernelName2='moe_ck2stages_gemm2_b') for {body}")
-    one = row(k, 64, ad.FP8, kernel1="_ZN5aiter_fmoe_x", kernel2="", run_1stage=1)
+    one = row(k, 64, FP8, kernel1="_ZN5aiter_fmoe_x", kernel2="", run_1stage=1)
     s1 = head_step(64, k, cs(one))
     assert s1.stages == 1 and s1.info_line(k) == (
         f"[fused_moe] using 1stage (kernelName1='_ZN5aiter_fmoe_x', kernelName2=nan) for {body}")
     h = head_step(16, k)  # no row; per_1x128 runs 1-stage only for token > 32 (FM line 2398)
     assert h.basis == "heuristic" and h.info_line(k) == ("[fused_moe] using 2stage default for "
                                                          + body.replace(", 64, 7168,", ", 16, 7168,"))
-    parsed = ad.parse_info_line(s.info_line(k))
+    parsed = parse_info_line(s.info_line(k))
     assert parsed == {"stages": 2, "xbf16": False, "default": False,
                       "kernels": ("moe_ck2stages_gemm1_a", "moe_ck2stages_gemm2_b"),
                       "key": ("gfx950", "256", "64", "7168", "384", "256", "8", "<ActivationType.Gelu: 1>",
@@ -443,44 +457,44 @@ def test_parse_info_line_reads_default_and_xbf16_lines():
     (https://github.com/ROCm/aiter/issues/5769 quotes such a line)."""
     line = ("[aiter] [fused_moe] using 1stage xbf16 default for ('gfx950', 256, 512, 256, 2048, 8, 2, "
             "ActivationType.Silu, torch.bfloat16, torch.float8_e4m3fn)")
-    assert ad.parse_info_line(line) == {
+    assert parse_info_line(line) == {
         "stages": 1, "xbf16": True, "default": True, "kernels": (),
         "key": ("gfx950", "256", "512", "256", "2048", "8", "2", "ActivationType.Silu", "torch.bfloat16",
                 "torch.float8_e4m3fn")}
-    assert ad.parse_info_line("no fused_moe line here") is None
+    assert parse_info_line("no fused_moe line here") is None
 
 
 # -- small AITER helpers the model transcribes --------------------------------------------------------------------
 
 @pytest.mark.parametrize(("k", "op"), [
-    (dict(q_type=ad.Q_NO, act_type=ad.SILU, use_g1u1=0), "fmoe"),
-    (dict(q_type=ad.Q_NO, act_type=ad.GELU, use_g1u1=0), "fmoe_int8_g1u0"),
-    (dict(q_type=ad.Q_NO, act_type=ad.SILU, use_g1u1=1), "fmoe_g1u1"),
-    (dict(q_type=ad.Q_TOKEN, doweight_stage1=1, use_g1u1=1), "fmoe_g1u1_tkw1"),
-    (dict(q_type=ad.Q_TOKEN, doweight_stage1=1, use_g1u1=0), "fmoe_int8_g1u0"),
-    (dict(q_type=ad.Q_TOKEN, doweight_stage1=0, use_g1u1=1), "fmoe_g1u1"),
-    (dict(q_type=ad.Q_TOKEN, doweight_stage1=0, use_g1u1=0), "fmoe_int8_g1u0"),
-    (dict(q_type=ad.Q_1X128, doweight_stage1=1, use_g1u1=1), "fmoe_fp8_blockscale_g1u1"),
-    (dict(q_type=ad.Q_1X32, use_g1u1=1), "fmoe_g1u1"),
+    (dict(q_type=Q_NO, act_type=SILU, use_g1u1=0), "fmoe"),
+    (dict(q_type=Q_NO, act_type=GELU, use_g1u1=0), "fmoe_int8_g1u0"),
+    (dict(q_type=Q_NO, act_type=SILU, use_g1u1=1), "fmoe_g1u1"),
+    (dict(q_type=Q_TOKEN, doweight_stage1=1, use_g1u1=1), "fmoe_g1u1_tkw1"),
+    (dict(q_type=Q_TOKEN, doweight_stage1=1, use_g1u1=0), "fmoe_int8_g1u0"),
+    (dict(q_type=Q_TOKEN, doweight_stage1=0, use_g1u1=1), "fmoe_g1u1"),
+    (dict(q_type=Q_TOKEN, doweight_stage1=0, use_g1u1=0), "fmoe_int8_g1u0"),
+    (dict(q_type=Q_1X128, doweight_stage1=1, use_g1u1=1), "fmoe_fp8_blockscale_g1u1"),
+    (dict(q_type=Q_1X32, use_g1u1=1), "fmoe_g1u1"),
 ])
 def test_one_stage_op_by_quant_type(k, op):
     """FM fused_moe_1stage (lines 1094-1188): QuantType.No + Silu + g1u0 -> aiter.fmoe; per_Token + doweight_stage1 +
     g1u1 -> aiter.fmoe_g1u1_tkw1; else per_1x128 -> aiter.fmoe_fp8_blockscale_g1u1, g1u1 -> aiter.fmoe_g1u1, g1u0 ->
     aiter.fmoe_int8_g1u0."""
-    assert ad._one_stage_op(key(**k)) == op
+    assert _one_stage_op(key(**k)) == op
 
 
 @pytest.mark.parametrize(("token", "bm"), [(1, 16), (2047, 16), (2048, 32), (16383, 32), (16384, 64), (131072, 64)])
 def test_tier_block_m(token, bm):
     """FM get_block_m / _cktile_block_m / the a16wi4 _tile_m: ``16 if token < 2048 else 32 if token < 16384 else 64``
     (lines 2465-2469, 2664, 2812)."""
-    assert ad._tier_block_m(token) == bm
+    assert _tier_block_m(token) == bm
 
 
 def test_tier_block_m_through_the_cktile_swiglu_path():
     """FM lines 2798-2840: SwiGLU MXFP4 with bf16 activations and preshuffled weights runs CK-Tile with the tier
     block_m and split-K at least 2 — per bucket."""
-    k = key(q_type=ad.Q_1X32, q_dtype_w=ad.FP4, act_type=ad.SWIGLU, inter_dim=384, expert=129, topk=5)
+    k = key(q_type=Q_1X32, q_dtype_w=FP4, act_type=SWIGLU, inter_dim=384, expert=129, topk=5)
     got = [(s.block_m, s.family) for s in (head_step(m, k, env={"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "100000"})
                                            for m in (1, 2048, 16384))]
     assert got == [(16, "cktile"), (32, "cktile"), (64, "cktile")]
@@ -499,21 +513,21 @@ def test_padded_m_per_release(version, M, bucket):
     (1 <= M <= 16 -> 16, nextPow2 below 1024, < 2048 -> 1024, < 16384 -> 2048, else 16384), v0.1.9-v0.1.11
     (1 <= M <= 16 -> nextPow2 too), v0.1.12 (nextPow2 below 32768, else 32768), v0.1.7 (FM017: 16 / nextPow2 / 1024);
     nextPow2 of 0 is 1."""
-    assert ad.get_padded_M(M, version) == bucket
+    assert get_padded_M(M, version) == bucket
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 31, 32, 33, 32767, 32768, 32769, 131071, 131072, 500000])
 def test_head_padded_m_is_aiters(M):
     """FM get_padded_M with _PADDED_M_TIERS = [32768, 131072]."""
-    assert ad.get_padded_M(M) == fm_get_padded_M(M)
+    assert get_padded_M(M) == fm_get_padded_M(M)
 
 
 def test_at_least_compares_public_versions():
     """The SiTUv2 a16w4 FlyDSL kernel runs on gfx942 from AITER 0.1.20 (ROCm/aiter#4502): the gate compares the
     public version (a ROCm local tag is ignored); no version or an unparsable one is not 0.1.20."""
-    assert ad._at_least("0.1.20", "0.1.20") and ad._at_least("0.1.20.post1+rocm7.1", "0.1.20")
-    assert not ad._at_least("0.1.19.post2", "0.1.20") and not ad._at_least(None, "0.1.20")
-    assert not ad._at_least("not-a-version", "0.1.20")
+    assert _at_least("0.1.20", "0.1.20") and _at_least("0.1.20.post1+rocm7.1", "0.1.20")
+    assert not _at_least("0.1.19.post2", "0.1.20") and not _at_least(None, "0.1.20")
+    assert not _at_least("not-a-version", "0.1.20")
 
 
 @pytest.mark.parametrize(("version", "warned"), [("0.1.20", False), ("0.1.19.post2", True)])
@@ -528,23 +542,23 @@ def test_flydsl_heuristic_names():
     """FM lines 2723-2770 + aiter/ops/flydsl/moe_kernels.py flydsl_kernel_name / pick_flydsl_stage2_tile_k: a-dtype
     fp4 or fp8 (fp8 stage-1 names end ``_gui``), w-dtype fp8 or fp4, tile_m and suffixes per token tier, stage-2
     tile_k 256 when inter_dim % 256 == 0 else 128."""
-    assert ad._flydsl_heuristic_names(1, ad.FP8, ad.FP4, 384) == (
+    assert _flydsl_heuristic_names(1, FP8, FP4, 384) == (
         32, "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w2_gui", "flydsl_moe2_afp8_wfp4_bf16_t32x128x128_atomic_bnt2")
-    assert ad._flydsl_heuristic_names(2048, ad.FP4, ad.FP8, 512) == (
+    assert _flydsl_heuristic_names(2048, FP4, FP8, 512) == (
         64, "flydsl_moe1_afp4_wfp8_bf16_t64x128x256_w3_bnt0", "flydsl_moe2_afp4_wfp8_bf16_t64x128x256_atomic")
-    assert ad._flydsl_heuristic_names(4096, ad.FP4, ad.FP4, 512) == (
+    assert _flydsl_heuristic_names(4096, FP4, FP4, 512) == (
         128, "flydsl_moe1_afp4_wfp4_bf16_t128x128x256_w2_bnt0", "flydsl_moe2_afp4_wfp4_bf16_t128x128x256_atomic")
-    assert ad._flydsl_heuristic_names(16384, ad.FP8_FNUZ, ad.FP8_FNUZ, 256) == (
+    assert _flydsl_heuristic_names(16384, FP8_FNUZ, FP8_FNUZ, 256) == (
         64, "flydsl_moe1_afp8_wfp8_bf16_t64x128x256_w4_bnt0_gui", "flydsl_moe2_afp8_wfp8_bf16_t64x128x256_atomic")
 
 
 def test_cktile_stage2_name_note():
     """FM line 2584: cktile_moe_stage2 is built without kernelName, so a row's cktile_* stage-2 name is not launched
     (CK-Tile picks its own instance); other names pass through."""
-    assert ad._stage2_name("cktile_a8w4_bm32") == (
+    assert _stage2_name("cktile_a8w4_bm32") == (
         "cktile_moe_stage2 (default)", ["the row's stage-2 name cktile_a8w4_bm32 is not passed to cktile_moe_stage2 "
                                         "(CK-Tile picks its instance)"])
-    assert ad._stage2_name("moe_ck2stages_gemm2_x") == ("moe_ck2stages_gemm2_x", [])
+    assert _stage2_name("moe_ck2stages_gemm2_x") == ("moe_ck2stages_gemm2_x", [])
 
 
 # -- the FHMoE table (aiter/fhmoe.py at e4048607) -----------------------------------------------------------------
@@ -564,36 +578,36 @@ def _fhmoe_csv(tmp_path, rows, name="fhmoe.csv"):
 def test_fhmoe_rows_are_csv_rows(tmp_path):
     """capability_db/aiter_fhmoe.toml rows as AITER's tuned_fhmoe.csv spells them: the TOML's ``line`` (where the
     row sits) is not a CSV column; a missing file is no rows."""
-    rows = ad._fhmoe_rows()
+    rows = _fhmoe_rows()
     assert rows and all("line" not in r for r in rows) and "kernelName1" in rows[0]
-    assert ad._fhmoe_rows(str(tmp_path / "absent.csv")) == []
-    assert ad._fhmoe_rows(_fhmoe_csv(tmp_path, rows)) == rows
+    assert _fhmoe_rows(str(tmp_path / "absent.csv")) == []
+    assert _fhmoe_rows(_fhmoe_csv(tmp_path, rows)) == rows
 
 
 def test_fhmoe_supports_checks_every_power_of_two_bucket(tmp_path):
     """aiter/fhmoe.py _supports_dsv4_i384_fhmoe_config: every get_padded_M(1 << e) up to max_tokens must have a row;
     a table missing bucket 4 does not support 8 tokens (but supports 2). fhmoe_config_scope passes the table and the
     environment through (AITER_BYPASS_TUNE_CONFIG rejects the table, supports_dsv4_i384_fhmoe line 394)."""
-    rows = [r for r in ad._fhmoe_rows() if r["token"] != "4"]
+    rows = [r for r in _fhmoe_rows() if r["token"] != "4"]
     path = _fhmoe_csv(tmp_path, rows)
-    assert ad.fhmoe_supports(2, env={}, path=path) and not ad.fhmoe_supports(8, env={}, path=path)
+    assert fhmoe_supports(2, env={}, path=path) and not fhmoe_supports(8, env={}, path=path)
     args = dict(model_dim=7168, inter_dim=384, experts=385, topk=7, hidden_pad=0, intermediate_pad=0,
                 gate_mode="interleave", doweight_stage1=False)
-    assert ad.fhmoe_config_scope(2, **args, env={}, path=path)
-    assert not ad.fhmoe_config_scope(8, **args, env={}, path=path)
-    assert not ad.fhmoe_config_scope(1, **args, env={"AITER_BYPASS_TUNE_CONFIG": "1"})
+    assert fhmoe_config_scope(2, **args, env={}, path=path)
+    assert not fhmoe_config_scope(8, **args, env={}, path=path)
+    assert not fhmoe_config_scope(1, **args, env={"AITER_BYPASS_TUNE_CONFIG": "1"})
 
 
 def test_fhmoe_lookup_keys_gate_mode_and_missing_columns(tmp_path):
     """get_2stage_cfgs(config_file=…) adds str(gate_mode) to the key (FM lines 2142-2143, 2228-2231): a SEPARATED
     lookup does not match INTERLEAVE rows, and a SEPARATED row answers it."""
-    rows = ad._fhmoe_rows()
-    assert ad.fhmoe_lookup(1, gate_mode="separated", env={}) is None
+    rows = _fhmoe_rows()
+    assert fhmoe_lookup(1, gate_mode="separated", env={}) is None
     sep = [dict(r, gate_mode="GateMode.SEPARATED") for r in rows if r["token"] == "1"]
     path = _fhmoe_csv(tmp_path, sep)
-    assert ad.fhmoe_lookup(1, gate_mode="separated", env={}, path=path) == (sep[0]["kernelName1"],
+    assert fhmoe_lookup(1, gate_mode="separated", env={}, path=path) == (sep[0]["kernelName1"],
                                                                            sep[0]["kernelName2"])
-    assert ad.fhmoe_lookup(1, gate_mode="interleave", env={}, path=path) is None
+    assert fhmoe_lookup(1, gate_mode="interleave", env={}, path=path) is None
 
 
 # -- native_inter_dims: which inter_dims have rows for the layer's key ----------------------------------------------
@@ -607,14 +621,14 @@ def test_native_inter_dims_follows_each_releases_key(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     lay = layer(hidden=4096, intermediate=1024, experts=64, top_k=4, tp=1)
     caps = target_capabilities("MI355X", "0.1.20")
-    k = ad.dispatch_key(lay, caps)
-    rows = [row(k, 16, ad.FP8, inter_dim=900, cu_num=999),                          # another CU count
-            row(k, 16, ad.FP8, inter_dim=200, act_type=ad.GELU),                    # another activation
-            row(k, 16, ad.FP8, inter_dim=100),
-            row(k, 16, ad.FP8, inter_dim=300, tag="flydsl_fallback"),
-            row(k, 16, ad.FP8, inter_dim=400, gfx="gfx942"),
-            row(k, 16, ad.FP8, inter_dim=500, gfx=None),
-            row(k, 16, ad.FP8, inter_dim=600, expert=63)]
+    k = dispatch_key(lay, caps)
+    rows = [row(k, 16, FP8, inter_dim=900, cu_num=999),                          # another CU count
+            row(k, 16, FP8, inter_dim=200, act_type=GELU),                    # another activation
+            row(k, 16, FP8, inter_dim=100),
+            row(k, 16, FP8, inter_dim=300, tag="flydsl_fallback"),
+            row(k, 16, FP8, inter_dim=400, gfx="gfx942"),
+            row(k, 16, FP8, inter_dim=500, gfx=None),
+            row(k, 16, FP8, inter_dim=600, expert=63)]
     c = cs(*rows)
     assert ad.native_inter_dims(lay, caps, configs=c, env={}) == {100, 200, 500}
     old = target_capabilities("MI355X", "0.1.10")
@@ -627,9 +641,9 @@ def test_native_inter_dims_follows_each_releases_key(monkeypatch):
     installed = dataclasses.replace(c, origin="installed", version="0.1.10")   # the installed AITER's own release
     assert ad.native_inter_dims(lay, caps, configs=installed, env={}) == {100, 300, 400, 500}
     ep = layer(hidden=4096, intermediate=1024, experts=64, top_k=4, tp=8, ep=8)   # v0.1.10 has no topk -= is_ep
-    k10 = ad.dispatch_key(ep, old, model="0.1.10")
-    assert k10.topk == 4 and ad.dispatch_key(ep, caps).topk == 3
-    assert ad.native_inter_dims(ep, old, configs=cs(row(k10, 16, ad.FP8, inter_dim=128)), env={}) == {128}
+    k10 = dispatch_key(ep, old, model="0.1.10")
+    assert k10.topk == 4 and dispatch_key(ep, caps).topk == 3
+    assert ad.native_inter_dims(ep, old, configs=cs(row(k10, 16, FP8, inter_dim=128)), env={}) == {128}
 
 
 def test_native_inter_dims_reads_aiter_config_fmoe(tmp_path):
@@ -638,14 +652,14 @@ def test_native_inter_dims_reads_aiter_config_fmoe(tmp_path):
 
     lay = layer(hidden=4096, intermediate=1024, experts=64, top_k=4, tp=1)
     caps = target_capabilities(*MI355X)
-    k = ad.dispatch_key(lay, caps)
+    k = dispatch_key(lay, caps)
     path = tmp_path / "tuned_fmoe.csv"
     cols = ["gfx", "cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "act_type", "dtype", "q_dtype_a",
             "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1", "block_m", "ksplit", "kernelName1", "kernelName2"]
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
-        w.writerow([k.gfx, k.cu_num, 16, k.model_dim, 4242, k.expert, k.topk, k.act_type, k.dtype, ad.FP8,
+        w.writerow([k.gfx, k.cu_num, 16, k.model_dim, 4242, k.expert, k.topk, k.act_type, k.dtype, FP8,
                     k.q_dtype_w, k.q_type, 1, 0, 32, 0, "moe_ck2stages_gemm1_x", "moe_ck2stages_gemm2_y"])
     assert ad.native_inter_dims(lay, caps, env={"AITER_CONFIG_FMOE": str(path)}) == {4242}
 
@@ -678,13 +692,13 @@ def test_block_size_M_and_ksplit_are_aiters():
         for topk, expert, inter_dim, cu in ((8, 256, 256, 256), (6, 48, 384, 304), (2, 8, 96, 80),
                                             (4, 129, 1536, 256), (9, 33, 640, 304), (8, 256, 257, 256),
                                             (1, 4, 4097, 304), (2, 16, 1025, 80)):
-            assert ad._block_size_M(token, topk, expert, inter_dim, cu) == \
+            assert _block_size_M(token, topk, expert, inter_dim, cu) == \
                 fm_get_block_size_M(token, topk, expert, inter_dim, cu), (token, topk, expert, inter_dim, cu)
             for model_dim in (7168, 3072, 6144, 2048, 4096):
-                assert ad._ksplit(token, topk, expert, inter_dim, model_dim, cu, {}) == \
+                assert _ksplit(token, topk, expert, inter_dim, model_dim, cu, {}) == \
                     fm_get_ksplit(token, topk, expert, inter_dim, model_dim, cu)
-    assert ad._ksplit(512, 8, 256, 256, 7168, 256, {"AITER_KSPLIT": "3"}) == 3
-    assert ad._ksplit(1, 8, 256, 256, 7168, 256, {"AITER_KSPLIT": "0"}) == fm_get_ksplit(1, 8, 256, 256, 7168, 256)
+    assert _ksplit(512, 8, 256, 256, 7168, 256, {"AITER_KSPLIT": "3"}) == 3
+    assert _ksplit(1, 8, 256, 256, 7168, 256, {"AITER_KSPLIT": "0"}) == fm_get_ksplit(1, 8, 256, 256, 7168, 256)
 
 
 def test_heuristic_block_m_and_ksplit_reach_the_step():
@@ -697,7 +711,7 @@ def test_heuristic_block_m_and_ksplit_reach_the_step():
         assert s.block_m == 16 and s.ksplit == fm_get_ksplit(s.bucket, 7, 32, 1536, 3072, 256) and s.stages == 2
     assert head_step(1, k).ksplit == 4 and head_step(2, k).ksplit == 2
     assert head_step(64, key(inter_dim=192, expert=32, topk=7)).block_m == 64  # 192 % 128 != 0: 2-stage, block 64
-    i8 = key(gfx="gfx942", cu_num=304, q_type=ad.Q_TOKEN, q_dtype_w=ad.I8, inter_dim=384, expert=40, topk=6,
+    i8 = key(gfx="gfx942", cu_num=304, q_type=Q_TOKEN, q_dtype_w=I8, inter_dim=384, expert=40, topk=6,
              model_dim=5120)
     s = head_step(16, i8)
     assert s.stages == 2 and s.ksplit == 0 and s.block_m == fm_get_block_size_M(16, 6, 40, 384, 304)
@@ -713,38 +727,38 @@ def test_heuristic_block_m_and_ksplit_reach_the_step():
 def test_kernel_family_from_aiters_names(name, family):
     """AITER's own name tests: get_2stage_cfgs ``startswith("flydsl_")`` / ``"opus_"`` / ``"cktile_"``,
     ``"ck2stages" in kernelName1`` (FM lines 2596-2603, 2888), hsa code objects ``_ZN5aiter…`` / the fmoe APIs."""
-    assert ad.kernel_family(name) == family
+    assert kernel_family(name) == family
 
 
 def test_family_of_a_step():
-    assert ad._family(()) == "unknown"
-    assert ad._family(("fmoe_g1u1 (default)",)) == "asm"
-    assert ad._family(("moe_ck2stages_gemm1_x", "moe_ck2stages_gemm2_y")) == "ck"
-    assert ad._family(("fmoe_stage1_g1u1 (default)", "moe_ck2stages_gemm2 (default)")) == "asm+ck"
-    assert ad._family(("flydsl_moe1_x", "cktile_moe_stage2 (default)")) == "flydsl+cktile"
+    assert _family(()) == "unknown"
+    assert _family(("fmoe_g1u1 (default)",)) == "asm"
+    assert _family(("moe_ck2stages_gemm1_x", "moe_ck2stages_gemm2_y")) == "ck"
+    assert _family(("fmoe_stage1_g1u1 (default)", "moe_ck2stages_gemm2 (default)")) == "asm+ck"
+    assert _family(("flydsl_moe1_x", "cktile_moe_stage2 (default)")) == "flydsl+cktile"
 
 
 @pytest.mark.parametrize(("dtype", "q_type", "label"), [
-    (ad.BF16, ad.Q_NO, "bf16"), (ad.FP16, ad.Q_NO, "fp16"), (ad.FP4, ad.Q_1X32, "mxfp4"), (ad.FP8, ad.Q_1X32, "mxfp8"),
-    (ad.FP8, ad.Q_TOKEN, "fp8"), (ad.FP8_FNUZ, ad.Q_1X128, "fp8"), (ad.I8, ad.Q_TOKEN, "int8"),
-    (ad.U32, ad.Q_TOKEN, "uint32"),
+    (BF16, Q_NO, "bf16"), (FP16, Q_NO, "fp16"), (FP4, Q_1X32, "mxfp4"), (FP8, Q_1X32, "mxfp8"),
+    (FP8, Q_TOKEN, "fp8"), (FP8_FNUZ, Q_1X128, "fp8"), (I8, Q_TOKEN, "int8"),
+    (U32, Q_TOKEN, "uint32"),
 ])
 def test_activation_labels(dtype, q_type, label):
     """The torch dtype strings AITER's CSVs hold (str(dtypes.*)) as the contract's activation labels."""
-    assert ad._label(dtype, q_type) == label
+    assert _label(dtype, q_type) == label
 
 
 @pytest.mark.parametrize(("weight", "gfx", "expected"), [
-    (QuantSpec("bf16"), "gfx950", (ad.Q_NO, ad.BF16)), (QuantSpec("fp16"), "gfx950", (ad.Q_NO, ad.FP16)),
-    ("mxfp4", "gfx950", (ad.Q_1X32, ad.FP4)), ("mxfp8", "gfx950", (ad.Q_1X32, ad.FP8)),
-    (QuantSpec("fp8", "block128x128", scale_dtype="fp32"), "gfx942", (ad.Q_1X128, ad.FP8_FNUZ)),
-    (QuantSpec("fp8", "block128x128", scale_dtype="fp32"), "gfx950", (ad.Q_1X128, ad.FP8)),
-    (QuantSpec("fp8", "tensor", scale_dtype="fp32"), "gfx950", (ad.Q_TENSOR, ad.FP8)),
-    (QuantSpec("fp8", "channel", scale_dtype="fp32"), "gfx942", (ad.Q_TOKEN, ad.FP8_FNUZ)),
-    (QuantSpec("int8", "tensor", scale_dtype="fp32"), "gfx942", (ad.Q_TENSOR, ad.I8)),
-    (QuantSpec("int8", "channel", scale_dtype="fp32"), "gfx942", (ad.Q_TOKEN, ad.I8)),
-    (QuantSpec("int4", "group32", scale_dtype="bf16"), "gfx950", (ad.Q_1X32, ad.I4)),
-    (QuantSpec("int4", "channel", scale_dtype="fp32"), "gfx942", (ad.Q_TOKEN, ad.U32)),
+    (QuantSpec("bf16"), "gfx950", (Q_NO, BF16)), (QuantSpec("fp16"), "gfx950", (Q_NO, FP16)),
+    ("mxfp4", "gfx950", (Q_1X32, FP4)), ("mxfp8", "gfx950", (Q_1X32, FP8)),
+    (QuantSpec("fp8", "block128x128", scale_dtype="fp32"), "gfx942", (Q_1X128, FP8_FNUZ)),
+    (QuantSpec("fp8", "block128x128", scale_dtype="fp32"), "gfx950", (Q_1X128, FP8)),
+    (QuantSpec("fp8", "tensor", scale_dtype="fp32"), "gfx950", (Q_TENSOR, FP8)),
+    (QuantSpec("fp8", "channel", scale_dtype="fp32"), "gfx942", (Q_TOKEN, FP8_FNUZ)),
+    (QuantSpec("int8", "tensor", scale_dtype="fp32"), "gfx942", (Q_TENSOR, I8)),
+    (QuantSpec("int8", "channel", scale_dtype="fp32"), "gfx942", (Q_TOKEN, I8)),
+    (QuantSpec("int4", "group32", scale_dtype="bf16"), "gfx950", (Q_1X32, I4)),
+    (QuantSpec("int4", "channel", scale_dtype="fp32"), "gfx942", (Q_TOKEN, U32)),
 ])
 def test_quant_type_and_weight_dtype(weight, gfx, expected):
     """FM _fused_moe_impl: quant_type = quant_remap.get(…) (per_128x128 -> per_1x128), q_dtype_w = w1.dtype with
@@ -755,7 +769,7 @@ def test_quant_type_and_weight_dtype(weight, gfx, expected):
         QuantSpec("fp8", "token", scale_dtype="fp32", dynamic=True)
     if weight in ("mxfp4", "mxfp8"):
         act = weight
-    k = ad.dispatch_key(layer(weight=weight, act=act), caps)
+    k = dispatch_key(layer(weight=weight, act=act), caps)
     assert (k.q_type, k.q_dtype_w) == expected
 
 
@@ -768,29 +782,29 @@ def test_dispatch_key_refusals_and_overrides():
     caps = target_capabilities(*MI355X)
     dense = MoELayer.build(kind="dense", hidden=7168, intermediate=2048, tp=8)
     with pytest.raises(UsageError, match="dense MLP"):
-        ad.dispatch_key(dense, caps)
+        dispatch_key(dense, caps)
     with pytest.raises(UsageError, match="ActivationType"):
-        ad.dispatch_key(layer(activation="relu2"), caps)
+        dispatch_key(layer(activation="relu2"), caps)
     import dataclasses
 
     with pytest.raises(UsageError, match="gfx"):
-        ad.dispatch_key(layer(), dataclasses.replace(caps, gfx=None))
+        dispatch_key(layer(), dataclasses.replace(caps, gfx=None))
     with pytest.raises(UsageError, match="CU count"):
-        ad.dispatch_key(layer(), dataclasses.replace(caps, compute_units=0))
-    assert ad.dispatch_key(layer(), caps, env={"CU_NUM": "80"}).cu_num == 80
-    assert ad.dispatch_key(layer(), caps).cu_num == 256
+        dispatch_key(layer(), dataclasses.replace(caps, compute_units=0))
+    assert dispatch_key(layer(), caps, env={"CU_NUM": "80"}).cu_num == 80
+    assert dispatch_key(layer(), caps).cu_num == 256
     pad = Padding(hidden=7168, intermediate_per_rank=384, intermediate_pad=128, zero_fill=True)
-    k = ad.dispatch_key(layer(), caps, padding=pad)
+    k = dispatch_key(layer(), caps, padding=pad)
     assert (k.model_dim, k.inter_dim, k.intermediate_pad, k.hidden_pad) == (
         7168, 384, pad.kernel_intermediate_pad, pad.kernel_hidden_pad)
-    assert (ad.dispatch_key(layer(), caps).inter_dim, ad.dispatch_key(layer(), caps).intermediate_pad) == (256, 0)
-    biased = ad.dispatch_key(layer(has_bias=True), caps)
-    assert biased.has_bias is True and ad.dispatch_key(layer(), caps).has_bias is False
-    k = ad.dispatch_key(layer(), caps)
+    assert (dispatch_key(layer(), caps).inter_dim, dispatch_key(layer(), caps).intermediate_pad) == (256, 0)
+    biased = dispatch_key(layer(has_bias=True), caps)
+    assert biased.has_bias is True and dispatch_key(layer(), caps).has_bias is False
+    k = dispatch_key(layer(), caps)
     assert (k.use_g1u1, k.doweight_stage1, k.dtype, k.act_type, k.gate_mode, k.is_ep) == (
-        1, 0, ad.BF16, ad.SILU, "separated", False)
-    assert ad.dispatch_key(layer(activation="gelu_tanh"), caps).act_type == ad.GELU
-    assert ad.dispatch_key(layer(model_type="llama4_text"), caps).doweight_stage1 == 1
+        1, 0, BF16, SILU, "separated", False)
+    assert dispatch_key(layer(activation="gelu_tanh"), caps).act_type == GELU
+    assert dispatch_key(layer(model_type="llama4_text"), caps).doweight_stage1 == 1
 
 
 @pytest.mark.parametrize(("model", "ep", "fused", "slot", "expected"), [
@@ -804,7 +818,7 @@ def test_expert_and_topk_per_release(model, ep, fused, slot, expected):
     (expert, runtime topk, looked-up topk)."""
     caps = target_capabilities(*MI355X)
     a = Assumptions(fused_shared_expert=fused, ep_fake_slot=slot)
-    k = ad.dispatch_key(layer(tp=8, ep=ep), caps, assumptions=a, model=model)
+    k = dispatch_key(layer(tp=8, ep=ep), caps, assumptions=a, model=model)
     assert (k.expert, k.runtime_topk, k.topk) == expected and k.is_ep is (ep > 1)
 
 
@@ -874,47 +888,47 @@ def test_lookup_rules_per_release(version, facts):
     wildcard dict from v0.1.14, ``topk -= int(is_ep)`` from v0.1.16, the activation policy and its bound variable:
     none / AITER_BF16_FP8_BOUND in v0.1.13 / AITER_BF16_FP8_MOE_BOUND from v0.1.14); a ROCm local tag compares as the
     public version and a dev/pre-release falls in its own range."""
-    r = ad.lookup_rules(version)
+    r = lookup_rules(version)
     assert (r.padded_m, r.gfx_key, r.act_wildcard, r.ep_strip, r.act_policy, r.bound_env, r.heuristics) == facts
-    assert ad.lookup_rules(r) is r and r is not ad.HEAD_RULES
+    assert lookup_rules(r) is r and r is not HEAD_RULES
 
 
 @pytest.mark.parametrize("version", [None, "head", "0.1.20", "0.1.21.post2+rocm7.1", "not a version"])
 def test_lookup_rules_head(version):
     """HEAD e4048607's rules for HEAD, releases from v0.1.20 and versions that do not parse."""
-    assert ad.lookup_rules(version) is ad.HEAD_RULES
-    assert ad.lookup_rules("legacy") is ad.LEGACY_RULES
+    assert lookup_rules(version) is HEAD_RULES
+    assert lookup_rules("legacy") is LEGACY_RULES
 
 
 # -- the activation dtype per release (FM _fused_moe_impl lines 759-807) -------------------------------------------
 
-MX = dict(q_type=ad.Q_1X32, q_dtype_w=ad.FP4)
+MX = dict(q_type=Q_1X32, q_dtype_w=FP4)
 
 
 @pytest.mark.parametrize(("k", "M", "env", "q_a"), [
-    (dict(MX, q_dtype_w=ad.I4), 1, {}, ad.BF16),                                        # a16wi4
-    (dict(MX, q_dtype_w=ad.FP8), 1, {}, ad.FP8),                                        # mxfp8 on gfx950
-    (dict(MX, q_dtype_w=ad.FP8_FNUZ, gfx="gfx942"), 1, {}, ad.FP8_FNUZ),                # mxfp8 = dtypes.fp8 on gfx942
-    (dict(MX, q_dtype_w=ad.FP8, gfx="gfx942"), 1, {}, ad.FP4),                          # e4m3fn is not gfx942's fp8
-    (dict(MX, act_type=ad.SITUV2), 1, {"AITER_SITUV2_A8W4": "1", "AITER_SITUV2_A4W4": "1"}, ad.FP8),
-    (dict(MX, act_type=ad.SITUV2, gfx="gfx942"), 1, {"AITER_SITUV2_A8W4": "1"}, ad.FP8_FNUZ),
-    (dict(MX, act_type=ad.SITUV2), 1, {"AITER_SITUV2_A8W4": "0", "AITER_SITUV2_A4W4": "1"}, ad.FP4),
-    (dict(MX, act_type=ad.SITUV2), 4096, {"AITER_SITUV2_A4W4": "0"}, ad.BF16),
-    (dict(MX, act_type=ad.SWIGLU), 255, {}, ad.BF16), (dict(MX, act_type=ad.SWIGLU), 256, {}, ad.FP4),
-    (dict(MX, act_type=ad.SWIGLU), 299, {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "300"}, ad.BF16),
-    (dict(MX, act_type=ad.SWIGLU), 300, {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "300"}, ad.FP4),
-    (dict(MX, act_type=ad.SWIGLU, gate_mode="interleave"), 255, {}, ad.BF16),
-    (dict(MX, act_type=ad.SWIGLU, gate_mode="interleave"), 256, {}, ad.FP8),
-    (dict(MX, act_type=ad.SWIGLU, gate_mode="interleave"), 99, {"AITER_BF16_FP8_MOE_BOUND": "100"}, ad.BF16),
-    (dict(MX, act_type=ad.SWIGLU, gate_mode="interleave"), 100, {"AITER_BF16_FP8_MOE_BOUND": "100"}, ad.FP8),
-    (dict(MX, act_type=ad.SWIGLU, gate_mode="interleave", gfx="gfx942"), 4096, {}, ad.BF16),
-    (dict(MX, act_type=ad.SILU, gate_mode="interleave"), 512, {}, ad.FP8),
-    (dict(MX, act_type=ad.SILU), 4096, {"AITER_BF16_FP8_MOE_BOUND": "0"}, ad.FP4),       # SEPARATED Silu: fp4x2
-    (dict(q_type=ad.Q_TOKEN, q_dtype_w=ad.U32, gfx="gfx942"), 1, {}, ad.FP8_FNUZ),     # uint32 -> dtypes.fp8
-    (dict(q_type=ad.Q_TOKEN, q_dtype_w=ad.U32), 1, {}, ad.FP8),
-    (dict(q_type=ad.Q_TOKEN, q_dtype_w=ad.I8), 1, {}, ad.I8),
-    (dict(q_type=ad.Q_TOKEN, q_dtype_w=ad.I8, gfx="gfx1250"), 1, {}, ad.FP4),          # gfx1250 forces fp4x2 …
-    (dict(q_type=ad.Q_TOKEN, q_dtype_w=ad.I8, gfx="gfx1250"), 1, {"AITER_FORCE_A8W4": "1"}, ad.FP8),  # … or fp8
+    (dict(MX, q_dtype_w=I4), 1, {}, BF16),                                        # a16wi4
+    (dict(MX, q_dtype_w=FP8), 1, {}, FP8),                                        # mxfp8 on gfx950
+    (dict(MX, q_dtype_w=FP8_FNUZ, gfx="gfx942"), 1, {}, FP8_FNUZ),                # mxfp8 = dtypes.fp8 on gfx942
+    (dict(MX, q_dtype_w=FP8, gfx="gfx942"), 1, {}, FP4),                          # e4m3fn is not gfx942's fp8
+    (dict(MX, act_type=SITUV2), 1, {"AITER_SITUV2_A8W4": "1", "AITER_SITUV2_A4W4": "1"}, FP8),
+    (dict(MX, act_type=SITUV2, gfx="gfx942"), 1, {"AITER_SITUV2_A8W4": "1"}, FP8_FNUZ),
+    (dict(MX, act_type=SITUV2), 1, {"AITER_SITUV2_A8W4": "0", "AITER_SITUV2_A4W4": "1"}, FP4),
+    (dict(MX, act_type=SITUV2), 4096, {"AITER_SITUV2_A4W4": "0"}, BF16),
+    (dict(MX, act_type=SWIGLU), 255, {}, BF16), (dict(MX, act_type=SWIGLU), 256, {}, FP4),
+    (dict(MX, act_type=SWIGLU), 299, {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "300"}, BF16),
+    (dict(MX, act_type=SWIGLU), 300, {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "300"}, FP4),
+    (dict(MX, act_type=SWIGLU, gate_mode="interleave"), 255, {}, BF16),
+    (dict(MX, act_type=SWIGLU, gate_mode="interleave"), 256, {}, FP8),
+    (dict(MX, act_type=SWIGLU, gate_mode="interleave"), 99, {"AITER_BF16_FP8_MOE_BOUND": "100"}, BF16),
+    (dict(MX, act_type=SWIGLU, gate_mode="interleave"), 100, {"AITER_BF16_FP8_MOE_BOUND": "100"}, FP8),
+    (dict(MX, act_type=SWIGLU, gate_mode="interleave", gfx="gfx942"), 4096, {}, BF16),
+    (dict(MX, act_type=SILU, gate_mode="interleave"), 512, {}, FP8),
+    (dict(MX, act_type=SILU), 4096, {"AITER_BF16_FP8_MOE_BOUND": "0"}, FP4),       # SEPARATED Silu: fp4x2
+    (dict(q_type=Q_TOKEN, q_dtype_w=U32, gfx="gfx942"), 1, {}, FP8_FNUZ),     # uint32 -> dtypes.fp8
+    (dict(q_type=Q_TOKEN, q_dtype_w=U32), 1, {}, FP8),
+    (dict(q_type=Q_TOKEN, q_dtype_w=I8), 1, {}, I8),
+    (dict(q_type=Q_TOKEN, q_dtype_w=I8, gfx="gfx1250"), 1, {}, FP4),          # gfx1250 forces fp4x2 …
+    (dict(q_type=Q_TOKEN, q_dtype_w=I8, gfx="gfx1250"), 1, {"AITER_FORCE_A8W4": "1"}, FP8),  # … or fp8
 ])
 def test_head_activation_dtype(k, M, env, q_a):
     """FM _fused_moe_impl: i4x2 -> bf16; per_1x32 dtypes.fp8 weights -> fp8; SiTUv2 -> fp8 with AITER_SITUV2_A8W4=1,
@@ -922,65 +936,65 @@ def test_head_activation_dtype(k, M, env, q_a):
     else fp4x2; Swiglu or INTERLEAVE -> bf16 off gfx950 or below AITER_BF16_FP8_MOE_BOUND (256) else fp8; other
     per_1x32 -> fp4x2; non-MX: the weight dtype (dtypes.fp8 for uint32); gfx1250: fp4x2, or fp8 with
     AITER_FORCE_A8W4=1."""
-    got, why = ad.activation_dtype(M, key(**k), env)
+    got, why = activation_dtype(M, key(**k), env)
     assert got == q_a and why
 
 
 def test_head_activation_dtype_reasons():
     """The reason names AITER's switch and bound (the values above come from FM lines 759-807)."""
-    sep = key(**MX, act_type=ad.SWIGLU)
-    assert ad.activation_dtype(255, sep, {})[1] == (
+    sep = key(**MX, act_type=SWIGLU)
+    assert activation_dtype(255, sep, {})[1] == (
         "Swiglu SEPARATED: bf16 below GPTOSS_SWIGLU_MXFP4_BF16_BOUND=256 (M=255)")
-    assert ad.activation_dtype(256, sep, {})[1] == (
+    assert activation_dtype(256, sep, {})[1] == (
         "Swiglu SEPARATED: fp4x2 from GPTOSS_SWIGLU_MXFP4_BF16_BOUND=256 (M=256)")
-    il = key(**MX, act_type=ad.SWIGLU, gate_mode="interleave")
-    assert ad.activation_dtype(255, il, {})[1] == "Swiglu/INTERLEAVE: bf16 below AITER_BF16_FP8_MOE_BOUND=256 (M=255)"
-    assert ad.activation_dtype(256, il, {})[1] == "Swiglu/INTERLEAVE on gfx950: fp8 from AITER_BF16_FP8_MOE_BOUND=256 (M=256)"
-    assert ad.activation_dtype(256, key(**MX, act_type=ad.SWIGLU, gate_mode="interleave", gfx="gfx942"), {})[1] == \
+    il = key(**MX, act_type=SWIGLU, gate_mode="interleave")
+    assert activation_dtype(255, il, {})[1] == "Swiglu/INTERLEAVE: bf16 below AITER_BF16_FP8_MOE_BOUND=256 (M=255)"
+    assert activation_dtype(256, il, {})[1] == "Swiglu/INTERLEAVE on gfx950: fp8 from AITER_BF16_FP8_MOE_BOUND=256 (M=256)"
+    assert activation_dtype(256, key(**MX, act_type=SWIGLU, gate_mode="interleave", gfx="gfx942"), {})[1] == \
         "Swiglu/INTERLEAVE: bf16 off gfx950"
-    why = ad.activation_dtype(1, key(**dict(MX, q_dtype_w=ad.FP8), gfx="gfx942"), {})[1]
+    why = activation_dtype(1, key(**dict(MX, q_dtype_w=FP8), gfx="gfx942"), {})[1]
     assert "torch.float8_e4m3fn weights are not gfx942's dtypes.fp8 (torch.float8_e4m3fnuz)" in why
-    assert ad.activation_dtype(1, key(**MX), {})[1] == "per_1x32: fp4x2 activations"
-    assert ad.activation_dtype(1, key(**MX, act_type=ad.SITUV2), {})[1] == "SiTUv2 defaults to a16w4 (bf16 activations)"
-    assert ad.activation_dtype(1, key(**MX, act_type=ad.SITUV2), {"AITER_SITUV2_A8W4": "1"})[1] == \
+    assert activation_dtype(1, key(**MX), {})[1] == "per_1x32: fp4x2 activations"
+    assert activation_dtype(1, key(**MX, act_type=SITUV2), {})[1] == "SiTUv2 defaults to a16w4 (bf16 activations)"
+    assert activation_dtype(1, key(**MX, act_type=SITUV2), {"AITER_SITUV2_A8W4": "1"})[1] == \
         "SiTUv2 with AITER_SITUV2_A8W4=1"
-    assert ad.activation_dtype(1, key(**MX, act_type=ad.SITUV2), {"AITER_SITUV2_A4W4": "1"})[1] == \
+    assert activation_dtype(1, key(**MX, act_type=SITUV2), {"AITER_SITUV2_A4W4": "1"})[1] == \
         "SiTUv2 with AITER_SITUV2_A4W4=1"
-    assert ad.activation_dtype(1, key(**dict(MX, q_dtype_w=ad.I4)), {})[1] == \
+    assert activation_dtype(1, key(**dict(MX, q_dtype_w=I4)), {})[1] == \
         "a16wi4: int4 weights run with bf16 activations"
-    assert ad.activation_dtype(1, key(**dict(MX, q_dtype_w=ad.FP8)), {})[1] == \
+    assert activation_dtype(1, key(**dict(MX, q_dtype_w=FP8)), {})[1] == \
         "mxfp8: fp8 activations with per-1x32 e8m0 scales"
-    assert ad.activation_dtype(1, key(q_type=ad.Q_TOKEN, q_dtype_w=ad.I8), {})[1] == "activations take the weight dtype"
-    assert ad.activation_dtype(1, key(q_type=ad.Q_TOKEN, q_dtype_w=ad.I8, gfx="gfx1250"), {})[1] == \
+    assert activation_dtype(1, key(q_type=Q_TOKEN, q_dtype_w=I8), {})[1] == "activations take the weight dtype"
+    assert activation_dtype(1, key(q_type=Q_TOKEN, q_dtype_w=I8, gfx="gfx1250"), {})[1] == \
         "gfx1250 forces fp4/fp8 activations"
 
 
 @pytest.mark.parametrize(("version", "k", "M", "env", "q_a"), [
-    ("0.1.10", dict(MX, act_type=ad.SWIGLU), 511, {}, ad.BF16),
-    ("0.1.10", dict(MX, act_type=ad.SWIGLU), 512, {}, ad.FP8),
-    ("0.1.10", dict(MX, act_type=ad.SWIGLU), 100, {"AITER_BF16_FP8_BOUND": "100"}, ad.BF16),   # no env in 0.1.10
-    ("0.1.10", dict(MX, act_type=ad.SWIGLU, gfx="gfx942"), 4096, {}, ad.BF16),
-    ("0.1.10", dict(MX, act_type=ad.SILU), 4096, {}, ad.FP4),
-    ("0.1.10", dict(MX, act_type=ad.SILU, gate_mode="interleave"), 4096, {}, ad.FP4),    # no INTERLEAVE rule yet
-    ("0.1.10", dict(q_type=ad.Q_1X128, q_dtype_w=ad.FP8), 1, {}, ad.FP8),
-    ("0.1.13.post1", dict(MX, act_type=ad.SWIGLU), 100, {"AITER_BF16_FP8_BOUND": "100"}, ad.FP8),
-    ("0.1.13.post1", dict(MX, act_type=ad.SWIGLU), 99, {"AITER_BF16_FP8_BOUND": "100"}, ad.BF16),
-    ("0.1.13.post1", dict(MX, q_dtype_w=ad.I4), 1, {}, ad.BF16),
+    ("0.1.10", dict(MX, act_type=SWIGLU), 511, {}, BF16),
+    ("0.1.10", dict(MX, act_type=SWIGLU), 512, {}, FP8),
+    ("0.1.10", dict(MX, act_type=SWIGLU), 100, {"AITER_BF16_FP8_BOUND": "100"}, BF16),   # no env in 0.1.10
+    ("0.1.10", dict(MX, act_type=SWIGLU, gfx="gfx942"), 4096, {}, BF16),
+    ("0.1.10", dict(MX, act_type=SILU), 4096, {}, FP4),
+    ("0.1.10", dict(MX, act_type=SILU, gate_mode="interleave"), 4096, {}, FP4),    # no INTERLEAVE rule yet
+    ("0.1.10", dict(q_type=Q_1X128, q_dtype_w=FP8), 1, {}, FP8),
+    ("0.1.13.post1", dict(MX, act_type=SWIGLU), 100, {"AITER_BF16_FP8_BOUND": "100"}, FP8),
+    ("0.1.13.post1", dict(MX, act_type=SWIGLU), 99, {"AITER_BF16_FP8_BOUND": "100"}, BF16),
+    ("0.1.13.post1", dict(MX, q_dtype_w=I4), 1, {}, BF16),
 ])
 def test_activation_dtype_before_0_1_14(version, k, M, env, q_a):
     """v0.1.10.post2 lines 227-236 (bound 512, no env), v0.1.13.post1 lines 257-277 (AITER_BF16_FP8_BOUND, default
     512; a16wi4 -> bf16): per_1x32 Swiglu -> bf16 off gfx950 or below the bound, else fp8; other per_1x32 -> fp4x2."""
-    got, why = ad.activation_dtype(M, key(**k), env, version)
+    got, why = activation_dtype(M, key(**k), env, version)
     assert got == q_a and why
-    sw = key(**dict(MX, act_type=ad.SWIGLU))
-    n10, n13 = ad.lookup_rules("0.1.10").name, ad.lookup_rules("0.1.13.post1").name
-    assert ad.activation_dtype(512, sw, {}, "0.1.10")[1] == f"Swiglu MXFP4 on gfx950: fp8 from the bound=512 ({n10})"
-    assert ad.activation_dtype(511, sw, {}, "0.1.10")[1] == (
+    sw = key(**dict(MX, act_type=SWIGLU))
+    n10, n13 = lookup_rules("0.1.10").name, lookup_rules("0.1.13.post1").name
+    assert activation_dtype(512, sw, {}, "0.1.10")[1] == f"Swiglu MXFP4 on gfx950: fp8 from the bound=512 ({n10})"
+    assert activation_dtype(511, sw, {}, "0.1.10")[1] == (
         f"Swiglu MXFP4: bf16 below the bound=512 or off gfx950 ({n10}, M=511)")
-    assert ad.activation_dtype(512, sw, {}, "0.1.13.post1")[1] == (
+    assert activation_dtype(512, sw, {}, "0.1.13.post1")[1] == (
         f"Swiglu MXFP4 on gfx950: fp8 from AITER_BF16_FP8_BOUND=512 ({n13})")
-    assert ad.activation_dtype(1, key(**MX), {}, "0.1.10")[1] == f"per_1x32: fp4x2 activations ({n10})"
-    if k.get("act_type") == ad.SWIGLU and k.get("gfx") is None:
+    assert activation_dtype(1, key(**MX), {}, "0.1.10")[1] == f"per_1x32: fp4x2 activations ({n10})"
+    if k.get("act_type") == SWIGLU and k.get("gfx") is None:
         assert ("AITER_BF16_FP8_BOUND" in why) is (version == "0.1.13.post1")
 
 
@@ -994,8 +1008,8 @@ def test_head_lookup_is_act_wildcard_first_row_in_merge_order():
     (FM line 2222 ``keys[7] = activation``) and the act-wildcard dict decides: the first row of the shape in merge
     order, whatever its activation. v0.1.18 keys on str(activation): the exact Silu row wins there."""
     k = key()
-    gelu = row(k, 64, ad.FP8, act_type=ad.GELU, line=2, **CK)
-    silu = row(k, 64, ad.FP8, line=3, **dict(CK, kernel1="moe_ck2stages_gemm1_silu"))
+    gelu = row(k, 64, FP8, act_type=GELU, line=2, **CK)
+    silu = row(k, 64, FP8, line=3, **dict(CK, kernel1="moe_ck2stages_gemm1_silu"))
     c = cs(gelu, silu)
     s = head_step(33, k, c)
     assert (s.basis, s.config, s.kernels[0], s.row) == ("tuned", "t.csv:2", "moe_ck2stages_gemm1_a", gelu)
@@ -1018,11 +1032,11 @@ def test_head_lookup_keys_on_gfx_from_0_1_16():
     a row without gfx (legacy CSV) is backfilled from cu_num (256 -> gfx950, _ensure_gfx_column) and matches.
     v0.1.15 has no gfx column in the key."""
     k = key()
-    other = row(k, 64, ad.FP8, gfx="gfx942", **CK)
+    other = row(k, 64, FP8, gfx="gfx942", **CK)
     assert head_step(64, k, cs(other)).basis == "heuristic"
     assert head_step(64, k, cs(other), model="0.1.15").config == "t.csv:2"
-    assert head_step(64, k, cs(row(k, 64, ad.FP8, gfx=None, **CK))).config == "t.csv:2"
-    both = cs(other, row(k, 64, ad.FP8, line=3, **CK))
+    assert head_step(64, k, cs(row(k, 64, FP8, gfx=None, **CK))).config == "t.csv:2"
+    both = cs(other, row(k, 64, FP8, line=3, **CK))
     assert head_step(64, k, both).config == "t.csv:3"
 
 
@@ -1030,25 +1044,25 @@ def test_head_lookup_falls_back_to_smaller_tiers():
     """FM lines 2263-2275: token 131072 without a row tries the 32768 tier (primary, then wildcard); below the
     tiers there is no fallback, and v0.1.12 (cap 32768) has no tier list."""
     k = key(inter_dim=384)
-    r = row(k, 32768, ad.FP8, **CK)
+    r = row(k, 32768, FP8, **CK)
     s = head_step(200000, k, cs(r))
     assert (s.bucket, s.config) == (131072, "t.csv:2")
     assert "no row at tier 131072; AITER falls back to the 32768 tier" in s.notes
     assert head_step(40000, k, cs(r)).notes.count("no row at tier 131072; AITER falls back to the 32768 tier") == 0
     assert head_step(10000, k, cs(r)).basis == "heuristic"                       # bucket 16384: no fallback
-    assert head_step(100000, k, cs(row(k, 131072, ad.FP8, **CK))).basis == "heuristic"  # no upward fallback
+    assert head_step(100000, k, cs(row(k, 131072, FP8, **CK))).basis == "heuristic"  # no upward fallback
 
 
 def test_index_skips_fallback_rows_and_counts_duplicates(head):
     """FM get_cfg_2stages drops ``_tag == flydsl_fallback`` rows and keeps the first of duplicate keys (with a
     warning); 0.1.7's pandas ``to_dict('index')`` raises on duplicates instead."""
     k = key()
-    fb = row(k, 64, ad.FP8, tag="flydsl_fallback", **CK)
+    fb = row(k, 64, FP8, tag="flydsl_fallback", **CK)
     assert head_step(64, k, cs(fb)).basis == "heuristic"
-    dup = cs(row(k, 64, ad.FP8, line=2, **CK), row(k, 64, ad.FP8, line=3, **CK),
-             row(k, 64, ad.FP8, line=4, gfx="gfx942", **CK))
-    idx = ad._index(dup)
-    assert idx.duplicates == 1 and ad._index(dup) is idx
+    dup = cs(row(k, 64, FP8, line=2, **CK), row(k, 64, FP8, line=3, **CK),
+             row(k, 64, FP8, line=4, gfx="gfx942", **CK))
+    idx = _index(dup)
+    assert idx.duplicates == 1 and _index(dup) is idx
     assert head_step(64, k, dup).config == "t.csv:2"
     lay = layer(hidden=7168, intermediate=2048, experts=256, top_k=8)
     caps = target_capabilities(*MI355X)
@@ -1063,7 +1077,7 @@ def test_index_skips_fallback_rows_and_counts_duplicates(head):
 
 # -- HEAD get_2stage_cfgs branches (FM lines 2281-2960) -------------------------------------------------------
 
-SITU = dict(q_type=ad.Q_1X32, q_dtype_w=ad.FP4, act_type=ad.SITUV2, inter_dim=512, expert=48, topk=6)
+SITU = dict(q_type=Q_1X32, q_dtype_w=FP4, act_type=SITUV2, inter_dim=512, expert=48, topk=6)
 
 
 @pytest.mark.parametrize(("k", "a", "why"), [
@@ -1082,11 +1096,11 @@ def test_situv2_a16w4_refusals(k, a, why):
     any lookup: the step runs nothing, whatever rows the table holds."""
     kk = key(**SITU, **k)
     msg = f"NotImplementedError: a16w4 (bf16 A x MXFP4 W) SiTUv2 is not supported: {why}."
-    assert ad._situv2_a16w4_refusal(kk, ad.BF16, Assumptions(**a)) == msg
-    r = row(kk, 1, ad.BF16, kernel1="flydsl_moe1_abf16_x", kernel2="flydsl_moe2_abf16_y")
+    assert _situv2_a16w4_refusal(kk, BF16, Assumptions(**a)) == msg
+    r = row(kk, 1, BF16, kernel1="flydsl_moe1_abf16_x", kernel2="flydsl_moe2_abf16_y")
     s = head_step(1, kk, cs(r), a=Assumptions(**a))
     assert (s.raises, s.stages, s.family, s.kernels, s.block_m, s.basis, s.config, s.activation_dtype, s.bucket,
-            s.q_dtype_a) == (msg, 2, "none", (), None, "heuristic", None, "bf16", 1, ad.BF16)
+            s.q_dtype_a) == (msg, 2, "none", (), None, "heuristic", None, "bf16", 1, BF16)
     assert s.buckets == (1,) and s.tokens == (1, 1) and s.notes[0] == "SiTUv2 defaults to a16w4 (bf16 activations)"
 
 
@@ -1094,11 +1108,11 @@ def test_situv2_a16w4_runs_flydsl_where_allowed():
     """The guard applies only to bf16 activations x fp4x2 weights x SiTUv2 x per_1x32 (FM line 847); a supported
     call takes the a16w4 FlyDSL heuristic (FM lines 2694-2740: _a_type "bf16"); v0.1.19 has no guard."""
     ok = key(**SITU)
-    assert ad._situv2_a16w4_refusal(ok, ad.BF16, Assumptions()) is None
-    assert ad._situv2_a16w4_refusal(key(**SITU, is_ep=True), ad.FP8, Assumptions()) is None
-    assert ad._situv2_a16w4_refusal(key(**dict(SITU, act_type=ad.SWIGLU), is_ep=True), ad.BF16, Assumptions()) is None
-    assert ad._situv2_a16w4_refusal(key(**dict(SITU, q_dtype_w=ad.FP8), is_ep=True), ad.BF16, Assumptions()) is None
-    assert ad._situv2_a16w4_refusal(key(**dict(SITU, q_type=ad.Q_TOKEN), is_ep=True), ad.BF16, Assumptions()) is None
+    assert _situv2_a16w4_refusal(ok, BF16, Assumptions()) is None
+    assert _situv2_a16w4_refusal(key(**SITU, is_ep=True), FP8, Assumptions()) is None
+    assert _situv2_a16w4_refusal(key(**dict(SITU, act_type=SWIGLU), is_ep=True), BF16, Assumptions()) is None
+    assert _situv2_a16w4_refusal(key(**dict(SITU, q_dtype_w=FP8), is_ep=True), BF16, Assumptions()) is None
+    assert _situv2_a16w4_refusal(key(**dict(SITU, q_type=Q_TOKEN), is_ep=True), BF16, Assumptions()) is None
     s = head_step(1, ok)
     assert s.raises is None and s.kernels == ("flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w2",
                                               "flydsl_moe2_abf16_wfp4_bf16_t32x128x256_atomic_bnt2")
@@ -1106,7 +1120,7 @@ def test_situv2_a16w4_runs_flydsl_where_allowed():
     assert head_step(1, key(**SITU, is_ep=True), model="0.1.19.post2").raises is None
 
 
-MXI = dict(q_type=ad.Q_1X32, q_dtype_w=ad.FP4, act_type=ad.SWIGLU, gate_mode="interleave", inter_dim=384,
+MXI = dict(q_type=Q_1X32, q_dtype_w=FP4, act_type=SWIGLU, gate_mode="interleave", inter_dim=384,
            expert=384, topk=6)
 
 
@@ -1128,7 +1142,7 @@ def test_opus_rows_refused(k, a, note):
     """FM lines 2294-2336: an Opus row is discarded unless both weights are pre-shuffled; an Opus stage-2 row is
     dropped where aiter/ops/opus cfg_is_supported refuses it (gfx950 only, no EP, no stage-2 bias)."""
     kk = key(**MXI, **k)
-    r = row(kk, 256, ad.FP8 if kk.gfx == "gfx950" else ad.BF16, **_opus())
+    r = row(kk, 256, FP8 if kk.gfx == "gfx950" else BF16, **_opus())
     s = head_step(256, kk, cs(r), a=Assumptions(**a))
     assert note in s.notes and s.basis == "heuristic" and not any(n.startswith("opus") for n in s.kernels)
 
@@ -1136,12 +1150,12 @@ def test_opus_rows_refused(k, a, note):
 def test_opus_stage1_row_needs_a_supported_activation():
     """FM lines 2303-2314: an opus_* stage-1 row is discarded for activations other than Silu/Swiglu/Situv2; an
     opus_moe1_ row otherwise runs (is_opus1, FM line 2604), flydsl or not."""
-    kk = key(**dict(MXI, act_type=ad.GELU))
-    r = row(kk, 256, ad.FP8, kernel1="opus_moe1_a8w4_x", kernel2="flydsl_moe2_afp8_y", block_m=32)
+    kk = key(**dict(MXI, act_type=GELU))
+    r = row(kk, 256, FP8, kernel1="opus_moe1_a8w4_x", kernel2="flydsl_moe2_afp8_y", block_m=32)
     s = head_step(256, kk, cs(r))
     assert "Opus row t.csv:2 discarded: activation ActivationType.Gelu unsupported" in s.notes and s.basis == "heuristic"
     ok = key(**MXI)
-    s = head_step(256, ok, cs(row(ok, 256, ad.FP8, kernel1="opus_moe1_a8w4_x", kernel2="moe_ck2stages_gemm2_y",
+    s = head_step(256, ok, cs(row(ok, 256, FP8, kernel1="opus_moe1_a8w4_x", kernel2="moe_ck2stages_gemm2_y",
                                   block_m=32, ksplit=2)), a=Assumptions(flydsl_available=False))
     assert (s.basis, s.kernels, s.block_m, s.ksplit, s.family) == (
         "tuned", ("opus_moe1_a8w4_x", "moe_ck2stages_gemm2_y"), 32, 2, "opus+ck")
@@ -1154,18 +1168,18 @@ def test_opus_row_with_bypass_checks_the_sort_block_m():
     kk = key(**MXI)
     bm = fm_get_block_size_M(256, 6, 384, 384, 256)
     for opus_bm, raises in ((bm, False), (bm * 2, True)):
-        r = row(kk, 256, ad.FP8, **dict(_opus(), block_m=opus_bm))
+        r = row(kk, 256, FP8, **dict(_opus(), block_m=opus_bm))
         s = head_step(256, kk, cs(r), env={"AITER_BYPASS_TUNE_CONFIG": "1"})
         assert "AITER_BYPASS_TUNE_CONFIG set: tuned row t.csv:2 ignored" in s.notes
         if raises:
             assert s.raises == (f"ValueError: requires sort block_m={opus_bm}, got tuned block_m={bm} "
                                 "(AITER_BYPASS_TUNE_CONFIG with the Opus row t.csv:2)")
             assert (s.stages, s.family, s.kernels, s.block_m, s.basis, s.config, s.q_dtype_a, s.buckets) == (
-                2, "none", (), bm, "heuristic", None, ad.FP8, (256,))
+                2, "none", (), bm, "heuristic", None, FP8, (256,))
             assert s.activation_dtype == "mxfp8" and s.tokens == (256, 256) and s.bucket == 256
         else:  # the interleaved Swiglu MXFP4 branch (FM line 2660) then decides
             assert s.raises is None and s.family == "cktile" and s.basis == "heuristic"
-    tuned = head_step(256, kk, cs(row(kk, 256, ad.FP8, **_opus())), env={"AITER_BYPASS_TUNE_CONFIG": "0"})
+    tuned = head_step(256, kk, cs(row(kk, 256, FP8, **_opus())), env={"AITER_BYPASS_TUNE_CONFIG": "0"})
     assert tuned.basis == "tuned" and tuned.kernels[1] == "opus_moe2_a8w4_t32_x" and tuned.family == "flydsl+opus"
 
 
@@ -1179,8 +1193,8 @@ def test_notes_for_online_tune_and_a_broken_table():
     assert note in head_step(64, k, cs(), env=on).notes
     assert note not in head_step(64, k, None, env=on).notes
     assert note not in head_step(64, k, cs(), env={"AITER_ONLINE_TUNE": "0"}).notes
-    assert note not in head_step(64, k, cs(row(k, 64, ad.FP8, **CK)), env=on).notes
-    bad = cs(row(k, 64, ad.FP8, **CK), broken=True, warnings=("a.csv:3: bad", "a.csv:4: worse", "a.csv:5: third"))
+    assert note not in head_step(64, k, cs(row(k, 64, FP8, **CK)), env=on).notes
+    bad = cs(row(k, 64, FP8, **CK), broken=True, warnings=("a.csv:3: bad", "a.csv:4: worse", "a.csv:5: third"))
     s = head_step(64, k, bad, env=on)
     assert s.basis == "heuristic" and note not in s.notes
     assert ("the tuned set has malformed lines: modelled with heuristics only (a.csv:3: bad; a.csv:4: worse)"
@@ -1189,19 +1203,19 @@ def test_notes_for_online_tune_and_a_broken_table():
 
 @pytest.mark.parametrize(("k", "M", "stages", "op"), [
     (dict(), 32, 2, None), (dict(), 33, 1, "fmoe_fp8_blockscale_g1u1"), (dict(inter_dim=192), 64, 2, None),
-    (dict(gfx="gfx942", cu_num=304, q_dtype_w=ad.FP8_FNUZ), 64, 1, "fmoe_fp8_blockscale_g1u1"),
-    (dict(gfx="gfx942", cu_num=304, q_type=ad.Q_TOKEN, q_dtype_w=ad.I8), 32, 2, None),
-    (dict(gfx="gfx942", cu_num=304, q_type=ad.Q_TOKEN, q_dtype_w=ad.I8), 33, 1, "fmoe_g1u1"),
-    (dict(gfx="gfx942", cu_num=304, q_type=ad.Q_TOKEN, q_dtype_w=ad.I8, use_g1u1=0), 64, 1, "fmoe_int8_g1u0"),
-    (dict(q_type=ad.Q_TOKEN), 16, 2, None), (dict(q_type=ad.Q_TOKEN), 17, 1, "fmoe_g1u1"),
-    (dict(q_type=ad.Q_TOKEN, inter_dim=192), 1, 1, "fmoe_g1u1"),
-    (dict(q_type=ad.Q_TOKEN, doweight_stage1=1), 64, 1, "fmoe_g1u1_tkw1"),
-    (dict(q_type=ad.Q_TOKEN, q_dtype_w=ad.BF16, use_g1u1=0), 128, 1, "fmoe_int8_g1u0"),
-    (dict(q_type=ad.Q_TOKEN, q_dtype_w=ad.BF16, use_g1u1=0), 256, 2, None),
-    (dict(gfx="gfx942", cu_num=304, q_type=ad.Q_NO, q_dtype_w=ad.BF16, use_g1u1=0), 128, 1, "fmoe"),
-    (dict(gfx="gfx942", cu_num=304, q_type=ad.Q_NO, q_dtype_w=ad.BF16, use_g1u1=0), 129, 2, None),
-    (dict(gfx="gfx942", cu_num=304, q_type=ad.Q_NO, q_dtype_w=ad.BF16, use_g1u1=0), 256, 2, None),
-    (dict(q_type=ad.Q_1X32, q_dtype_w=ad.FP4), 1024, 2, None),
+    (dict(gfx="gfx942", cu_num=304, q_dtype_w=FP8_FNUZ), 64, 1, "fmoe_fp8_blockscale_g1u1"),
+    (dict(gfx="gfx942", cu_num=304, q_type=Q_TOKEN, q_dtype_w=I8), 32, 2, None),
+    (dict(gfx="gfx942", cu_num=304, q_type=Q_TOKEN, q_dtype_w=I8), 33, 1, "fmoe_g1u1"),
+    (dict(gfx="gfx942", cu_num=304, q_type=Q_TOKEN, q_dtype_w=I8, use_g1u1=0), 64, 1, "fmoe_int8_g1u0"),
+    (dict(q_type=Q_TOKEN), 16, 2, None), (dict(q_type=Q_TOKEN), 17, 1, "fmoe_g1u1"),
+    (dict(q_type=Q_TOKEN, inter_dim=192), 1, 1, "fmoe_g1u1"),
+    (dict(q_type=Q_TOKEN, doweight_stage1=1), 64, 1, "fmoe_g1u1_tkw1"),
+    (dict(q_type=Q_TOKEN, q_dtype_w=BF16, use_g1u1=0), 128, 1, "fmoe_int8_g1u0"),
+    (dict(q_type=Q_TOKEN, q_dtype_w=BF16, use_g1u1=0), 256, 2, None),
+    (dict(gfx="gfx942", cu_num=304, q_type=Q_NO, q_dtype_w=BF16, use_g1u1=0), 128, 1, "fmoe"),
+    (dict(gfx="gfx942", cu_num=304, q_type=Q_NO, q_dtype_w=BF16, use_g1u1=0), 129, 2, None),
+    (dict(gfx="gfx942", cu_num=304, q_type=Q_NO, q_dtype_w=BF16, use_g1u1=0), 256, 2, None),
+    (dict(q_type=Q_1X32, q_dtype_w=FP4), 1024, 2, None),
     (dict(gfx="gfx1250"), 64, 2, None),
 ])
 def test_heuristic_one_stage_decision(k, M, stages, op):
@@ -1222,7 +1236,7 @@ def test_heuristic_one_stage_xbf16():
     k = key()
     assert head_step(64, k, env={"AITER_XBFLOAT16": "1"}).kernels == ("fmoe_fp8_blockscale_g1u1 (default, xbf16)",)
     assert head_step(64, k, env={"AITER_XBFLOAT16": "0"}).kernels == ("fmoe_fp8_blockscale_g1u1 (default)",)
-    k942 = key(gfx="gfx942", cu_num=304, q_dtype_w=ad.FP8_FNUZ)
+    k942 = key(gfx="gfx942", cu_num=304, q_dtype_w=FP8_FNUZ)
     assert head_step(64, k942, env={"AITER_XBFLOAT16": "1"}).kernels == ("fmoe_fp8_blockscale_g1u1 (default)",)
 
 
@@ -1230,19 +1244,19 @@ def test_tuned_rows_one_and_two_stage():
     """FM lines 2427-2436: a row gives block_m, ksplit (0 with AITER_KSPLIT=-1), kernel names and run_1stage; a
     1-stage row runs fused_moe_1stage with kernelName1."""
     k = key(inter_dim=384)
-    one = row(k, 64, ad.FP8, kernel1="_ZN5aiter_fmoe_bs_x", run_1stage=1, block_m=64, ksplit=2)
+    one = row(k, 64, FP8, kernel1="_ZN5aiter_fmoe_bs_x", run_1stage=1, block_m=64, ksplit=2)
     s = head_step(64, k, cs(one))
     assert (s.stages, s.kernels, s.block_m, s.ksplit, s.basis, s.config, s.row, s.family) == (
         1, ("_ZN5aiter_fmoe_bs_x",), 64, 2, "tuned", "t.csv:2", one, "asm")
-    two = row(k, 64, ad.FP8, ksplit=3, **CK)
+    two = row(k, 64, FP8, ksplit=3, **CK)
     s = head_step(64, k, cs(two))
     assert (s.stages, s.kernels, s.block_m, s.ksplit, s.basis, s.row, s.family) == (
         2, ("moe_ck2stages_gemm1_a", "moe_ck2stages_gemm2_b"), 64, 3, "tuned", two, "ck")
     assert head_step(64, k, cs(two), env={"AITER_KSPLIT": "-1"}).ksplit == 0
     assert head_step(64, k, cs(two), env={"AITER_KSPLIT": "5"}).ksplit == 3
-    ck1 = head_step(64, k, cs(row(k, 64, ad.FP8, kernel1="moe_ck2stages_gemm1_a", kernel2="", block_m=64)))
+    ck1 = head_step(64, k, cs(row(k, 64, FP8, kernel1="moe_ck2stages_gemm1_a", kernel2="", block_m=64)))
     assert ck1.kernels == ("moe_ck2stages_gemm1_a", "moe_ck2stages_gemm2 (default)") and ck1.basis == "tuned"
-    tile2 = head_step(64, k, cs(row(k, 64, ad.FP8, kernel1="moe_ck2stages_gemm1_a", kernel2="cktile_s2_x",
+    tile2 = head_step(64, k, cs(row(k, 64, FP8, kernel1="moe_ck2stages_gemm1_a", kernel2="cktile_s2_x",
                                     block_m=64)))
     assert tile2.kernels == ("moe_ck2stages_gemm1_a", "cktile_moe_stage2 (default)")
     assert any("cktile_s2_x" in n for n in tile2.notes)
@@ -1258,8 +1272,8 @@ def test_mxfp4_a4w4_port_rows(kn1, kn2, bm, ep):
     """FM lines 2471-2493: an a4w4 port name (flydsl_mxmoe_g*) in either stage routes to the port with block_m the
     stage-1 name's <BM> (aiter/ops/flydsl/mxfp4_kname.py: flydsl_mxmoe_g1_a4w4_<BM>x256x256[_flags]; a name it cannot
     parse -> the row's block_m) and the row's ksplit; FM line 937: under EP it raises."""
-    k = key(**dict(MX, act_type=ad.SILU, inter_dim=256, expert=257, topk=9), is_ep=ep)
-    r = row(k, 1, ad.FP4, kernel1=kn1, kernel2=kn2, block_m=48, ksplit=2)
+    k = key(**dict(MX, act_type=SILU, inter_dim=256, expert=257, topk=9), is_ep=ep)
+    r = row(k, 1, FP4, kernel1=kn1, kernel2=kn2, block_m=48, ksplit=2)
     s = head_step(1, k, cs(r))
     assert (s.stages, s.kernels, s.block_m, s.ksplit, s.basis, s.config) == (2, (kn1, kn2), bm, 2, "tuned", "t.csv:2")
     assert "FlyDSL MXFP4 a4w4 port (flydsl_mxmoe_*)" in s.notes
@@ -1273,8 +1287,8 @@ def test_mxfp4_a4w4_port_rows(kn1, kn2, bm, ep):
 def test_flydsl_rows_run_with_flydsl_and_fall_through_without():
     """FM line 2523: FlyDSL-named rows run when is_flydsl_available(); without it AITER falls through the later
     branches (the row's names stay kernelName1/2)."""
-    k = key(**dict(MX, act_type=ad.SILU, inter_dim=384, expert=129, topk=5))
-    r = row(k, 256, ad.FP4, kernel1="flydsl_moe1_afp4_x", kernel2="flydsl_moe2_afp4_y", block_m=32, ksplit=0)
+    k = key(**dict(MX, act_type=SILU, inter_dim=384, expert=129, topk=5))
+    r = row(k, 256, FP4, kernel1="flydsl_moe1_afp4_x", kernel2="flydsl_moe2_afp4_y", block_m=32, ksplit=0)
     s = head_step(256, k, cs(r))
     assert (s.kernels, s.family, s.basis, s.raises) == (("flydsl_moe1_afp4_x", "flydsl_moe2_afp4_y"), "flydsl",
                                                         "tuned", None)
@@ -1291,12 +1305,12 @@ def test_interleaved_swiglu_mxfp4_is_cktile():
     s = head_step(256, k, a=Assumptions(flydsl_available=False))
     assert (s.stages, s.kernels, s.block_m, s.family, s.basis) == (
         2, ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), 32, "cktile", "heuristic")
-    assert s.q_dtype_a == ad.FP8 and "Swiglu MXFP4 with interleaved gate/up: CK-Tile 2-stage" in s.notes
+    assert s.q_dtype_a == FP8 and "Swiglu MXFP4 with interleaved gate/up: CK-Tile 2-stage" in s.notes
     low = head_step(1, k)
-    assert (low.q_dtype_a, low.block_m, low.family) == (ad.BF16, 16, "cktile")
+    assert (low.q_dtype_a, low.block_m, low.family) == (BF16, 16, "cktile")
     assert low.ksplit == fm_get_ksplit(1, 6, 384, 384, 7168, 256)
     assert head_step(4096, k, env={"AITER_BF16_FP8_MOE_BOUND": "100000"}).block_m == 32
-    r = row(k, 256, ad.FP8, **CK)
+    r = row(k, 256, FP8, **CK)
     t = head_step(256, k, cs(r), a=Assumptions(flydsl_available=False))
     assert t.basis == "heuristic" and t.config is None and t.row is None
     assert "tuned row t.csv:2 matched but this path ignores its kernel names" in t.notes
@@ -1305,7 +1319,7 @@ def test_interleaved_swiglu_mxfp4_is_cktile():
 def test_a16wi4_untuned_flydsl_fallback():
     """FM lines 2652-2692: per_1x32 i4x2 weights with FlyDSL -> flydsl_kernel_name(1/2, "bf16", "int4", "bf16",
     tile_m, 128, 128[, "atomic"]) with tile_m = block_m from the token tier and ksplit 0."""
-    k = key(q_type=ad.Q_1X32, q_dtype_w=ad.I4, inter_dim=384)
+    k = key(q_type=Q_1X32, q_dtype_w=I4, inter_dim=384)
     s = head_step(4096, k)
     assert (s.kernels, s.block_m, s.ksplit, s.basis, s.family) == (
         ("flydsl_moe1_abf16_wint4_bf16_t32x128x128", "flydsl_moe2_abf16_wint4_bf16_t32x128x128_atomic"), 32, 0,
@@ -1318,25 +1332,25 @@ def test_mxfp4_flydsl_heuristic_and_its_switches():
     """FM lines 2694-2790: use_mxfp4_flydsl needs bf16/fp16 out, per_1x32, (Swiglu/SiTUv2 or AITER_FLYDSL_FORCE=1),
     fp4x2/fp8 activations and weights, preshuffled g1u1 weights, no doweight_stage1 and FlyDSL; ksplit -1. A
     non-FlyDSL row matched there is overridden."""
-    k = key(**dict(MX, act_type=ad.SILU, inter_dim=384, expert=129, topk=5))
+    k = key(**dict(MX, act_type=SILU, inter_dim=384, expert=129, topk=5))
     s = head_step(256, k)
     assert (s.kernels, s.block_m, s.ksplit, s.family, s.basis) == (
         ("flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w2", "flydsl_moe2_afp4_wfp4_bf16_t32x128x128_atomic_bnt2"), 32, -1,
         "flydsl", "heuristic")
     assert "no tuned FlyDSL config: heuristic FlyDSL fallback" in s.notes
-    t = head_step(256, k, cs(row(k, 256, ad.FP4, **CK)))
+    t = head_step(256, k, cs(row(k, 256, FP4, **CK)))
     assert t.family == "flydsl" and t.basis == "heuristic"
     assert ("tuned row t.csv:2 names ck kernels, but AITER_FLYDSL_FORCE=1 routes per_1x32 fp4/fp8 layers without a "
             "FlyDSL row to the FlyDSL heuristic") in t.notes
     for off in (dict(env={"AITER_FLYDSL_FORCE": "0"}), dict(a=Assumptions(weights_shuffled=False)),
                 dict(a=Assumptions(flydsl_available=False))):
         assert head_step(256, k, **off).family != "flydsl"
-    assert head_step(256, key(**dict(MX, act_type=ad.SILU, inter_dim=384, use_g1u1=0))).family != "flydsl"
-    assert head_step(256, key(**dict(MX, act_type=ad.SILU, inter_dim=384, doweight_stage1=1))).family != "flydsl"
-    assert head_step(256, key(**dict(MX, act_type=ad.SILU, inter_dim=384, dtype="torch.float32"))).family != "flydsl"
-    sw = key(**dict(MX, act_type=ad.SWIGLU, inter_dim=384))
+    assert head_step(256, key(**dict(MX, act_type=SILU, inter_dim=384, use_g1u1=0))).family != "flydsl"
+    assert head_step(256, key(**dict(MX, act_type=SILU, inter_dim=384, doweight_stage1=1))).family != "flydsl"
+    assert head_step(256, key(**dict(MX, act_type=SILU, inter_dim=384, dtype="torch.float32"))).family != "flydsl"
+    sw = key(**dict(MX, act_type=SWIGLU, inter_dim=384))
     assert head_step(256, sw, env={"AITER_FLYDSL_FORCE": "0"}).family == "flydsl"   # Swiglu needs no force
-    fp16 = key(**dict(MX, act_type=ad.SILU, inter_dim=384, dtype=ad.FP16))
+    fp16 = key(**dict(MX, act_type=SILU, inter_dim=384, dtype=FP16))
     assert head_step(256, fp16).family == "flydsl"
 
 
@@ -1345,7 +1359,7 @@ def test_mxfp4_cktile_split_k_and_bf16_paths():
     (ksplit > 1 or Swiglu with bf16 activations) -> CK-Tile with split_k = max(ksplit, 2 for Swiglu-bf16 else 1)
     and the tier block_m; the Swiglu MXFP4 path with no kernelName1 and unshuffled weights is CK-Tile too
     (lines 2842-2872: split_k max(ksplit, 2))."""
-    k = key(**dict(MX, act_type=ad.SILU, inter_dim=384, expert=129, topk=5))
+    k = key(**dict(MX, act_type=SILU, inter_dim=384, expert=129, topk=5))
     nofly = Assumptions(flydsl_available=False)
     s = head_step(1, k, a=nofly)
     ks = fm_get_ksplit(1, 5, 129, 384, 7168, 256)
@@ -1354,12 +1368,12 @@ def test_mxfp4_cktile_split_k_and_bf16_paths():
     assert any(n.startswith("MXFP4 weights with bf16 activations (or split-K): CK-Tile 2-stage") for n in s.notes)
     big = head_step(8192, k, a=nofly)
     assert big.family != "cktile" and fm_get_ksplit(8192, 5, 129, 384, 7168, 256) == 0
-    sw = key(**dict(MX, act_type=ad.SWIGLU, inter_dim=384, expert=129, topk=5))
+    sw = key(**dict(MX, act_type=SWIGLU, inter_dim=384, expert=129, topk=5))
     b = head_step(8192, sw, env={"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "100000"}, a=nofly)
-    assert (b.q_dtype_a, b.ksplit, b.block_m, b.family) == (ad.BF16, 2, 32, "cktile")
+    assert (b.q_dtype_a, b.ksplit, b.block_m, b.family) == (BF16, 2, 32, "cktile")
     assert any(n.startswith("MXFP4 weights with bf16 activations (or split-K): CK-Tile 2-stage") for n in b.notes)
     assert not any("unshuffled" in n for n in b.notes)
-    r = row(sw, 8192, ad.BF16, **CK)
+    r = row(sw, 8192, BF16, **CK)
     t = head_step(8192, sw, cs(r), env={"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "100000"}, a=nofly)
     assert t.basis == "heuristic" and "tuned row t.csv:2 matched but this path ignores its kernel names" in t.notes
     un = head_step(8192, sw, env={"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "100000"},
@@ -1368,31 +1382,31 @@ def test_mxfp4_cktile_split_k_and_bf16_paths():
         ("cktile_moe_stage1 (default)", "cktile_moe_stage2 (default)"), 2, 32, "cktile")
     assert "SwiGLU MXFP4 with unshuffled weights: CK-Tile" in un.notes
     fp4 = head_step(8192, sw, a=Assumptions(weights_shuffled=False))           # fp4x2 activations, unshuffled
-    assert fp4.q_dtype_a == ad.FP4 and fp4.family == "cktile" and fp4.ksplit == 2
+    assert fp4.q_dtype_a == FP4 and fp4.family == "cktile" and fp4.ksplit == 2
 
 
 def test_ck_two_stage_default_and_asm_last_branch():
     """FM lines 2874-2960: no kernelName1 and (per_1x128 with doweight_stage1, or q_dtype_w in bf16/fp16/uint32/
     fp4x2/dtypes.fp8) -> CK 2-stage with the codegen default; otherwise asm_stage1 + ck_moe_stage2 with block_m
     rounded up into [16, 32, 64, 128]."""
-    ck = head_step(16, key(q_dtype_w=ad.FP8, inter_dim=384))
+    ck = head_step(16, key(q_dtype_w=FP8, inter_dim=384))
     assert (ck.kernels, ck.family, ck.block_m) == (
         ("moe_ck2stages_gemm1 (default)", "moe_ck2stages_gemm2 (default)"), "ck", 16)
     assert "CK 2-stage with the codegen's default instance for this shape" in ck.notes
-    dw = head_step(64, key(gfx="gfx942", cu_num=304, q_dtype_w=ad.FP8, doweight_stage1=1))
+    dw = head_step(64, key(gfx="gfx942", cu_num=304, q_dtype_w=FP8, doweight_stage1=1))
     assert dw.family == "ck" and dw.block_m == 64        # e4m3fn is not gfx942's fp8: only doweight makes it CK
-    i8 = key(gfx="gfx942", cu_num=304, q_type=ad.Q_TOKEN, q_dtype_w=ad.I8, inter_dim=384, expert=40, topk=6)
+    i8 = key(gfx="gfx942", cu_num=304, q_type=Q_TOKEN, q_dtype_w=I8, inter_dim=384, expert=40, topk=6)
     s = head_step(16, i8)
     assert (s.kernels, s.family) == (("fmoe_stage1_g1u1 (default)", "moe_ck2stages_gemm2 (default)"), "asm+ck")
     assert s.block_m == fm_get_block_size_M(16, 6, 40, 384, 304) and "ASM stage 1 + CK stage 2" in s.notes
     for bm, want in ((8, 16), (24, 32), (48, 64), (100, 128), (256, 128), (64, 64)):
-        r = row(i8, 16, ad.I8, kernel1="fmoe_stage1_bf16_x", kernel2="moe_ck2stages_gemm2_y", block_m=bm)
+        r = row(i8, 16, I8, kernel1="fmoe_stage1_bf16_x", kernel2="moe_ck2stages_gemm2_y", block_m=bm)
         t = head_step(16, i8, cs(r))
         assert (t.block_m, t.kernels, t.family, t.basis) == (
             want, ("fmoe_stage1_bf16_x", "moe_ck2stages_gemm2_y"), "asm+ck", "tuned")
-    r = row(i8, 16, ad.I8, kernel1="fmoe_stage1_bf16_x", kernel2="", block_m=64)
+    r = row(i8, 16, I8, kernel1="fmoe_stage1_bf16_x", kernel2="", block_m=64)
     assert head_step(16, i8, cs(r)).kernels == ("fmoe_stage1_bf16_x", "moe_ck2stages_gemm2 (default)")
-    fly = row(i8, 16, ad.I8, kernel1="flydsl_moe1_x", kernel2="flydsl_moe2_y", block_m=32)
+    fly = row(i8, 16, I8, kernel1="flydsl_moe1_x", kernel2="flydsl_moe2_y", block_m=32)
     s = head_step(16, i8, cs(fly), a=Assumptions(flydsl_available=False))
     assert (s.ksplit, s.block_m, s.basis, s.config) == (0, 32, "tuned", "t.csv:2") and "ASM stage 1 + CK stage 2" in s.notes
     assert s.family == "asm+ck" and s.raises == (
@@ -1402,14 +1416,14 @@ def test_ck_two_stage_default_and_asm_last_branch():
 
 # -- known issues: capability_db/dispatch_issues.toml predicates (its header documents each) --------------------
 
-def issue(**kw) -> ad.DispatchIssue:
+def issue(**kw) -> DispatchIssue:
     base = dict(id="X#1", title="t", source="https://example.org/1", status="open", kernel="ck2stages", effect="e",
                 workaround="w", confidence="confirmed", severity="error")
     base.update(kw)
-    return ad.DispatchIssue(**base)
+    return DispatchIssue(**base)
 
 
-def _ck_step(k: ad.DispatchKey, M: int = 16) -> ad.DispatchStep:
+def _ck_step(k: DispatchKey, M: int = 16) -> DispatchStep:
     s = head_step(M, k)
     assert s.family == "ck" and s.kernels == ("moe_ck2stages_gemm1 (default)", "moe_ck2stages_gemm2 (default)")
     return s
@@ -1420,8 +1434,8 @@ def _ck_step(k: ad.DispatchKey, M: int = 16) -> ad.DispatchStep:
     ("buckets", (16,), (32,)),
     ("tokens_min", 16, 17), ("tokens_max", 16, 15),
     ("basis", "heuristic", "tuned"), ("stages", 2, 1),
-    ("q_type", ad.Q_1X128, ad.Q_TOKEN), ("q_dtype_w", ad.FP8, ad.FP8_FNUZ), ("q_dtype_a", (ad.BF16, ad.FP8), (ad.BF16,)),
-    ("act_type", ad.SILU, ad.GELU),
+    ("q_type", Q_1X128, Q_TOKEN), ("q_dtype_w", FP8, FP8_FNUZ), ("q_dtype_a", (BF16, FP8), (BF16,)),
+    ("act_type", SILU, GELU),
     ("shape", (("expert", 256), ("inter_dim", 384)), (("expert", 256), ("inter_dim", 512))),
     ("inter_dim_multiple_of", 128, 256), ("inter_dim_not_multiple_of", 256, 128),
     ("intermediate_pad_min", 0, 1), ("block_m", 16, 32), ("ep", False, True),
@@ -1432,12 +1446,12 @@ def test_issue_predicates(pred, hit, miss):
     each predicate on a CK 2-stage heuristic step at M=16 (bucket 16, block_m 16, inter_dim 384, expert 256)."""
     k = key(inter_dim=384)
     s = _ck_step(k)
-    assert ad._issue_matches(issue(**{pred: hit}), s, k, "0.1.20") == "moe_ck2stages_gemm1 (default)"
+    assert _issue_matches(issue(**{pred: hit}), s, k, "0.1.20") == "moe_ck2stages_gemm1 (default)"
     if pred == "stage":
-        assert ad._issue_matches(issue(stage=2), s, k, "0.1.20") == "moe_ck2stages_gemm2 (default)"
-        assert ad._issue_matches(issue(stage=2, kernel="gemm1"), s, k, "0.1.20") is None
+        assert _issue_matches(issue(stage=2), s, k, "0.1.20") == "moe_ck2stages_gemm2 (default)"
+        assert _issue_matches(issue(stage=2, kernel="gemm1"), s, k, "0.1.20") is None
         return
-    assert ad._issue_matches(issue(**{pred: miss}), s, k, "0.1.20") is None
+    assert _issue_matches(issue(**{pred: miss}), s, k, "0.1.20") is None
 
 
 def test_issue_version_range_and_kernel_regex():
@@ -1446,12 +1460,12 @@ def test_issue_version_range_and_kernel_regex():
     k = key(inter_dim=384)
     s = _ck_step(k)
     rng = issue(aiter=">=0.1.17,<0.1.20")
-    assert ad._issue_matches(rng, s, k, "0.1.19.post2+rocm7.1") == "moe_ck2stages_gemm1 (default)"
-    assert ad._issue_matches(rng, s, k, "0.1.17rc1") is None and ad._issue_matches(rng, s, k, "0.1.20") is None
-    assert ad._issue_matches(rng, s, k, None) is None and ad._issue_matches(rng, s, k, "garbage") is None
-    assert ad._issue_matches(issue(), s, k, None) == "moe_ck2stages_gemm1 (default)"
-    assert ad._issue_matches(issue(kernel="gemm2"), s, k, None) == "moe_ck2stages_gemm2 (default)"
-    assert ad._issue_matches(issue(kernel="^gemm2"), s, k, None) is None
+    assert _issue_matches(rng, s, k, "0.1.19.post2+rocm7.1") == "moe_ck2stages_gemm1 (default)"
+    assert _issue_matches(rng, s, k, "0.1.17rc1") is None and _issue_matches(rng, s, k, "0.1.20") is None
+    assert _issue_matches(rng, s, k, None) is None and _issue_matches(rng, s, k, "garbage") is None
+    assert _issue_matches(issue(), s, k, None) == "moe_ck2stages_gemm1 (default)"
+    assert _issue_matches(issue(kernel="gemm2"), s, k, None) == "moe_ck2stages_gemm2 (default)"
+    assert _issue_matches(issue(kernel="^gemm2"), s, k, None) is None
 
 
 def test_issue_pads_ep_and_k_tiles_per_split():
@@ -1460,22 +1474,22 @@ def test_issue_pads_ep_and_k_tiles_per_split():
     with a K per block for the step's block_m (ROCm/aiter PR #3997: one k-tile per split)."""
     k = key(inter_dim=384, intermediate_pad=128, is_ep=True, model_dim=4096)
     s = _ck_step(k)
-    assert ad._issue_matches(issue(intermediate_pad_min=128, ep=True), s, k, None)
-    assert ad._issue_matches(issue(intermediate_pad_min=129), s, k, None) is None
+    assert _issue_matches(issue(intermediate_pad_min=128, ep=True), s, k, None)
+    assert _issue_matches(issue(intermediate_pad_min=129), s, k, None) is None
     import dataclasses
 
     split = dataclasses.replace(s, ksplit=16)
     kt = issue(k_tiles_per_split_max=1, k_per_block=((16, 256),))
-    assert ad._issue_matches(kt, split, k, None) == "moe_ck2stages_gemm1 (default)"       # 4096 // (16*256) = 1
-    assert ad._issue_matches(kt, dataclasses.replace(s, ksplit=8), k, None) is None        # 2 k-tiles per split
-    assert ad._issue_matches(kt, dataclasses.replace(s, ksplit=1), k, None) is None
-    assert ad._issue_matches(kt, dataclasses.replace(split, block_m=32), k, None) is None  # no K for block_m 32
-    assert ad._issue_matches(issue(ksplit_min=16), split, k, None)
-    assert ad._issue_matches(issue(ksplit_min=17), split, k, None) is None
-    flat = row(k, 16, ad.FP8, flat=1, run_1stage=1, kernel1="_ZN5aiter_flat_x")
+    assert _issue_matches(kt, split, k, None) == "moe_ck2stages_gemm1 (default)"       # 4096 // (16*256) = 1
+    assert _issue_matches(kt, dataclasses.replace(s, ksplit=8), k, None) is None        # 2 k-tiles per split
+    assert _issue_matches(kt, dataclasses.replace(s, ksplit=1), k, None) is None
+    assert _issue_matches(kt, dataclasses.replace(split, block_m=32), k, None) is None  # no K for block_m 32
+    assert _issue_matches(issue(ksplit_min=16), split, k, None)
+    assert _issue_matches(issue(ksplit_min=17), split, k, None) is None
+    flat = row(k, 16, FP8, flat=1, run_1stage=1, kernel1="_ZN5aiter_flat_x")
     t = dataclasses.replace(s, row=flat)
-    assert ad._issue_matches(issue(row_flat=True), t, k, None) and ad._issue_matches(issue(row_flat=False), t, k, None) is None
-    assert ad._issue_matches(issue(row_flat=True), dataclasses.replace(t, row=flat._replace(flat=0)), k, None) is None
+    assert _issue_matches(issue(row_flat=True), t, k, None) and _issue_matches(issue(row_flat=False), t, k, None) is None
+    assert _issue_matches(issue(row_flat=True), dataclasses.replace(t, row=flat._replace(flat=0)), k, None) is None
 
 
 def test_evaluate_issues_one_hit_per_run_of_steps():
@@ -1486,19 +1500,19 @@ def test_evaluate_issues_one_hit_per_run_of_steps():
     assert [s.stages for s in steps] == [2, 2, 2, 2, 1]
     iss = issue(workaround_env=(("AITER_KSPLIT", "-1"),), token_cap=4096, fixed_by="https://x/pr/1", raises=True,
                 confidence="derived", severity="warning")
-    hits = ad.evaluate_issues(steps, k, "0.1.20", [iss])
+    hits = evaluate_issues(steps, k, "0.1.20", [iss])
     assert len(hits) == 1
     h = hits[0]
     assert (h.issue, h.tokens, h.bucket, h.kernel) == ("X#1", (1, 16), 1, "moe_ck2stages_gemm1 (default)")
     assert (h.effect, h.workaround, h.workaround_env, h.token_cap, h.source, h.confidence, h.severity, h.fixed_by,
             h.raises) == ("e", "w", (("AITER_KSPLIT", "-1"),), 4096, "https://example.org/1", "derived", "warning",
                           "https://x/pr/1", True)
-    two = ad.evaluate_issues(steps, k, None, [issue(kernel="gemm1|fmoe"), issue(id="Y#2", kernel="fmoe")])
+    two = evaluate_issues(steps, k, None, [issue(kernel="gemm1|fmoe"), issue(id="Y#2", kernel="fmoe")])
     assert [(h.issue, h.tokens, h.kernel) for h in two] == [
         ("X#1", (1, 16), "moe_ck2stages_gemm1 (default)"), ("X#1", (64, 64), "fmoe_fp8_blockscale_g1u1 (default)"),
         ("Y#2", (64, 64), "fmoe_fp8_blockscale_g1u1 (default)")]
-    assert ad.evaluate_issues(steps, k, None, []) == ()
-    assert all(isinstance(h, ad.IssueHit) for h in ad.evaluate_issues(steps, k, "0.1.20"))
+    assert evaluate_issues(steps, k, None, []) == ()
+    assert all(isinstance(h, IssueHit) for h in evaluate_issues(steps, k, "0.1.20"))
 
 
 @pytest.mark.parametrize(("raises", "workaround"), [
@@ -1521,19 +1535,19 @@ def test_raising_hits(raises, workaround):
     base = head_step(16, key(inter_dim=384))
     steps = [dataclasses.replace(base, tokens=(m, m), bucket=m, raises=raises) for m in (1, 2)]
     steps.append(dataclasses.replace(base, tokens=(4, 4), kernels=(), raises=raises))
-    (h,) = ad.raising_hits(steps, key(), {})
+    (h,) = raising_hits(steps, key(), {})
     # a step that runs between two that raise splits the range (ranges merge consecutive steps only)
     gap = steps[:1] + [dataclasses.replace(base, tokens=(2, 2), bucket=2, raises=None)] + steps[2:]
-    assert [x.tokens for x in ad.raising_hits(gap, key(), {})] == [(1, 1), (4, 4)]
+    assert [x.tokens for x in raising_hits(gap, key(), {})] == [(1, 1), (4, 4)]
     assert (h.issue, h.tokens, h.bucket, h.kernel, h.effect, h.workaround, h.workaround_env, h.token_cap, h.source,
             h.confidence, h.severity, h.raises) == (
         "aiter-raises", (1, 4), 1, "moe_ck2stages_gemm1 (default) + moe_ck2stages_gemm2 (default)",
         "AITER refuses this call: " + raises, workaround, (), None, FM, "confirmed", "error", True)
     assert h.blocking
     other = dataclasses.replace(base, tokens=(8, 8), kernels=(), raises="Other: x")
-    hits = ad.raising_hits(steps + [other], key(), {})
+    hits = raising_hits(steps + [other], key(), {})
     assert [x.tokens for x in hits] == [(1, 4), (8, 8)] and hits[1].kernel == "no kernel"
-    assert ad.raising_hits([base], key(), {}) == ()
+    assert raising_hits([base], key(), {}) == ()
 
 
 def _pad_steps(families):
@@ -1552,7 +1566,7 @@ def test_pad_hazards_by_family():
 
     k = key(inter_dim=512)
     pad = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=128, kernel_intermediate_pad=128)
-    hits = ad.pad_hazards(_pad_steps(["ck", "asm+ck", "asm", "flydsl"]), k, pad)
+    hits = pad_hazards(_pad_steps(["ck", "asm+ck", "asm", "flydsl"]), k, pad)
     assert [(h.issue, h.tokens, h.source) for h in hits] == [
         ("pad-not-zeroed", (1, 4), "https://github.com/ROCm/aiter/issues/5413")]
     h = hits[0]
@@ -1561,27 +1575,27 @@ def test_pad_hazards_by_family():
     assert (h.bucket, h.kernel, h.workaround, h.workaround_env, h.token_cap, h.confidence, h.severity) == (
         1, "moe_ck2stages_gemm1 (default) + moe_ck2stages_gemm2 (default)",
         "allocate the padded weights (and scales) with zeros", (), None, "derived", "error")
-    biased = ad.pad_hazards(_pad_steps(["flydsl"]), k, pad, has_bias=True)
+    biased = pad_hazards(_pad_steps(["flydsl"]), k, pad, has_bias=True)
     assert biased[0].source == f"{FM} (_get_padding_for_flydsl)" and biased[0].effect.startswith(
         "FlyDSL drops the pad arguments when a bias is passed")
     short = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=128, kernel_intermediate_pad=0)
-    fly = ad.pad_hazards(_pad_steps(["flydsl"]), k, short)
+    fly = pad_hazards(_pad_steps(["flydsl"]), k, short)
     assert fly[0].source == f"{FM} (_flydsl_stage1_wrapper)" and fly[0].effect.startswith("FlyDSL skips only the pads")
-    assert ad.pad_hazards(_pad_steps(["flydsl"]), k, short, has_bias=True)[0].source.endswith("(_flydsl_stage1_wrapper)")
-    assert ad.pad_hazards(_pad_steps(["cktile"]), k, pad) == ()
-    assert ad.pad_hazards(_pad_steps(["cktile"]), k, short)[0].source == (
+    assert pad_hazards(_pad_steps(["flydsl"]), k, short, has_bias=True)[0].source.endswith("(_flydsl_stage1_wrapper)")
+    assert pad_hazards(_pad_steps(["cktile"]), k, pad) == ()
+    assert pad_hazards(_pad_steps(["cktile"]), k, short)[0].source == (
         f"{FM} (cktile_moe_stage1/2 n_pad_zeros, k_pad_zeros)")
     odd = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=96, kernel_intermediate_pad=96)
-    assert ad.pad_hazards(_pad_steps(["cktile"]), k, odd)
+    assert pad_hazards(_pad_steps(["cktile"]), k, odd)
     hid = Padding(hidden=7232, intermediate_per_rank=512, hidden_pad=64, kernel_hidden_pad=64)
-    assert ad.pad_hazards(_pad_steps(["cktile"]), k, hid) and ad.pad_hazards(_pad_steps(["flydsl"]), k, hid) == ()
+    assert pad_hazards(_pad_steps(["cktile"]), k, hid) and pad_hazards(_pad_steps(["flydsl"]), k, hid) == ()
     hid0 = Padding(hidden=7232, intermediate_per_rank=512, hidden_pad=64)
-    assert ad.pad_hazards(_pad_steps(["flydsl"]), k, hid0) and ad.pad_hazards(_pad_steps(["opus", "none"]), k, hid0) == ()
-    assert ad.pad_hazards(_pad_steps(["ck"]), k, None) == ()
-    assert ad.pad_hazards(_pad_steps(["ck"]), k, Padding(hidden=7168, intermediate_per_rank=512)) == ()
+    assert pad_hazards(_pad_steps(["flydsl"]), k, hid0) and pad_hazards(_pad_steps(["opus", "none"]), k, hid0) == ()
+    assert pad_hazards(_pad_steps(["ck"]), k, None) == ()
+    assert pad_hazards(_pad_steps(["ck"]), k, Padding(hidden=7168, intermediate_per_rank=512)) == ()
     zeroed = Padding(hidden=7168, intermediate_per_rank=512, intermediate_pad=128, zero_fill=True)
-    assert ad.pad_hazards(_pad_steps(["ck"]), k, zeroed) == ()
-    mixed = ad.pad_hazards(_pad_steps(["ck", "flydsl", "cktile"]), k, short)
+    assert pad_hazards(_pad_steps(["ck"]), k, zeroed) == ()
+    mixed = pad_hazards(_pad_steps(["ck", "flydsl", "cktile"]), k, short)
     assert [x.tokens for x in mixed] == [(1, 1), (2, 2), (4, 4)]
 
 
@@ -1591,7 +1605,7 @@ def test_pad_hazards_by_family():
 def test_token_counts_must_be_positive_integers(bad):
     """fused_moe takes M = topk_ids.shape[0] tokens: a plan's token counts are positive integers."""
     with pytest.raises(UsageError, match="positive integers"):
-        ad.dispatch_token(bad, key(), None)
+        dispatch_token(bad, key(), None)
     with pytest.raises(UsageError, match="positive integers"):
         ad._tokens([4, bad])
 
@@ -1605,10 +1619,10 @@ def test_tokens_sorted_unique_and_not_empty():
 def test_dispatch_token_reads_the_sets_release():
     """Without a model, the rules are the tuned set's release (0.1.7: FM017 buckets, bucket 16 at M = 1)."""
     old = ac.ConfigSet(label="x", origin="installed", dispatch="legacy", version="0.1.7", files=(), rows=())
-    assert ad.dispatch_token(1, key(), old).bucket == 16
-    assert ad.dispatch_token(1, key(), cs()).bucket == 1
-    assert ad.dispatch_token(1, key(), None).bucket == 1
-    assert ad.dispatch_token(1, key(), old, model="head").bucket == 1
+    assert dispatch_token(1, key(), old).bucket == 16
+    assert dispatch_token(1, key(), cs()).bucket == 1
+    assert dispatch_token(1, key(), None).bucket == 1
+    assert dispatch_token(1, key(), old, model="head").bucket == 1
 
 
 def test_grouping_merges_alike_consecutive_counts():
@@ -1616,12 +1630,12 @@ def test_grouping_merges_alike_consecutive_counts():
     once; a different decision (here the per-count get_ksplit, FM line 1252) starts a new step."""
     k = key(expert=32, topk=7, inter_dim=1536, model_dim=3072)
     steps = [head_step(m, k) for m in (1, 2, 3, 4, 64, 100, 128)]
-    g = ad._group(steps)
+    g = _group(steps)
     assert [(s.tokens, s.buckets, s.ksplit) for s in g] == [
         ((1, 1), (1,), 4), ((2, 2), (2,), 2), ((3, 4), (4,), fm_get_ksplit(4, 7, 32, 1536, 3072, 256)),
         ((64, 128), (64, 128), 0)]
     assert len(set(g[-1].notes)) == len(g[-1].notes)
-    assert ad._group([]) == ()
+    assert _group([]) == ()
 
 
 def test_plan_reads_the_process_env_and_stringifies_a_given_one(head, monkeypatch):
@@ -1640,14 +1654,14 @@ def test_plan_fields_and_version_rules(head):
     version, else the set's); releases other than HEAD whose heuristics are modelled on HEAD say so (derived)."""
     lay = layer(hidden=4096, intermediate=1024, experts=64, top_k=4, tp=1, index=3)
     caps = target_capabilities("MI355X", "0.1.15")
-    r15 = ad.lookup_rules("0.1.15")
+    r15 = lookup_rules("0.1.15")
     p = plan_dispatch(lay, caps, configs=head, env={"AITER_KSPLIT": "0"}, tokens=(4, 1, 4))
     assert (p.layer_index, p.tokens, p.env, p.aiter_version, p.dispatch_model) == (
         3, (1, 4), (("AITER_KSPLIT", "0"),), "0.1.15", r15.name)
     assert (p.configs, p.config_origin, p.config_release, p.rules_source) == (
         head.label, head.origin, head.release, r15.source)
     assert r15.source.startswith("https://github.com/ROCm/aiter/blob/v0.1.15")
-    assert p.assumptions == Assumptions().describe(lay) and p.key == ad.dispatch_key(lay, caps, model="0.1.15")
+    assert p.assumptions == Assumptions().describe(lay) and p.key == dispatch_key(lay, caps, model="0.1.15")
     note = (f"AITER 0.1.15: key, buckets and activation policy follow {r15.name} ({r15.source}); the heuristic "
             "fallbacks are modelled on HEAD e4048607 (derived)")
     i = p.warnings.index(note)
@@ -1656,11 +1670,11 @@ def test_plan_fields_and_version_rules(head):
     h = plan_dispatch(lay, target_capabilities(*MI355X), configs=head, env={}, tokens=(1,))
     assert not any("modelled on HEAD" in w for w in h.warnings) and h.dispatch_model == "HEAD e4048607 (v0.1.20+)"
     legacy_plan = plan_dispatch(lay, target_capabilities("MI355X", "0.1.7"), configs=head, env={}, tokens=(1,))
-    assert legacy_plan.dispatch_model == ad.LEGACY_RULES.name and not any("modelled on HEAD" in w for w in legacy_plan.warnings)
+    assert legacy_plan.dispatch_model == LEGACY_RULES.name and not any("modelled on HEAD" in w for w in legacy_plan.warnings)
     inst = ac.ConfigSet(label="inst", origin="installed", dispatch="legacy", version="0.1.7", files=(), rows=(),
                         notes=("n1",), warnings=("w1",), merge_error="ValueError: dup")
     q = plan_dispatch(lay, caps, configs=inst, env={}, tokens=(1,))
-    assert q.aiter_version == "0.1.7" and q.dispatch_model == ad.LEGACY_RULES.name and q.steps[0].bucket == 16
+    assert q.aiter_version == "0.1.7" and q.dispatch_model == LEGACY_RULES.name and q.steps[0].bucket == 16
     assert q.warnings[:3] == ("n1", "w1", "ValueError: dup")
     assert plan_dispatch(lay, caps, configs=cs(), env={}, tokens=(1,)).warnings == (note,)
 

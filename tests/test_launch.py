@@ -10,6 +10,10 @@ import pytest
 
 from moedispatch import plan_model
 from moedispatch.aiter import dispatch as ad
+from moedispatch.aiter.activation import acting_env
+from moedispatch.aiter.flydsl import FLYDSL_TILE_SOURCE, tile_misfit
+from moedispatch.aiter.key import dispatch_key
+from moedispatch.aiter.vocab import FP4, FP8, SILU, SWIGLU
 from moedispatch.core.backend import Padding
 from moedispatch.core.workload import Runtime
 from moedispatch.engines import choice as ec
@@ -56,14 +60,14 @@ def _texts(d) -> list[str]:
     ("cktile_moe_stage1 (default)", 384, 6144, "0.1.18", None),
 ])
 def test_flydsl_tile_rule(name, inter, model_dim, version, problem):
-    got, _ = ad.tile_misfit(name, inter, model_dim, version)
+    got, _ = tile_misfit(name, inter, model_dim, version)
     assert (got is None) == (problem is None), got
     if problem:
         assert problem in got
 
 
 def test_the_0_1_19_downgrade_is_said():
-    problem, note = ad.tile_misfit("flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic", 384, 6144, "0.1.19")
+    problem, note = tile_misfit("flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic", 384, 6144, "0.1.19")
     assert problem is None and "runs it with tile_k 128" in note
 
 
@@ -73,7 +77,7 @@ def test_a_misfit_tile_is_a_blocking_dispatch_hit():
     dp = ad.plan_dispatch(layer, caps, tokens=(1, 8192), env={})
     hits = [h for h in dp.issues if h.issue == "flydsl-tile"]
     assert hits and all(h.blocking for h in hits) and "inter_dim 64" in hits[0].effect
-    assert ad.FLYDSL_TILE_SOURCE in hits[0].source
+    assert FLYDSL_TILE_SOURCE in hits[0].source
     padded = Padding.aligned(layer, intermediate_multiple=128)
     assert not [h for h in ad.plan_dispatch(layer, caps, tokens=(1, 8192), env={}, padding=padded).issues
                 if h.issue == "flydsl-tile"]
@@ -141,9 +145,9 @@ def test_a8w4_dispatches_interleaved_with_fp8_activations():
     """AITER's a8w4 kernels are _gui_ (every afp8_wfp4 stage-1 row of every release): the bare plan of an FP8-
     activation MXFP4 checkpoint dispatches FP8 activations, not FP4."""
     d = _moe(_plan("DeepSeek-V4-Pro"))
-    assert d.dispatch.steps[-1].q_dtype_a == ad.FP8
+    assert d.dispatch.steps[-1].q_dtype_a == FP8
     assert any("afp8_wfp4" in k for k in d.dispatch.steps[-1].kernels)
-    assert not any(s.q_dtype_a == ad.FP4 for s in d.dispatch.steps)
+    assert not any(s.q_dtype_a == FP4 for s in d.dispatch.steps)
 
 
 def test_dsv4_sglang_bound0_flags_aiter_3933_at_bucket_4():
@@ -163,13 +167,13 @@ def test_a_workaround_env_is_kept_only_where_it_acts():
     from dataclasses import replace
     caps = fake_capabilities("MI355X", A20)
     layer = next(x for x in expand_layers(load_model("MiniMax-M3-MXFP4"), 8, 1) if x.kind == "moe")
-    key = ad.dispatch_key(layer, caps)
-    assert key.gate_mode == "separated" and key.act_type == ad.SWIGLU
-    assert ad.acting_env(both, key) == (("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "0"), ("AITER_KSPLIT", "-1"))
+    key = dispatch_key(layer, caps)
+    assert key.gate_mode == "separated" and key.act_type == SWIGLU
+    assert acting_env(both, key) == (("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "0"), ("AITER_KSPLIT", "-1"))
     inter = replace(key, gate_mode="interleave")
-    assert ad.acting_env(both, inter) == (("AITER_BF16_FP8_MOE_BOUND", "0"), ("AITER_KSPLIT", "-1"))
-    silu = replace(key, act_type=ad.SILU, gate_mode="separated")
-    assert ad.acting_env(both, silu) == (("AITER_KSPLIT", "-1"),)
+    assert acting_env(both, inter) == (("AITER_BF16_FP8_MOE_BOUND", "0"), ("AITER_KSPLIT", "-1"))
+    silu = replace(key, act_type=SILU, gate_mode="separated")
+    assert acting_env(both, silu) == (("AITER_KSPLIT", "-1"),)
 
 
 # -- the launch's name ------------------------------------------------------------------------------------------------
@@ -277,7 +281,7 @@ def test_a_recipe_names_a_family_aiter_runs_and_reports_the_dispatch_models_runs
     """Done when: no recipe names a family the engine cannot make AITER run; for every recipe in tests the families
     it reports per bucket equal the dispatch model's for the engine's allocation and call shape."""
     import test_golden_recipes as g
-    from moedispatch.aiter.dispatch import Assumptions
+    from moedispatch.aiter.key import Assumptions
     from moedispatch.core.families import FUSED_MOE_FAMILIES, family_of
 
     model, target, aiter, engine, version, tp, ep, rt_key = case

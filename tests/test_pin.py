@@ -12,6 +12,8 @@ import json
 import pytest
 
 from moedispatch.aiter import dispatch as ad
+from moedispatch.aiter import issues as aiter_issues
+from moedispatch.aiter.issues import dispatch_issues
 from moedispatch.aiter import pin
 from moedispatch.core.errors import UsageError
 from moedispatch.data import aiter_configs as cfg
@@ -66,8 +68,8 @@ def test_a_pin_needs_the_issue_to_name_one(case, monkeypatch):
     caps, lay, dp, _ = case
     from dataclasses import replace
 
-    issues = tuple(replace(i, pin=None) for i in ad.dispatch_issues())
-    monkeypatch.setattr(ad, "dispatch_issues", lambda: issues)
+    issues = tuple(replace(i, pin=None) for i in dispatch_issues())
+    monkeypatch.setattr(aiter_issues, "dispatch_issues", lambda: issues)
     assert pin.find_pins(lay, caps, dp, env=ENV) == ()
 
 
@@ -80,7 +82,7 @@ def test_no_pin_where_no_clean_neighbour(case, monkeypatch):
 def test_pin_data_is_checked():
     from moedispatch.core.errors import CapabilityDBError
 
-    good = [i for i in ad.dispatch_issues() if i.pin]
+    good = [i for i in dispatch_issues() if i.pin]
     assert [i.id for i in good] == ["ROCm/aiter#3933"]
     with pytest.raises(CapabilityDBError, match="pin must be"):
         _load_with({"pin": "any-row"})
@@ -92,13 +94,13 @@ def _load_with(extra):
     data = capdb.load_toml("dispatch_issues.toml")
     broken = {"issue": [dict(data["issue"][0], **extra)]}
     orig = capdb.load_toml
-    ad.dispatch_issues.cache_clear()
+    dispatch_issues.cache_clear()
     try:
         capdb.load_toml = lambda name, *a, **k: broken if name == "dispatch_issues.toml" else orig(name, *a, **k)
-        return ad.dispatch_issues()
+        return dispatch_issues()
     finally:
         capdb.load_toml = orig
-        ad.dispatch_issues.cache_clear()
+        dispatch_issues.cache_clear()
 
 
 def test_an_existing_file_is_never_overwritten(tmp_path):

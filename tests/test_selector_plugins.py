@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -263,3 +264,29 @@ def test_allow_list_that_matches_nothing_is_reported(monkeypatch, cli):
     data = json.loads(proc.stdout)
     assert any("matches no plugin or backend: bogus" in w for w in data["warnings"])
     assert data["layers"][0]["reasons"][0].startswith("no backends are registered")
+
+
+@pytest.mark.parametrize("value", ["moedispatch_plugins_acme:plugin", "moedispatch_plugins.acme:plugin"])
+def test_a_third_party_entry_point_named_like_the_builtins_is_not_trusted(monkeypatch, value):
+    """Trust (no deadline thread, ``PluginRecord.builtin``) comes from the distribution that declares the entry
+    point, not from its module name: a third-party package named ``moedispatch_plugins_acme`` (or one pointing into
+    ``moedispatch_plugins.``) is a third-party plugin — its import runs under the deadline, its output is captured."""
+    import moedispatch.selector.plugins as mp
+
+    here, threads = threading.get_ident(), []
+
+    def load():
+        threads.append(threading.get_ident() == here)
+        print("hello from acme")
+        return SimpleNamespace()
+
+    acme = SimpleNamespace(name="acme", value=value, load=load,
+                           dist=SimpleNamespace(metadata={"Name": "acme-moe", "Version": "1.0"}, _path=f"acme:{value}"))
+    real = list(mp._entry_points())
+    monkeypatch.setattr(mp, "_entry_points", lambda: real + [acme])
+    reg = build_registry()
+    rec = next(p for p in reg.plugins if p.name == "acme")
+    assert rec.builtin is False and rec.package == "acme-moe"
+    assert threads == [False]  # imported on a deadline worker, not called directly
+    assert any("hello from acme" in w for w in rec.warnings)
+    assert all(p.builtin for p in reg.plugins if p.name != "acme")

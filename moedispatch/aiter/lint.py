@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 from moedispatch.data import aiter_configs as _cfg
 from moedispatch.data.aiter_configs import ConfigSet, TunedRow
-from moedispatch.aiter.dispatch import get_padded_M
+from moedispatch.aiter.rules import get_padded_M
 from moedispatch.core.workload import parse_env_args
 from moedispatch.core.errors import UsageError
 from moedispatch.data import capdb

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from moedispatch.aiter import dispatch as ad
+from moedispatch.aiter import issues as aiter_issues
 from moedispatch.core.errors import UsageError
 from moedispatch.data import aiter_configs as cfg
 from moedispatch.data.tuned_row import TunedRow
@@ -89,7 +90,7 @@ def find_pins(layer: "MoELayer", caps: "Capabilities", dispatch: Any, *, padding
     the nearest neighbouring bucket's row whose kernels, dispatched in its place, hit no known issue. An issue whose
     data names no pin strategy, or a bucket with no clean neighbour, gives none."""
     env_d = dict(env or {})
-    pinnable = {i.id: i for i in ad.dispatch_issues() if i.pin == "neighbour"}
+    pinnable = {i.id: i for i in aiter_issues.dispatch_issues() if i.pin == "neighbour"}
     hits = [h for h in dispatch.issues if h.issue in pinnable]
     if not hits:
         return ()

@@ -12,7 +12,7 @@ import os
 from dataclasses import replace
 
 from moedispatch.aiter import pin as aiter_pin
-from moedispatch.aiter.dispatch import Assumptions
+from moedispatch.aiter.key import Assumptions
 from moedispatch.core.errors import UsageError
 from moedispatch.core.reason import Reason
 from moedispatch.core.workload import Runtime

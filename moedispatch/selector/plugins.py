@@ -290,7 +290,7 @@ def build_registry(
             if ep.name in deny or (allow is not None and ep.name not in allow):
                 continue
             package, version = _dist_info(getattr(ep, "dist", None))
-            builtin = ep.value.split(":")[0].startswith("moedispatch_plugins")
+            builtin = _is_builtin(ep, package)
             try:
                 if builtin:
                     module = ep.load()
@@ -347,6 +347,18 @@ def build_registry(
 
 
 _DIST_CACHE: dict[str, tuple[str | None, str | None]] = {}
+
+
+#: The distribution that ships the built-in backends (its package ``moedispatch_plugins``).
+_BUILTIN_DIST = "moedispatch"
+
+
+def _is_builtin(ep: Any, package: str | None) -> bool:
+    """Whether an entry point is a built-in backend (trusted: called without the deadline thread). The distribution
+    that declares it decides — moedispatch itself, pointing into its ``moedispatch_plugins`` package — never the text
+    of a module name, which any third-party distribution can choose (``moedispatch_plugins_acme``)."""
+    module = ep.value.split(":")[0].strip()
+    return package == _BUILTIN_DIST and (module == "moedispatch_plugins" or module.startswith("moedispatch_plugins."))
 
 
 def _dist_info(dist: Any) -> tuple[str | None, str | None]:

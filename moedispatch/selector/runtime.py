@@ -19,7 +19,7 @@ from moedispatch.core.families import BACKEND_OF_FAMILY, family_of
 from moedispatch.core.reason import Reason
 from moedispatch.core.workload import SERVING_BUCKETS, Runtime
 from moedispatch.aiter import dispatch as aiter_dispatch
-from moedispatch.aiter.dispatch import Assumptions
+from moedispatch.aiter.key import Assumptions
 from moedispatch.core.backend import Padding, round_up
 from moedispatch.cost import model as cost
 from moedispatch.kit.rules import evaluate_issues, issues_for

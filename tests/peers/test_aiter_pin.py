@@ -23,7 +23,7 @@ import model_side  # noqa: E402
 
 from moedispatch.aiter import dispatch as ad  # noqa: E402
 from moedispatch.aiter import pin  # noqa: E402
-from moedispatch.aiter.dispatch import Assumptions  # noqa: E402
+from moedispatch.aiter.key import Assumptions  # noqa: E402
 from moedispatch.data import aiter_configs as cfg  # noqa: E402
 from moedispatch.testing import fake_capabilities  # noqa: E402
 

@@ -19,8 +19,11 @@ import itertools
 import re
 from typing import Any
 
-from moedispatch.aiter.dispatch import (Assumptions, DispatchKey, dispatch_key, dispatch_token, kernel_family,
-                                        lookup_rules, plan_dispatch)
+from moedispatch.aiter.dispatch import plan_dispatch
+from moedispatch.aiter.key import Assumptions, DispatchKey, dispatch_key
+from moedispatch.aiter.rules import lookup_rules
+from moedispatch.aiter.steps import kernel_family
+from moedispatch.aiter.walk import dispatch_token
 from moedispatch.core.errors import MoedispatchError
 from moedispatch.core.layers import MoELayer, QuantSpec
 from moedispatch.data import aiter_configs
