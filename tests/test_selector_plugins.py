@@ -290,3 +290,21 @@ def test_a_third_party_entry_point_named_like_the_builtins_is_not_trusted(monkey
     assert threads == [False]  # imported on a deadline worker, not called directly
     assert any("hello from acme" in w for w in rec.warnings)
     assert all(p.builtin for p in reg.plugins if p.name != "acme")
+
+
+def test_a_third_party_backend_class_claiming_the_builtin_module_is_not_trusted():
+    """Trust of a backend comes from the registration record (the registry records every third-party backend with
+    register_owner), not from its class's ``__module__``: a plugin class that says it lives in
+    ``moedispatch_plugins`` still runs on the deadline thread once a registry registered it as a third party's."""
+    from moedispatch._util import deadline
+    from moedispatch.selector.pure import is_builtin
+
+    class Impostor:
+        name = "impostor"
+
+    Impostor.__module__ = "moedispatch_plugins.impostor"
+    unregistered, registered = Impostor(), Impostor()
+    assert is_builtin(unregistered)  # used without a registry: judged by its module, as before
+    deadline.register_owner(registered, "acme", object())
+    assert deadline.registered_third_party(registered) and not is_builtin(registered)
+    assert is_builtin(unregistered)  # the record is per backend object

@@ -28,7 +28,8 @@ from typing import Any, Iterator
 from moedispatch._util.log import get_logger
 
 __all__ = ["DEFAULT_PLUGIN_TIMEOUT_S", "PluginTimeout", "PluginDisabled", "plugin_timeout", "call_with_deadline",
-           "register_owner", "owner_name", "reset_disabled", "disabled_reason", "collect_plugin_notices",
+           "register_owner", "registered_third_party", "owner_name", "reset_disabled", "disabled_reason",
+           "collect_plugin_notices",
            "PluginNotices", "fd_stdout_captured", "set_fd_capture", "snippet"]
 
 DEFAULT_PLUGIN_TIMEOUT_S = 10.0
@@ -277,14 +278,24 @@ _state_lock = threading.Lock()
 # id(backend) -> (backend, plugin name, token); the token is one per plugin registration, so a rebuilt registry
 # (a new token) starts with nothing disabled. The stored backend keeps the id valid.
 _owners: dict[int, tuple[Any, str, object]] = {}
+_third_party: dict[int, Any] = {}  # id -> backend, for every backend a registry registered as third-party
 _disabled: dict[object, str] = {}  # token (or id of an unregistered backend's owner entry) -> "in check() on layer 3"
 
 
 def register_owner(backend: Any, plugin: str, token: object) -> None:
-    """Record that ``backend`` belongs to ``plugin`` (one ``token`` per plugin registration): a timeout in any of
-    the plugin's backends disables all of them."""
+    """Record that ``backend`` belongs to third-party ``plugin`` (one ``token`` per plugin registration): a timeout in
+    any of the plugin's backends disables all of them, and the backend is never trusted as a built-in, whatever its
+    class's module says (:func:`registered_third_party`)."""
     with _state_lock:
         _owners[id(backend)] = (backend, plugin, token)
+        _third_party[id(backend)] = backend
+
+
+def registered_third_party(backend: Any) -> bool:
+    """Whether a plugin registry registered ``backend`` as a third-party plugin's (the registration record decides,
+    not the class's module name)."""
+    with _state_lock:
+        return _third_party.get(id(backend)) is backend
 
 
 def _owner(backend: Any) -> tuple[str, object]:

@@ -48,7 +48,11 @@ _trusted_types: dict[type, bool] = {}
 
 
 def is_builtin(backend: Backend) -> bool:
-    """True for the built-in backends (package ``moedispatch_plugins``): called directly, no deadline thread."""
+    """True for the built-in backends (package ``moedispatch_plugins``): called directly, no deadline thread. A backend
+    the plugin registry registered as a third-party plugin's is never one, whatever its class's ``__module__`` claims
+    (the registration record decides); a backend used without a registry is judged by its class's module."""
+    if deadline.registered_third_party(backend):
+        return False
     cls = type(backend)
     trusted = _trusted_types.get(cls)
     if trusted is None:
