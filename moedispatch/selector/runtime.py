@@ -91,7 +91,7 @@ def dispatched_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilitie
 
     An allocation below the table is kept when, at every bucket, a tuned row of that shape decides (AITER's tuner ran
     and checked the kernel there) or a FlyDSL kernel whose tiles divide it runs (AITER's own tile rule, see
-    :func:`moedispatch.aiter.dispatch.tile_misfit`), no known kernel × bucket bug applies, and no known issue of the
+    :func:`moedispatch.aiter.flydsl.tile_misfit`), no known kernel × bucket bug applies, and no known issue of the
     backend applies to it. The table's allocation is kept unless AITER's dispatch of it is blocked; then a coarser
     multiple of its alignment is tried. Returns (padding, the backend's known-issue notes for it) for another
     allocation; (the table's padding with a note saying why no smaller one is kept and which AITER switches would keep

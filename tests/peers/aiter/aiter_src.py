@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 BUILD = ROOT / ".aiter-peer-build"
 DEFAULT_GIT = Path("/work/.mirror/ROCm+aiter/repo")
-#: The commit moedispatch's "head" snapshot was taken from (moedispatch/aiter/dispatch.py SRC_FUSED_MOE).
+#: The commit moedispatch's "head" snapshot was taken from (moedispatch/aiter/vocab.py SRC_FUSED_MOE).
 HEAD_COMMIT = "e4048607a535ace3a2b51ded31b1c8c2d45c0879"
 #: ``aiter/__init__.py`` op imports the fused-MoE dispatch needs (``aiter/fused_moe.py`` imports from ``aiter``).
 WANTED = ("jit", "jit.core", "utility", "utility.dtypes", "ops.enum", "ops.quant", "ops.moe_op", "ops.moe_sorting",
