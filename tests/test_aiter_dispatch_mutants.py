@@ -1,5 +1,5 @@
-"""Tests that kill surviving mutants of the AITER dispatch model (moedispatch/aiter/ (dispatch.py before its split)), found with
-``benchmarks/mutation.py --only moedispatch/aiter/ (dispatch.py before its split)``.
+"""Tests that kill surviving mutants of the AITER dispatch model (moedispatch/aiter/), found with
+``benchmarks/mutation.py --only moedispatch/aiter/dispatch.py`` (before the module was split; now its walk.py etc.).
 
 Every expectation comes from AITER's own code or capability_db data:
 
