@@ -255,3 +255,15 @@ def test_chromium_screenshot_shows_the_layer_map(maverick_page, tmp_path):
     assert counts.get(blue, 0) > 24 * 500, counts.get(blue, 0)
     assert counts.get(grey, 0) > 24 * 500, counts.get(grey, 0)
     assert len(counts) > 50  # text, borders, anti-aliasing: a real render
+
+
+def test_chart_labels_use_the_largest_unit_and_count_tokens_right():
+    """Newcomer minor 29: the cost chart's axis said "1000 ms" (1 s) and its tooltips "1 tokens"."""
+    from moedispatch.render.html import _chart, _fmt_us, _tick
+
+    assert [_tick(v) for v in (5, 500, 1000, 20_000, 1_000_000, 2_000_000)] == \
+        ["5 µs", "500 µs", "1 ms", "20 ms", "1 s", "2 s"]
+    assert _fmt_us(1_500_000) == "1.50 s" and _fmt_us(12_345) == "12.3 ms"
+    svg = _chart([("aiter-ck", "#123456", [{"tokens": 1, "us": 20.0}, {"tokens": 2, "us": 2_000_000.0}])], "t")
+    assert "aiter-ck: 1 token 20 µs" in svg and "aiter-ck: 2 tokens 2.00 s" in svg
+    assert ">1 s</text>" in svg and ">1000 ms<" not in svg

@@ -130,13 +130,22 @@ def _span(indices: Sequence[int]) -> str:
 
 
 def _fmt_us(us: float) -> str:
+    if us >= 1_000_000:
+        return f"{us / 1e6:,.2f} s"
     if us >= 10_000:
         return f"{us / 1000:,.1f} ms"
     return f"{us:,.0f} µs" if us >= 10 else f"{us:.1f} µs"
 
 
 def _tick(us: float) -> str:
+    """An axis label in the largest unit that keeps it at or above 1: 500 µs, 1 ms, 20 ms, 1 s."""
+    if us >= 1_000_000:
+        return f"{us / 1e6:g} s"
     return f"{us / 1000:g} ms" if us >= 1000 else f"{us:g} µs"
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
 
 
 def _chart(series: Sequence[tuple[str, str, Sequence[dict[str, Any]]]], title: str) -> str:
@@ -190,8 +199,8 @@ def _chart(series: Sequence[tuple[str, str, Sequence[dict[str, Any]]]], title: s
         out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="{2.5 if n == 0 else 1.6}"'
                    f"{dash}/>")
         for t, us, lo, hi in pts:
-            out.append(f'<circle cx="{px(t):.1f}" cy="{py(us):.1f}" r="3" fill="{color}"><title>{_e(name)}: {t} '
-                       f"tokens {_e(_fmt_us(us))} ({_e(_fmt_us(lo))}–{_e(_fmt_us(hi))})</title></circle>")
+            out.append(f'<circle cx="{px(t):.1f}" cy="{py(us):.1f}" r="3" fill="{color}"><title>{_e(name)}: '
+                       f"{_tokens(t)} {_e(_fmt_us(us))} ({_e(_fmt_us(lo))}–{_e(_fmt_us(hi))})</title></circle>")
         ly = top + 12 + n * 16
         out.append(f'<line x1="{w - right + 10}" x2="{w - right + 28}" y1="{ly - 4}" y2="{ly - 4}" stroke="{color}" '
                    f'stroke-width="2.5"{dash}/><text x="{w - right + 32}" y="{ly}">{_e(name)}</text>')
