@@ -267,3 +267,9 @@ def test_chart_labels_use_the_largest_unit_and_count_tokens_right():
     svg = _chart([("aiter-ck", "#123456", [{"tokens": 1, "us": 20.0}, {"tokens": 2, "us": 2_000_000.0}])], "t")
     assert "aiter-ck: 1 token 20 µs" in svg and "aiter-ck: 2 tokens 2.00 s" in svg
     assert ">1 s</text>" in svg and ">1000 ms<" not in svg
+
+
+def test_the_header_says_where_the_target_came_from_in_words(maverick_page):
+    """Newcomer minor 7: one provenance notation, the text output's, not a bare "[flag]"."""
+    html = maverick_page[0].read_text()
+    assert "[flag]" not in html and "(from --target)" in html

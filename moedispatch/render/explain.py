@@ -45,7 +45,7 @@ def _wrap(text: str, indent: str, width: int | None = None) -> list[str]:
 
 
 #: Why the plan assumes its AITER version (the provenance of ``aiter_version``), for the target line.
-_TARGET_WHY = {"flag": "from --target", "env": "from MOEDISPATCH_TARGET", "probe": "probed",
+TARGET_WHY = {"flag": "from --target", "env": "from MOEDISPATCH_TARGET", "probe": "probed",
                "default": "default: no GPU found"}
 _AITER_WHY = {"default": "default: the newest capability_db knows", "flag": "--aiter-version",
               "env": "MOEDISPATCH_TARGET", "probe": "installed", "installed": "installed in this Python"}
@@ -131,7 +131,7 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
         target += f", {mode} partition: {caps.compute_units} CUs (1/{n} of {caps.compute_units * n}; derived)"
     elif caps.compute_units:
         target += f", {caps.compute_units} CUs"
-    target += f" ({_TARGET_WHY.get(caps.source, caps.source)})"
+    target += f" ({TARGET_WHY.get(caps.source, caps.source)})"
     target += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
     target += f" ({_AITER_WHY.get(caps.source_of('aiter_version') or '', caps.source_of('aiter_version') or '?')})"
     lines.append(f"model   {plan.model.name} ({plan.model.source}"

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from moedispatch.core.errors import UsageError
 from moedispatch.plan.plan import layer_span, plan_to_json
+from moedispatch.render.explain import TARGET_WHY
 
 __all__ = ["render_html", "write_html", "backend_color", "DENSE_COLOR", "NONE_COLOR"]
 
@@ -334,7 +335,8 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None) -> str:
     body = [f"<h1>{_e(model.get('name'))}</h1>"]
     if first_line:
         body.append(f'<div class="meta">{_e(first_line)}</div>')
-    body.append(f'<div class="meta">target {_e(head)} [{_e(target.get("source"))}] · tp={_e(par.get("tp"))} '
+    why = TARGET_WHY.get(target.get("source"), target.get("source"))
+    body.append(f'<div class="meta">target {_e(head)} ({_e(why)}) · tp={_e(par.get("tp"))} '
                 f'ep={_e(par.get("ep"))} · {len(moe)} MoE of {len(layers)} layers · plan fingerprint '
                 f'<code>{_e(doc.get("fingerprint", ""))}</code></div>')
     body.append('<h2>Layer map</h2><div class="legend">' + "".join(legend) + "</div>")
