@@ -8,7 +8,8 @@ Checks (each finding names the rows as ``file:line``):
   the tuner's (uniform, ``torch.randn``) routing activates: ``E·(1-(1-k/E)^M)`` experts × expert bytes (fp4 at ½ byte
   plus 1/32 byte of E8M0 scale per element). Physically impossible; the row cannot be used as a measurement.
 * ``faster-than-compute`` — ``us`` below the time for the row's useful FLOPs (``2·M·k·D·(n1+I)``) at the most
-  generous datasheet peak for its operand dtypes.
+  generous datasheet peak for its operand dtypes. A row whose ``us`` was copied from a smaller bucket of its shape is
+  reported once, as ``copied-timing``, not again here or as ``faster-than-hbm``.
 * ``shared-cu-num`` — rows keyed on a ``cu_num`` that two products share (304: MI300X and MI325X; 256: MI350X and
   MI355X): AITER applies them to both, whichever one they were tuned on.
 * ``shadowed`` — rows AITER can never pick: a repeated lookup key (AITER keeps the first), an act-type duplicate
@@ -159,11 +160,27 @@ def _copied(cs: ConfigSet) -> list[Finding]:
     return out
 
 
+def _copies(cs: ConfigSet) -> set[tuple[str, int]]:
+    """The rows (``where``) whose ``us`` repeats a smaller token bucket of the same shape: the copied timing is said
+    once, under ``copied-timing``, not again as faster than HBM or compute at the larger buckets it was pasted into."""
+    groups: dict[tuple, list[TunedRow]] = defaultdict(list)
+    for r in cs.rows:
+        if r.us is not None and r.us > 0:
+            groups[(r.file, r.shape(), round(r.us, 4))].append(r)
+    out: set[Any] = set()
+    for rows in groups.values():
+        if len({r.token for r in rows}) >= 2:
+            first = min(r.token for r in rows)
+            out.update(r.where for r in rows if r.token != first)
+    return out
+
+
 def _impossible(cs: ConfigSet) -> list[Finding]:
     prods = _products_by_cu()
+    copies = _copies(cs)
     out = []
     for r in cs.rows:
-        if r.us is None or r.us <= 0 or r.gfx is None:
+        if r.us is None or r.us <= 0 or r.gfx is None or r.where in copies:
             continue
         cands = [p for p in prods.get((r.gfx, r.cu_num), []) if p[1]]
         if not cands:
@@ -202,9 +219,10 @@ def compute_floor_us(row: TunedRow, product: str) -> float | None:
 
 def _compute(cs: ConfigSet) -> list[Finding]:
     prods = _products_by_cu()
+    copies = _copies(cs)
     out = []
     for r in cs.rows:
-        if r.us is None or r.us <= 0 or r.gfx is None:
+        if r.us is None or r.us <= 0 or r.gfx is None or r.where in copies:
             continue
         floors = [(compute_floor_us(r, p[0]), p[0]) for p in prods.get((r.gfx, r.cu_num), [])]
         floors = [(f, n) for f, n in floors if f is not None]
