@@ -89,6 +89,9 @@ LEVELS = ("bucket", "arch_cu", "arch")
 #: (cu 0) for CU counts without a fit.
 DECODE_MAX_TOKENS = 64
 MIN_DECODE_ROWS = 12
+#: An (activation, weight) pair gets its own decode fixed term with at least MIN_DECODE_ROWS clean decode rows from at
+#: least this many files (one file is one model's shapes: a leave-one-file-out fit must still have one to learn from).
+MIN_PAIR_FILES = 2
 #: Where AITER's dispatcher finds no tuned row it runs untuned default kernels; the prediction (tuned-kernel speed
 #: on every basis) is multiplied by this band. 1.3-2.3x measured; low 1.0: a heuristic kernel is never faster than
 #: the tuned choice the tuner made among the same candidates.
@@ -235,24 +238,39 @@ def fit_group(key, members, peaks):
 
 
 def decode_fits(samples, peaks, reuse=None, touched=frozenset()):
-    """{(gfx, cu): (fixed_us, efficiency, n)} of the latency-plus-bytes decode model, per (gfx, CU count) with at
-    least MIN_DECODE_ROWS clean rows of at most DECODE_MAX_TOKENS tokens, and per gfx (cu 0) over all its rows;
-    ``t_mem`` at each row's reference product's datasheet HBM. Keys not in ``touched`` are taken from ``reuse``."""
+    """The latency-plus-bytes decode model: ``{(gfx, cu): (fixed_us, efficiency, n, fallback)}`` per (gfx, CU count)
+    with at least MIN_DECODE_ROWS clean rows of at most DECODE_MAX_TOKENS tokens, and per gfx (cu 0) over all its
+    rows; ``t_mem`` at each row's reference product's datasheet HBM. Under each, ``{(gfx, cu, pair): (fixed_us,
+    efficiency, n, files)}`` for every (activation, weight) pair (``cost.Geometry.pair``) with at least
+    MIN_DECODE_ROWS rows from at least MIN_PAIR_FILES files: its own fixed term at the parent's efficiency
+    (``cost.fit_decode_fixed``); ``fallback`` lists the pairs with fewer (they take the parent's fixed term). Keys
+    not in ``touched`` (and their pairs) are taken from ``reuse``."""
     points = defaultdict(list)
     for s in samples:
         if s.m <= DECODE_MAX_TOKENS:
             t_mem = cost.roofline_us(s.geo, s.m, peaks[(s.gfx, s.cu)])[0]
-            points[(s.gfx, s.cu)].append((t_mem, s.us))
-            points[(s.gfx, 0)].append((t_mem, s.us))
+            points[(s.gfx, s.cu)].append((t_mem, s.us, s.geo.pair, s.file))
+            points[(s.gfx, 0)].append((t_mem, s.us, s.geo.pair, s.file))
     out = {}
     for key, pts in sorted(points.items()):
         if len(pts) < MIN_DECODE_ROWS:
             continue
         if reuse is not None and key not in touched and key in reuse:
-            out[key] = reuse[key]
+            out.update((k, v) for k, v in reuse.items() if k[:2] == key)
             continue
-        fixed, eff = cost.fit_decode(pts)
-        out[key] = (fixed, eff, len(pts))
+        fixed, eff = cost.fit_decode([(t, u) for t, u, _p, _f in pts])
+        out[key] = None   # the (gfx, cu) entry first, its pairs after it
+        by_pair = defaultdict(list)
+        for t, u, pair, f in pts:
+            by_pair[pair].append((t, u, f))
+        fallback = []
+        for pair, pp in sorted(by_pair.items()):
+            files = len({f for _t, _u, f in pp})
+            if len(pp) >= MIN_DECODE_ROWS and files >= MIN_PAIR_FILES:
+                out[key + (pair,)] = (cost.fit_decode_fixed([(t, u) for t, u, _f in pp], eff), eff, len(pp), files)
+            else:
+                fallback.append(f"{pair}: {len(pp)} rows in {files} file{'s' if files != 1 else ''}")
+        out[key] = (fixed, eff, len(pts), fallback)
     return out
 
 
@@ -270,6 +288,20 @@ def fit_models(samples, peaks, reuse=None, touched=frozenset()):
     return models
 
 
+def _decode_entry(key, value):
+    """One [[decode]] entry: (gfx, cu) with the pairs left on its fixed term, or (gfx, cu, pair) with its files."""
+    a, e, n, extra = value
+    entry = {"gfx": key[0], "cu": key[1]}
+    if len(key) == 3:
+        entry["pair"] = key[2]
+    entry.update({"fixed_us": round(a, 4), "efficiency": round(e, 4), "max_tokens": DECODE_MAX_TOKENS, "n": n})
+    if len(key) == 3:
+        entry["files"] = extra
+    elif extra:
+        entry["pairs_on_fallback"] = extra
+    return entry
+
+
 def priors_doc(models, bands, interp_band, generic, provenance, decode=None):
     doc = {
         "schema": "moedispatch.cost_priors/1",
@@ -281,8 +313,7 @@ def priors_doc(models, bands, interp_band, generic, provenance, decode=None):
         "heuristic": HEURISTIC,
         "backend": BACKENDS,
         "reference": [{"gfx": g, "cu": c, "product": p} for (g, c), p in sorted(REFERENCE.items())],
-        "decode": [{"gfx": g, "cu": c, "fixed_us": round(a, 4), "efficiency": round(e, 4),
-                    "max_tokens": DECODE_MAX_TOKENS, "n": n} for (g, c), (a, e, n) in sorted((decode or {}).items())],
+        "decode": [_decode_entry(k, v) for k, v in sorted((decode or {}).items())],
         "model": [],
         "band": [],
     }
@@ -333,11 +364,30 @@ def lofo(samples, peaks, full, base_doc, decode):
             us, _lo, _hi, _detail, level = cost._roofline_cost(s.geo, s.m, _Caps(s.gfx, s.cu), priors,
                                                                peaks[(s.gfx, s.cu)], max(tm, tc))
             preds[id(s)] = (us, level)
+            if level == "arch_anchored":
+                # The plain arch prior still answers for CU counts without a decode fit of their own (compute
+                # partitions): its band keeps its own residuals, measured on the same rows without the anchor.
+                plain = dataclasses.replace(priors, decode={k: v for k, v in priors.decode.items() if not k[1]})
+                us_plain = cost._roofline_cost(s.geo, s.m, _Caps(s.gfx, s.cu), plain, peaks[(s.gfx, s.cu)],
+                                               max(tm, tc))[0]
+                res[("arch", s.gfx, 0)].append(math.log(s.us / us_plain))
             errs.append(abs(us / s.us - 1))
             by_target[f"{s.gfx}/{s.cu}"].append(abs(us / s.us - 1))
             res[(level, s.gfx, s.cu)].append(math.log(s.us / us))
             res[(level, s.gfx, 0)].append(math.log(s.us / us))
     return errs, res, by_target, preds
+
+
+def decode_by_pair(samples, preds):
+    """Leave-one-file-out decode errors per target, (activation, weight) pair and M <= 4 / M > 4: ``{"gfx950/256
+    a8w8 M<=4": {"n", "median" error, "truth_over_pred" median}}`` — where a shared fixed term would miss."""
+    out = defaultdict(list)
+    for s in samples:
+        if s.m <= DECODE_MAX_TOKENS:
+            us = preds[id(s)][0]
+            out[f"{s.gfx}/{s.cu} {s.geo.pair} {'M<=4' if s.m <= 4 else 'M>4'}"].append((abs(us / s.us - 1), s.us / us))
+    return {k: {"n": len(v), "median": round(statistics.median(e for e, _r in v), 4),
+                "truth_over_pred": round(statistics.median(r for _e, r in v), 4)} for k, v in sorted(out.items())}
 
 
 def decode_slope(samples, preds):
@@ -531,7 +581,11 @@ def main(argv=None) -> int:
         "method": "log(us) = coef . features, least absolute deviations (IRLS), per level: bucket = (gfx, cu, "
                   "token bucket) if >= 12 rows, arch_cu = (gfx, cu) if >= 150, arch = gfx if >= 40; decode (<= "
                   f"{DECODE_MAX_TOKENS} tokens) = fixed_us + t_mem / efficiency, least absolute relative deviations "
-                  f"(moedispatch.cost.model.fit_decode), per (gfx, cu) if >= {MIN_DECODE_ROWS} rows and per gfx; "
+                  f"(moedispatch.cost.model.fit_decode), per (gfx, cu) if >= {MIN_DECODE_ROWS} rows and per gfx, each "
+                  f"(activation, weight) pair with >= {MIN_DECODE_ROWS} rows from >= {MIN_PAIR_FILES} files getting "
+                  "its own fixed term at that efficiency (moedispatch.cost.model.fit_decode_fixed; the others, listed "
+                  "in pairs_on_fallback, take the (gfx, cu) term); above the decode range, a CU count answered by the "
+                  "arch prior is scaled to meet its own decode fit at max_tokens (band level arch_anchored); "
                   "bands = p10/p90 of leave-one-model-file-out residuals of the level that answered",
     }
     decode = decode_fits(samples, peaks)
@@ -565,12 +619,19 @@ def main(argv=None) -> int:
     print(f"roofline + priors, LOFO  n={lof['n']:5d} median {lof['median']:.1%} p90 {lof['p90']:.1%}", flush=True)
     print(f"bucket-median eff, LOFO  n={car['n']:5d} median {car['median']:.1%} p90 {car['p90']:.1%}", flush=True)
     print(f"naive datasheet roofline n={nai['n']:5d} median {nai['median']:.1%} p90 {nai['p90']:.1%}", flush=True)
-    for (g, c), (a, e, n_rows) in decode.items():
-        print(f"decode fit {g}/{c or 'any'}: {a:.1f} µs + t_mem / {e:.3f} ({n_rows} clean rows <= "
-              f"{DECODE_MAX_TOKENS} tokens)", flush=True)
+    for key, (a, e, n_rows, extra) in decode.items():
+        if len(key) == 3:
+            print(f"  pair {key[2]}: own fixed term {a:.1f} µs ({n_rows} clean rows in {extra} files)", flush=True)
+            continue
+        print(f"decode fit {key[0]}/{key[1] or 'any'}: {a:.1f} µs + t_mem / {e:.3f} ({n_rows} clean rows <= "
+              f"{DECODE_MAX_TOKENS} tokens)" + (f"; on its fixed term: {', '.join(extra)}" if extra else ""),
+              flush=True)
     dec = [abs(preds[id(s_)][0] / s_.us - 1) for s_ in samples if s_.m <= DECODE_MAX_TOKENS]
     print(f"decode (<= {DECODE_MAX_TOKENS} tokens), LOFO n={len(dec):4d} median {statistics.median(dec):.1%} "
           f"p90 {pct(dec, 0.9):.1%}", flush=True)
+    by_pair = decode_by_pair(samples, preds)
+    print("  by target, pair and M, LOFO (median error, truth/pred): " + "; ".join(
+        f"{k} {v['median']:.1%} {v['truth_over_pred']:.2f} (n={v['n']})" for k, v in by_pair.items()), flush=True)
     print(f"decode slope us(2M)/us(M), LOFO: predicted median {slope['pred_median']:.3f} vs rows "
           f"{slope['truth_median']:.3f}; median error {slope['error_median']:.1%}; rising in {slope['rises']:.1%} "
           f"of {slope['n']} pairs (goal: 100%)", flush=True)
@@ -607,8 +668,9 @@ def main(argv=None) -> int:
         "bucket_prior_lofo_median": round(car["median"], 4), "bucket_prior_lofo_p90": round(car["p90"], 4),
         "lofo_median_by_target": {k: round(statistics.median(v), 4) for k, v in sorted(by_target.items())},
         "decode_lofo_median": round(statistics.median(dec), 4), "decode_lofo_p90": round(pct(dec, 0.9), 4),
-        "decode_fit": {f"{g}/{c}": {"fixed_us": round(a, 2), "efficiency": round(e, 3), "n": n_rows}
-                       for (g, c), (a, e, n_rows) in decode.items()},
+        "decode_fit": {"/".join(map(str, k)): {"fixed_us": round(a, 2), "efficiency": round(e, 3), "n": n_rows}
+                       for k, (a, e, n_rows, _x) in decode.items()},
+        "decode_lofo_by_pair": by_pair,
         "decode_slope": slope, "decode_roofline_ratio": ratio, "decode_implied_tbps": tbps,
         "coverage": {b: v for b, v in cover.items() if b != "n"}, "coverage_n": cover["n"],
         "release_heldout_median": round(statistics.median(held_all), 4) if held_all else None,

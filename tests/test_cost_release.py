@@ -110,6 +110,45 @@ def test_malformed_drift_raises_capability_db_error(monkeypatch, mutate, message
     assert release.DRIFT_FILE in str(err.value)
 
 
+def _drift_doc():
+    return copy.deepcopy(capdb.load_toml.__wrapped__(release.DRIFT_FILE))
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(schema="x/0"), "schema must be 'moedispatch.cost_release_drift/1', got 'x/0'"),
+    (lambda d: d.pop("band"), "missing table [band]"),
+    (lambda d: d["band"].update(tuned=5), "[band.tuned.later] is missing"),
+    (lambda d: d["band"]["tuned"]["later"].update(low=True), "[band.tuned.later]: low must be a positive finite"),
+    (lambda d: d["band"]["tuned"]["later"].update(low=0), "[band.tuned.later]: low must be a positive finite"),
+    (lambda d: d["band"]["tuned"]["later"].update(high="1.2"), "high must be a positive finite number, got '1.2'"),
+])
+def test_parse_drift_names_key_and_problem(mutate, message):
+    doc = _drift_doc()
+    mutate(doc)
+    with pytest.raises(CapabilityDBError, match=re.escape(message)):
+        release.parse_drift(doc, where="drift.toml")
+
+
+def test_parse_drift_keeps_bands_at_one_and_the_provenance():
+    """Bounds of exactly 1 are valid (the prediction is inside its own bars); each band is (low, high) as written."""
+    doc = _drift_doc()
+    doc["band"]["tuned"]["later"].update(low=1.0, high=1.25)
+    doc["band"]["interpolated"]["earlier"].update(low=0.8, high=1.0)
+    parsed = release.parse_drift(doc)
+    assert parsed.bands[("tuned", "later")] == (1.0, 1.25)
+    assert parsed.bands[("interpolated", "earlier")] == (0.8, 1.0)
+    assert parsed.provenance == doc["provenance"] and parsed.provenance["script"]
+
+
+@pytest.mark.parametrize("relation, words", [("later", "a newer AITER"), ("earlier", "an older AITER"),
+                                             ("unknown", "an AITER of unknown release")])
+def test_describe_names_the_relation(relation, words):
+    ctx = release.ReleaseContext("v0.1.18", "AITER v0.1.18 (abc)", relation, "0.1.99")
+    assert ctx.describe() == (f"µs of AITER v0.1.18 (abc); planned for {words} (0.1.99): bars widened to AITER's "
+                              f"re-tuning spread across releases (capability_db/{release.DRIFT_FILE})")
+    assert release.ReleaseContext(None, "x", "exact", None).describe() == "µs of x"
+
+
 # -- the bars mean what they say ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("basis", release.BASES)

@@ -279,3 +279,28 @@ def test_tuning_list_json_and_token_cap(cli):
     assert data["schema"] == "moedispatch.tuning-list/1" and data["rows"] and data["untuned_csv"].startswith("token,")
     proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--tokens", "99999999999")
     assert proc.returncode == 2 and "at most 131,072" in proc.stderr
+
+
+def test_one_issue_met_at_several_kernels_and_buckets_is_said_once():
+    """Newcomer minor 5: DeepSeek-V3 --tp 1 --ep 8 printed two near-identical "topk - 1" warnings, one per kernel ×
+    bucket of the same issue. One issue is one reason naming every kernel × bucket; another issue stays apart."""
+    from types import SimpleNamespace
+
+    from moedispatch.aiter.issues import IssueHit
+    from moedispatch.selector.runtime import blocking_reasons, dispatch_reasons
+
+    def hit(issue, kernel, tokens, bucket, severity="warning", workaround="AITER_X=1", env=(("AITER_X", "1"),)):
+        return IssueHit(issue, tokens, bucket, kernel, "looks up topk - 1", workaround, env, None, "src", "confirmed",
+                        severity)
+
+    hits = (hit("pr#3377", "ck_gemm1", (1, 4), 1), hit("pr#3377", "fmoe_g1u1", (64, 8192), 64),
+            hit("aiter#1", "ck_gemm1", (1, 4), 1, workaround="other", env=()))
+    dispatch = SimpleNamespace(steps=(), families=("ck",), issues=hits, warnings=(), warning_confidence=())
+    said = [r for r in dispatch_reasons(dispatch, "aiter-ck", "ck") if r.issue]
+    assert [r.issue for r in said] == ["pr#3377", "aiter#1"]
+    assert said[0].text.startswith("AITER's dispatcher runs ck_gemm1 for tokens 1–4 (bucket 1) and fmoe_g1u1 for "
+                                   "tokens 64–8192 (bucket 64): looks up topk - 1. Workaround: AITER_X=1")
+    blocking = tuple(hit("aiter#2", k, t, b, severity="error", workaround="", env=()) for k, t, b in
+                     (("k1", (1, 1), 1), ("k2", (2, 2), 2)))
+    (reason,) = blocking_reasons(SimpleNamespace(issues=blocking))
+    assert reason.text.startswith("AITER's dispatcher runs k1 for token 1 (bucket 1) and k2 for tokens 2 (bucket 2)")

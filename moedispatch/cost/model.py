@@ -59,6 +59,7 @@ faster than the datasheet roofline, is not used (AITER still dispatches on it; i
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -88,6 +89,7 @@ __all__ = [
     "bucket_of",
     "interpolate",
     "fit_decode",
+    "fit_decode_fixed",
     "DecodeFit",
     "roofline_us",
     "model_features",
@@ -101,6 +103,7 @@ __all__ = [
 
 _PRIORS_FILE = "cost_priors.toml"
 _PRIORS_SCHEMA = "moedispatch.cost_priors/1"
+_PAIR = re.compile(r"a[0-9]{1,2}w[0-9]{1,2}")
 
 
 # -- values ----------------------------------------------------------------------------------------------------
@@ -177,6 +180,13 @@ class Geometry:
             shared=_fused_shared(int(get("expert")), int(get("topk"))),
             block_scale=str(get("q_type")) == "QuantType.per_1x128",
         )
+
+    @property
+    def pair(self) -> str:
+        """The (activation, weight) storage widths as AITER names its kernels and tuned files (``a16w4``,
+        ``a8w4``, ``a4w4``, ``a8w8``…): bits per activation and per weight element, scales not counted (int4 and
+        MXFP4 weights are both ``w4``). Keys the per-pair decode fixed term (``[[decode]] pair``)."""
+        return f"a{int(self.a_bytes * 8 + 1e-9)}w{int(self.w_bytes * 8 + 1e-9)}"
 
     def active_experts(self, tokens: int) -> float:
         """Expected distinct experts of this rank touched by ``tokens`` tokens under uniform top-k routing (fused
@@ -351,6 +361,8 @@ class Priors:
     backend: Mapping[str, Mapping[str, Any]]
     heuristic: Mapping[str, Any]                             # factor, low, high, source: AITER's untuned kernels
     provenance: Mapping[str, Any]
+    #: (gfx, cu, pair) -> the decode fit with that (activation, weight) pair's own fixed term (:attr:`Geometry.pair`)
+    decode_pair: Mapping[tuple[str, int, str], "DecodeFit"] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -362,6 +374,7 @@ class DecodeFit:
     efficiency: float
     max_tokens: int
     n: int = 0
+    pair: str = ""          # "" for the (arch, CU count) fit; else the (activation, weight) pair of its fixed term
 
 
 def _num(value: Any, where: str, key: str, *, positive: bool = True) -> float:
@@ -431,6 +444,7 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
             raise CapabilityDBError(f"{at} needs gfx, cu and product")
         reference[(str(entry["gfx"]), int(entry["cu"]))] = str(entry["product"])
     decode: dict[tuple[str, int], DecodeFit] = {}
+    decode_pair: dict[tuple[str, int, str], DecodeFit] = {}
     for n, entry in enumerate(data.get("decode", [])):
         at = f"{where}: decode[{n}]"
         if not isinstance(entry, Mapping) or not {"gfx", "cu", "fixed_us", "efficiency", "max_tokens"} <= set(entry):
@@ -438,9 +452,23 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
         eff = _num(entry["efficiency"], at, "efficiency")
         if eff > 1:
             raise CapabilityDBError(f"{at}: efficiency must be <= 1 (a share of the datasheet bandwidth), got {eff}")
-        decode[(str(entry["gfx"]), int(_num(entry["cu"], at, "cu", positive=False)))] = DecodeFit(
-            fixed_us=_num(entry["fixed_us"], at, "fixed_us", positive=False), efficiency=eff,
-            max_tokens=int(_num(entry["max_tokens"], at, "max_tokens")), n=int(entry.get("n", 0)))
+        pair = entry.get("pair", "")
+        if not isinstance(pair, str) or (pair and not _PAIR.fullmatch(pair)):
+            raise CapabilityDBError(f"{at}: pair must be like 'a8w4' (activation and weight bits), got {pair!r:.60}")
+        fit = DecodeFit(fixed_us=_num(entry["fixed_us"], at, "fixed_us", positive=False), efficiency=eff,
+                        max_tokens=int(_num(entry["max_tokens"], at, "max_tokens")), n=int(entry.get("n", 0)),
+                        pair=pair)
+        key = (str(entry["gfx"]), int(_num(entry["cu"], at, "cu", positive=False)))
+        if pair:
+            decode_pair[key + (pair,)] = fit
+        else:
+            decode[key] = fit
+    for (g, c, pair), fit in decode_pair.items():
+        parent = decode.get((g, c))
+        if parent is None or (parent.efficiency, parent.max_tokens) != (fit.efficiency, fit.max_tokens):
+            raise CapabilityDBError(f"{where}: decode {g}/{c} pair {pair} needs a decode entry for {g}/{c} without a "
+                                    "pair with the same efficiency and max_tokens (a pair has its own fixed term "
+                                    "only)")
     gen = data["generic"]
     for key in ("efficiency", "low", "high"):
         if key not in gen:
@@ -471,7 +499,7 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
     return Priors(models=models, buckets={k: tuple(sorted(v)) for k, v in buckets.items()}, bands=bands,
                   reference=reference, decode=decode, tuned=_band(data["tuned"], f"{where}: [tuned]"),
                   interpolated=_band(data["interpolated"], f"{where}: [interpolated]"), generic=generic,
-                  backend=backend, heuristic=heuristic, provenance=dict(data["provenance"]))
+                  backend=backend, heuristic=heuristic, provenance=dict(data["provenance"]), decode_pair=decode_pair)
 
 
 @memoize(maxsize=1)
@@ -637,7 +665,8 @@ def _prior_us(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors,
 def _decode_us(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors,
                peaks: Mapping[str, Any] | None) -> tuple[float, tuple[str, str | None, int, int], DecodeFit] | None:
     """Latency plus bytes at ``m`` tokens when a ``[[decode]]`` fit for (gfx, cu), else for the arch (cu 0), covers
-    ``m``: ``fixed_us + t_mem / efficiency`` with ``t_mem`` at ``peaks`` (the target's datasheet HBM)."""
+    ``m``: ``fixed_us + t_mem / efficiency`` with ``t_mem`` at ``peaks`` (the target's datasheet HBM). The fixed term
+    is the layer's (activation, weight) pair's own (:attr:`Geometry.pair`) where the fit has one, else the fit's."""
     if peaks is None or not gfx:
         return None
     for c in (cu, 0):
@@ -645,6 +674,7 @@ def _decode_us(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors,
         if fit is not None:
             if m > fit.max_tokens:
                 return None
+            fit = priors.decode_pair.get((gfx, c, geo.pair), fit)
             t_mem = roofline_us(geo, m, peaks)[0]
             return fit.fixed_us + t_mem / fit.efficiency, ("decode", gfx, c, 0), fit
     return None
@@ -652,11 +682,30 @@ def _decode_us(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors,
 
 def _estimate(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors, ref: Mapping[str, Any] | None,
               peaks: Mapping[str, Any] | None) -> tuple[float, tuple[str, str | None, int, int]] | None:
-    """The decode fit where it covers ``m``, else the efficiency prior (bucket → arch_cu → arch)."""
+    """The decode fit where it covers ``m``, else the efficiency prior (bucket → arch_cu → arch).
+
+    Where only the arch-wide prior answers for a CU count that has a decode fit of its own (MI300X/MI325X's 304,
+    MI308X's 80 when its tuned file is missing), the arch prior's curve is scaled to meet that CU count's decode fit
+    at the fit's last token count (level ``arch_anchored``): the arch-wide prior pools every CU count of the arch and
+    misses one count's level by a constant factor, which the count's own decode rows measure (leave-one-file-out in
+    benchmarks/bench_cost_model.py: the 223 MI308X rows above 64 tokens predicted without ``tuned_fmoe.csv``, median
+    error 16.0% → 11.0%, truth/prediction 1.14 → 0.97; checked on the cu-304 rows it was not chosen on: 14.4% →
+    13.6%, p90 42.6% → 39.5%).
+    """
     found = _decode_us(geo, m, gfx, cu, priors, peaks)
     if found is not None:
         return found[0], found[1]
-    return _prior_us(geo, m, gfx, cu, priors, ref)
+    prior = _prior_us(geo, m, gfx, cu, priors, ref)
+    own = priors.decode.get((gfx, cu)) if cu else None
+    if prior is None or prior[1][0] != "arch" or own is None:
+        return prior
+    # Both at the reference product's peaks the two were fit against: the factor is the CU count's level, not a
+    # bandwidth credit (MI325X keeps MI300X's factor; its own HBM is credited by the decode fit only).
+    edge = _decode_us(geo, own.max_tokens, gfx, cu, priors, ref)
+    at_edge = _prior_us(geo, own.max_tokens, gfx, cu, priors, ref)
+    if edge is None or at_edge is None:
+        return prior  # pragma: no cover - both exist whenever ``own`` and ``prior`` do
+    return prior[0] * edge[0] / at_edge[0], ("arch_anchored", gfx, cu, 0)
 
 
 def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapping[str, Any] | None,
@@ -682,11 +731,17 @@ def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapp
         band = priors.bands.get((level, gfx, cu)) or priors.bands.get((level, gfx, 0)) or priors.generic[1:]
         where = "/".join(str(k) for k in key[1:] if k)
         if level == "decode":
-            fit = priors.decode[(gfx, key[2])]
+            fit = _decode_us(geo, m, gfx, cu, priors, peaks)[2]
             product = getattr(caps, "product", None) or "target"
-            detail = (f"decode latency plus bytes {where}: {fit.fixed_us:.1f} µs + bytes at {fit.efficiency:.0%} of "
-                      f"{product}'s {float(peaks['hbm_tbps']):g} TB/s HBM (fit on {fit.n} clean tuned rows with "
+            mine = priors.decode[(gfx, key[2])]
+            fixed = (f"{fit.fixed_us:.1f} µs ({fit.pair}'s own, fit on its {fit.n} clean tuned rows)" if fit.pair else
+                     f"{fit.fixed_us:.1f} µs")
+            detail = (f"decode latency plus bytes {where}: {fixed} + bytes at {fit.efficiency:.0%} of "
+                      f"{product}'s {float(peaks['hbm_tbps']):g} TB/s HBM (fit on {mine.n} clean tuned rows with "
                       f"<= {fit.max_tokens} tokens)")
+        elif level == "arch_anchored":
+            detail = (f"roofline with the arch prior {gfx} (fit against {ref_product or 'target'} peaks), scaled to "
+                      f"meet the decode fit {where} at {priors.decode[(gfx, cu)].max_tokens} tokens")
         else:
             detail = f"roofline with {level} prior {where} (fit against {ref_product or 'target'} peaks)"
     else:
@@ -747,6 +802,23 @@ def fit_decode(points: Iterable[tuple[float, float]], *, iterations: int = 60) -
     if a < 0.0:                 # no negative latency: all of it is bytes
         a, b = 0.0, max(solve(None, 0.0)[1], 1.0)
     return max(a, 0.0), 1 / b
+
+
+def fit_decode_fixed(points: Iterable[tuple[float, float]], efficiency: float) -> float:
+    """``fixed_us`` of ``us ≈ fixed_us + t_mem / efficiency`` over ``points`` = ``(t_mem, us)`` with the
+    ``efficiency`` given (a pair's own fixed term under its (arch, CU count) fit's bandwidth share): least absolute
+    relative deviations, exactly — ``|(a + t/e)/u − 1| = |a − (u − t/e)| / u``, so ``a`` is the median of
+    ``u − t/e`` weighted by ``1/u`` (the lower one on a tie). Never negative."""
+    pts = sorted((float(u) - float(t) / efficiency, 1 / float(u)) for t, u in points if u > 0)
+    if not pts:
+        raise ValueError("fit_decode_fixed needs at least 1 point")
+    half = sum(w for _v, w in pts) / 2
+    acc = 0.0
+    for value, w in pts:
+        acc += w
+        if acc >= half:
+            return max(value, 0.0)
+    return max(pts[-1][0], 0.0)  # pragma: no cover - float rounding only
 
 
 def interpolate(m: int, lo: tuple[int, float], hi: tuple[int, float],

@@ -12,12 +12,12 @@ Everything here is a pure function of values; the CSV and priors loading behind 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from moedispatch.core.errors import UsageError
 from moedispatch.core.families import BACKEND_OF_FAMILY, family_of
 from moedispatch.core.reason import Reason
-from moedispatch.core.workload import SERVING_BUCKETS, Runtime
+from moedispatch.core.workload import Runtime
 from moedispatch.aiter import dispatch as aiter_dispatch
 from moedispatch.aiter.key import Assumptions
 from moedispatch.core.backend import Padding, round_up
@@ -222,19 +222,35 @@ def _fixed(hit: Any) -> str:
     return f"; fixed upstream by {hit.fixed_by}" if getattr(hit, "fixed_by", None) else ""
 
 
+def _where(hits: Sequence[Any]) -> str:
+    """``K1 for tokens 1–4 (bucket 1) and K2 for tokens 64–8192 (bucket 64)``: the kernels × buckets of one issue."""
+    parts = [f"{h.kernel} for {_span(h.tokens)} (bucket {h.bucket})" for h in hits]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _by_issue(hits: Iterable[Any]) -> list[list[Any]]:
+    """Hits of one known issue with the same effect and workaround, grouped (in order of first appearance): one
+    issue met at several kernels × buckets is said once."""
+    groups: dict[tuple, list[Any]] = {}
+    for h in hits:
+        key = (h.issue, h.effect, h.workaround, h.workaround_env, h.token_cap, h.raises, h.blocking, h.severity)
+        groups.setdefault(key, []).append(h)
+    return list(groups.values())
+
+
 def blocking_reasons(dispatch: Any) -> tuple[Reason, ...]:
     """Known wrong-output kernels AITER would pick for some token count, with no workaround: reject the path."""
     out = []
-    for hit in dispatch.issues:
-        if not hit.blocking:
-            continue
+    for hits in _by_issue(h for h in dispatch.issues if h.blocking):
+        hit = hits[0]
         if hit.raises:
             env = ", ".join(f"{k}={v}" for k, v in hit.workaround_env)
-            out.append(Reason(f"AITER cannot run this layer for {_span(hit.tokens)} (bucket {hit.bucket}): "
+            where = " and ".join(f"{_span(h.tokens)} (bucket {h.bucket})" for h in hits)
+            out.append(Reason(f"AITER cannot run this layer for {where}: "
                               f"{hit.effect}; what runs instead: {hit.workaround}" + (f" [{env}]" if env else ""),
                               "failed", hit.source, hit.issue, hit.confidence))
         else:
-            out.append(Reason(f"AITER's dispatcher runs {hit.kernel} for {_span(hit.tokens)} (bucket {hit.bucket}): "
+            out.append(Reason(f"AITER's dispatcher runs {_where(hits)}: "
                               f"{hit.effect}; no workaround known" + _fixed(hit), "failed", hit.source, hit.issue,
                               hit.confidence))
     return tuple(out)
@@ -255,13 +271,12 @@ def dispatch_reasons(dispatch: Any, backend: str, family: str | None) -> tuple[R
         out.append(Reason(f"AITER's dispatcher picks the kernel family per token count ({where}); '{backend}' "
                           "names the family moedispatch checked for this layer", "note",
                           "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py (get_2stage_cfgs)"))
-    for hit in dispatch.issues:
-        if hit.blocking:
-            continue  # blocking: reported as a rejection
+    for hits in _by_issue(h for h in dispatch.issues if not h.blocking):  # blocking: reported as a rejection
+        hit = hits[0]
         env = ", ".join(f"{k}={v}" for k, v in hit.workaround_env)
         cap = f"; or cap --max-num-batched-tokens at {hit.token_cap}" if hit.token_cap else ""
         kind = "warning" if hit.severity == "error" else "caveat"
-        out.append(Reason(f"AITER's dispatcher runs {hit.kernel} for {_span(hit.tokens)} (bucket {hit.bucket}): "
+        out.append(Reason(f"AITER's dispatcher runs {_where(hits)}: "
                           f"{hit.effect}. Workaround: {hit.workaround}" + (f" [{env}]" if env else "") + cap
                           + _fixed(hit),
                           kind, hit.source, hit.issue, hit.confidence))
