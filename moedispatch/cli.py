@@ -385,16 +385,21 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         from moedispatch.plan.whatif import plan_what_if
 
         plan = _replace(plan, what_if=plan_what_if(plan, registry.backends))
+    recipe = None
+    if args.recipe:
+        from moedispatch.engines.recipes import build_recipe, render_recipe
+
+        recipe = build_recipe(plan, args.recipe, args.engine_version)
     if args.html is not None:
         if not args.html.strip():
             raise UsageError("--html needs a file name, got ''")
         from moedispatch.render.html import write_html
 
-        write_html(plan, args.html, first_line=first_line)
-    if args.recipe:
-        from moedispatch.engines.recipes import build_recipe, render_recipe
-
-        recipe = build_recipe(plan, args.recipe, args.engine_version)
+        launch = None
+        if recipe is not None and recipe.command:  # the recipe's environment, then its command (as the text shows)
+            launch = "".join(f"export {e['name']}={e['value']}\n" for e in recipe.env) + recipe.command
+        write_html(plan, args.html, first_line=first_line, launch=launch)
+    if recipe is not None:
         _print(fit(render_recipe(plan, args.recipe, fmt=args.format, recipe=recipe), args.width, shell=True))
         if plan.ok and not recipe.ok:  # no safe launch: exit 3 with the reasons (never a command known to be wrong)
             sys.stderr.write(f"moedispatch: no safe {args.recipe} {recipe.version} launch for this plan: "

@@ -273,3 +273,60 @@ def test_the_header_says_where_the_target_came_from_in_words(maverick_page):
     """Newcomer minor 7: one provenance notation, the text output's, not a bare "[flag]"."""
     html = maverick_page[0].read_text()
     assert "[flag]" not in html and "(from --target)" in html
+
+
+# -- the per-bucket band, severe warnings first, the launch (issue 27: the HTML page) ---------------------------------
+
+@pytest.fixture(scope="module")
+def minimax_page(tmp_path_factory):
+    """MiniMax-M3-MXFP4 TP8 on MI355X / AITER 0.1.20.post1 with its vLLM recipe: AITER runs CK-Tile 1–64 tokens and
+    FlyDSL from 512 at the plan's allocation (the dispatch model's steps)."""
+    from conftest import run_cli
+
+    page = tmp_path_factory.mktemp("html-band") / "plan.html"
+    proc = run_cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--aiter-version", "0.1.20.post1",
+                   "--tp", "8", "--tokens", "1,8,64,512,4096", "--recipe", "vllm", "--html", str(page))
+    assert proc.returncode == 0, proc.stderr
+    return page, proc.stdout
+
+
+def test_the_chart_has_a_strip_of_what_aiter_runs_per_bucket(minimax_page):
+    text = minimax_page[0].read_text()
+    steps = re.findall(r'<rect class="band-step" data-family="(\w+)"[^>]*><title>tokens ([^:]+):', text)
+    assert steps[:2] == [("cktile", "1"), ("cktile", "8–64")] and ("flydsl", "512") in steps
+    assert "the strip: which AITER family runs at which tokens" in text
+
+
+def test_the_launch_is_on_the_page_with_its_environment(minimax_page):
+    text, recipe = minimax_page[0].read_text(), minimax_page[1]
+    launch = html.unescape(re.search(r'<pre class="launch mono" id="launch">([^<]*)</pre>', text).group(1))
+    assert "export GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0" in launch and "vllm serve amd/MiniMax-M3-MXFP4" in launch
+    assert launch.split("vllm serve")[1] in recipe  # the recipe's own command, not another one
+
+
+def test_emulation_and_crash_warnings_come_first_styled_as_errors():
+    from moedispatch.render.html import render_html
+
+    doc = {"schema": "moedispatch.explain/1", "model": {"name": "m"}, "target": {"gfx": "gfx942"},
+           "parallel": {"tp": 1, "ep": 1}, "layers": [], "warnings": ["plain one", "57 MoE layer(s) run on emulation",
+                                                                       "memory fault at M 304"]}
+    text = render_html(doc)
+    severe = text.index('id="severe-warnings"')
+    assert severe < text.index('id="warnings"') and severe < text.index("run on emulation") < text.index("plain one")
+    assert text.index("memory fault") < text.index('id="warnings"')
+
+
+@needs_chromium
+def test_chromium_draws_the_band(minimax_page, tmp_path):
+    probe = """<script>
+    var r = Array.prototype.slice.call(document.querySelectorAll('rect.band-step')).map(function (e) {
+      var b = e.getBoundingClientRect(); return [e.dataset.family, Math.round(b.width), Math.round(b.height)]; });
+    document.body.setAttribute('data-probe', JSON.stringify(r));
+    </script></body>"""
+    probed = tmp_path / "probed.html"
+    probed.write_text(minimax_page[0].read_text(encoding="utf-8").replace("</body>", probe), encoding="utf-8")
+    proc = _browser(tmp_path, "--virtual-time-budget=3000", "--dump-dom", probed.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rects = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', proc.stdout).group(1)))
+    assert {f for f, _, _ in rects} >= {"cktile", "flydsl"}
+    assert all(w > 10 and h >= 16 for _, w, h in rects)  # drawn, not collapsed

@@ -10,20 +10,28 @@ import os
 import re
 from typing import Any
 
-__all__ = ["colour_enabled", "colourize", "RED", "YELLOW", "RESET"]
+__all__ = ["colour_enabled", "colourize", "is_severe", "RED", "YELLOW", "RESET"]
 
 RED, YELLOW, RESET = "\x1b[31m", "\x1b[33m", "\x1b[0m"
+
+#: A warning about what must not serve as is: the emulation path (not for serving) or a GPU fault / crash. The text
+#: report colours its label red and the HTML page styles it as an error (one rule for both).
+_SEVERE = r"\bemulation\b|\b(?:memory (?:access )?fault|crash)"
 
 # (pattern of the part to colour, colour); the first that matches a line wins.
 _RULES = [
     (re.compile(r"→ (NO BACKEND|emulation)\b"), RED),                         # explain: a group's verdict
-    (re.compile(r"^(?: {4})?(warning)(?= .*\bemulation\b)"), RED),           # explain: emulation is not for serving
-    (re.compile(r"^(?: {4})?(warning)(?= .*\b(?:memory (?:access )?fault|crash))"), RED),  # a crash warning
+    (re.compile(rf"^(?: {{4}})?(warning)(?= .*(?:{_SEVERE}))"), RED),         # emulation / crash warnings
     (re.compile(r"^(?: {4})?(warning)\b"), YELLOW),                          # explain: plan and group warnings
     (re.compile(r"^  (ERROR)\b"), RED), (re.compile(r"^  (WARNING)\b"), YELLOW),           # lint
     (re.compile(r"^# (NO SAFE LAUNCH)\b"), RED), (re.compile(r"^# (WARNING):"), YELLOW),   # recipes
     (re.compile(r"^  (FAIL)\b"), RED),                                        # verify
 ]
+
+
+def is_severe(text: str) -> bool:
+    """Whether a warning is about what must not serve as is (emulation, a GPU fault or crash)."""
+    return re.search(_SEVERE, text) is not None
 
 
 def colour_enabled(stream: Any, environ: Any = None) -> bool:

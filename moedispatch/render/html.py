@@ -17,6 +17,7 @@ import os
 from html import escape
 from typing import Any, Sequence
 
+from moedispatch._util.colour import is_severe
 from moedispatch.core.errors import UsageError
 from moedispatch.plan.plan import layer_span, plan_to_json
 from moedispatch.render.explain import TARGET_WHY
@@ -84,8 +85,11 @@ table.dispatch th, table.dispatch td { border: 1px solid var(--line); padding: 3
        vertical-align: top; }
 table.dispatch th { background: #f0f0f0; }
 .chart { display: block; margin: 6px 0; } .chart text { font-size: 11px; fill: #444; }
-.warn { background: #fff8e1; border: 1px solid #f3d27a; border-radius: 6px; padding: 8px 14px; }
+.warn { background: #fff8e1; border: 1px solid #f3d27a; border-radius: 6px; padding: 8px 14px; margin: 6px 0; }
 .warn li { margin: 3px 0; }
+.warn.severe { background: #fdecea; border-color: #e57373; } .warn.severe .kind { color: #b00020; border-color: #e57373; }
+.chart .band text { font-size: 10px; fill: #fff; } .launch { white-space: pre-wrap; background: #f4f4f4;
+       border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; }
 a { color: #0b57d0; }
 """
 
@@ -130,6 +134,35 @@ def _span(indices: Sequence[int]) -> str:
     return layer_span(list(indices))
 
 
+def _band(steps: Sequence[dict[str, Any]], tokens: Sequence[int], px: Any, x_lo: float, x_hi: float,
+          y: float) -> str:
+    """The per-bucket strip: one rectangle per dispatch step, from halfway to the previous planned token count to
+    halfway to the next (log scale), coloured as the family's backend, named inside when it fits."""
+    xs = [px(t) for t in tokens]
+    edges = [x_lo] + [(a + b) / 2 for a, b in zip(xs, xs[1:])] + [x_hi]
+    out = ['<g class="band" data-steps="%d">' % len(steps)]
+    for st in steps:
+        lo, hi = (list(st.get("tokens") or []) + [None, None])[:2]
+        if lo is None or hi is None:
+            continue
+        inside = [i for i, t in enumerate(tokens) if lo <= t <= hi]
+        if not inside:
+            continue
+        x0, x1 = edges[inside[0]], edges[inside[-1] + 1]
+        fam = str(st.get("family") or "?")
+        color = NONE_COLOR if st.get("raises") else backend_color(f"aiter-{fam}")
+        span = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        what = f"AITER raises: {st['raises']}" if st.get("raises") else (
+            f"{fam} {st.get('stages', '')}-stage: {' + '.join(st.get('kernels') or [])}")
+        out.append(f'<rect class="band-step" data-family="{_e(fam)}" x="{x0 + 0.5:.1f}" y="{y:.1f}" '
+                   f'width="{max(x1 - x0 - 1, 1):.1f}" height="18" rx="3" fill="{color}"><title>tokens {_e(span)}: '
+                   f'{_e(what)}</title></rect>')
+        if x1 - x0 > 6 * len(fam) + 6:
+            out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y + 13:.1f}" text-anchor="middle">{_e(fam)}</text>')
+    out.append(f'<text x="{x_hi + 8:.1f}" y="{y + 13:.1f}" style="fill:#444">AITER runs</text></g>')
+    return "".join(out)
+
+
 def _fmt_us(us: float) -> str:
     if us >= 1_000_000:
         return f"{us / 1e6:,.2f} s"
@@ -149,15 +182,18 @@ def _tokens(n: int) -> str:
     return f"{n} token" if n == 1 else f"{n} tokens"
 
 
-def _chart(series: Sequence[tuple[str, str, Sequence[dict[str, Any]]]], title: str) -> str:
-    """An inline SVG of predicted time (µs, log) vs tokens (log): one line per series with its low–high band."""
+def _chart(series: Sequence[tuple[str, str, Sequence[dict[str, Any]]]], title: str,
+           dispatch: Sequence[dict[str, Any]] = ()) -> str:
+    """An inline SVG of predicted time (µs, log) vs tokens (log): one line per series with its low–high band; with
+    ``dispatch`` (the chosen path's AITER steps), a strip under the x axis of which family runs at which tokens."""
     points = [c for _, _, costs in series for c in costs if c.get("us")]
     if not points:
         return ""
     tokens = sorted({int(c["tokens"]) for c in points})
     lows = [float(c.get("low") or c["us"]) for c in points]
     highs = [float(c.get("high") or c["us"]) for c in points]
-    w, h, left, right, top, bottom = 560, 220, 64, 150, 14, 34
+    strip = 26 if dispatch else 0
+    w, h, left, right, top, bottom = 560, 220 + strip, 64, 150, 14, 34 + strip
     x0, x1 = math.log10(max(tokens[0], 1)), math.log10(max(tokens[-1], 1))
     if x1 - x0 < 1e-9:
         x0, x1 = x0 - 0.5, x1 + 0.5
@@ -186,7 +222,10 @@ def _chart(series: Sequence[tuple[str, str, Sequence[dict[str, Any]]]], title: s
         if y0 <= math.log10(value) <= y1:
             out.append(f'<line x1="{left}" x2="{w - right}" y1="{py(value):.1f}" y2="{py(value):.1f}" stroke="#eee"/>'
                        f'<text x="{left - 6}" y="{py(value) + 4:.1f}" text-anchor="end">{_tick(value)}</text>')
-    out.append(f'<text x="{(left + w - right) / 2:.0f}" y="{h - 4}" text-anchor="middle">tokens per call</text>')
+    out.append(f'<text x="{(left + w - right) / 2:.0f}" y="{h - strip - 4}" text-anchor="middle">tokens per call'
+               '</text>')
+    if dispatch:
+        out.append(_band(dispatch, tokens, px, left, w - right, h - strip + 2))
     for n, (name, color, costs) in enumerate(series):
         pts = sorted((int(c["tokens"]), float(c["us"]), float(c.get("low") or c["us"]), float(c.get("high") or c["us"]))
                      for c in costs if c.get("us"))
@@ -272,8 +311,10 @@ def _group_section(n: int, group: dict[str, Any], entry: dict[str, Any]) -> str:
         if rej.get("cost"):
             series.append((rej["backend"], backend_color(rej["backend"]), rej["cost"]))
     if series:
-        parts.append("<div><b>predicted time vs tokens</b> (one rank, one layer; band: low–high)"
-                     + _chart(series, f"predicted time of {_span(idx)}") + "</div>")
+        parts.append("<div><b>predicted time vs tokens</b> (one rank, one layer; band: low–high"
+                     + ("; the strip: which AITER family runs at which tokens" if entry.get("aiter_dispatch") else "")
+                     + ")" + _chart(series, f"predicted time of {_span(idx)}", entry.get("aiter_dispatch") or ())
+                     + "</div>")
     rejected = entry.get("rejected") or []
     if rejected:
         parts.append(f"<div><b>not chosen</b> ({len(rejected)})")
@@ -290,8 +331,9 @@ def _group_section(n: int, group: dict[str, Any], entry: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def render_html(doc: dict[str, Any], *, first_line: str | None = None) -> str:
-    """The page for an explain JSON document (``plan_to_json(plan)``)."""
+def render_html(doc: dict[str, Any], *, first_line: str | None = None, launch: str | None = None) -> str:
+    """The page for an explain JSON document (``plan_to_json(plan)``); ``launch``: the recipe's command (``explain
+    --recipe E --html``), shown under the header."""
     layers = doc["layers"]
     groups = doc.get("groups") or [{"layers": [entry["index"]]} for entry in layers]
     group_of = {i: n for n, g in enumerate(groups) for i in g["layers"]}
@@ -339,6 +381,8 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None) -> str:
     body.append(f'<div class="meta">target {_e(head)} ({_e(why)}) · tp={_e(par.get("tp"))} '
                 f'ep={_e(par.get("ep"))} · {len(moe)} MoE of {len(layers)} layers · plan fingerprint '
                 f'<code>{_e(doc.get("fingerprint", ""))}</code></div>')
+    if launch:
+        body.append('<h2>Launch</h2><pre class="launch mono" id="launch">' + _e(launch) + "</pre>")
     body.append('<h2>Layer map</h2><div class="legend">' + "".join(legend) + "</div>")
     body.append(f'<div class="map" id="layer-map" data-layers="{len(layers)}">' + "".join(cells) + "</div>")
     body.append('<div class="meta">Hover a cell to see its group; click it to jump to the decision.</div>')
@@ -347,8 +391,14 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None) -> str:
         body.append("<h2>Predicted MoE time per forward pass (one rank)</h2>"
                     + _chart(series, "predicted MoE time per forward pass"))
     if doc.get("warnings"):
-        body.append('<h2>Warnings</h2><div class="warn" id="warnings">'
-                    + _reason_items(doc.get("warning_details") or [], doc["warnings"]) + "</div>")
+        details = doc.get("warning_details") or [{"text": t, "kind": "warning"} for t in doc["warnings"]]
+        severe = [d for d in details if is_severe(d.get("text", ""))]
+        other = [d for d in details if not is_severe(d.get("text", ""))]
+        body.append("<h2>Warnings</h2>")
+        if severe:  # what must not serve as is (emulation, a GPU fault or crash): first, styled as errors
+            body.append('<div class="warn severe" id="severe-warnings">' + _reason_items(severe, []) + "</div>")
+        if other:
+            body.append('<div class="warn" id="warnings">' + _reason_items(other, []) + "</div>")
     body.append("<h2>Decisions by group</h2>")
     for n, group in enumerate(groups):
         body.append(_group_section(n, group, by_index[group["layers"][0]]))
@@ -360,10 +410,10 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None) -> str:
             + "\n".join(body) + f"<script>{_JS}</script></body></html>\n")
 
 
-def write_html(plan: Any, path: str, *, first_line: str | None = None) -> str:
+def write_html(plan: Any, path: str, *, first_line: str | None = None, launch: str | None = None) -> str:
     """Write the page of ``plan`` to ``path`` (atomically: a temporary file renamed into place); a one-line
     :class:`UsageError` when the path cannot be written. Returns the path."""
-    text = render_html(plan_to_json(plan), first_line=first_line)
+    text = render_html(plan_to_json(plan), first_line=first_line, launch=launch)
     target = os.path.abspath(path)
     folder = os.path.dirname(target)
     if os.path.isdir(target):
