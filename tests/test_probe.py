@@ -672,3 +672,20 @@ def test_malformed_installed_tuned_csv_is_a_probe_warning_with_file_and_line(mon
     report = probe(refresh=True, try_import=False)
     problems = [n for n in report.aiter.notes if n.startswith("tuned CSV problem:")]
     assert any("aiter/configs/tuned_fmoe.csv:3:" in n for n in problems), report.aiter.notes
+
+
+def test_probe_reports_the_versions_that_decide_what_runs(tmp_path, monkeypatch):
+    """Newcomer minor 15: probe lacked ROCm, driver, kernel, OS, Python and moedispatch versions (vllm collect-env
+    reports them). ROCm's own version file is read under ROCM_PATH; what cannot be read is null with the reason."""
+    import platform
+
+    from moedispatch.probe.system import system_versions
+
+    (tmp_path / ".info").mkdir()
+    (tmp_path / ".info" / "version").write_text("7.1.0-42\n")
+    got = system_versions({"ROCM_PATH": str(tmp_path)})
+    assert got["rocm"] == "7.1.0-42" and got["python"] == platform.python_version()
+    assert got["kernel"] == platform.release() and got["os"] == platform.platform()
+    assert "rocm" not in got.get("unknown", {})
+    missing = system_versions({"ROCM_PATH": str(tmp_path / "nope")})
+    assert missing["rocm"] is None and "nope" in missing["unknown"]["rocm"]

@@ -493,14 +493,45 @@ def _aiter_dict(report: ProbeReport) -> dict[str, Any]:
 NODE_ENV_PREFIXES = ("AITER_", "VLLM_", "SGLANG_", "GPTOSS_", "MOEDISPATCH_")
 
 
+#: Where the ROCm release and the amdgpu kernel driver say their versions (ROCm installs write
+#: ``$ROCM_PATH/.info/version``; the amdgpu module exports ``/sys/module/amdgpu/version`` when loaded as a DKMS module).
+ROCM_VERSION_FILE = os.path.join(".info", "version")
+AMDGPU_VERSION_FILE = "/sys/module/amdgpu/version"
+
+
+def _first_line(path: str) -> tuple[str | None, str | None]:
+    """(the file's first line, None) or (None, why it could not be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return (fh.readline().strip() or None), None
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+
+
+def system_versions(environ: Any = None) -> dict[str, Any]:
+    """What ``vllm collect-env`` reports that decides what runs: Python, moedispatch, the OS and kernel, the ROCm
+    release and the amdgpu driver (each ``None`` with an ``unknown`` reason when it cannot be read)."""
+    import platform
+
+    env = os.environ if environ is None else environ
+    rocm_root = env.get("ROCM_PATH") or "/opt/rocm"
+    rocm, rocm_why = _first_line(os.path.join(rocm_root, ROCM_VERSION_FILE))
+    driver, driver_why = _first_line(AMDGPU_VERSION_FILE)
+    unknown = {k: v for k, v in (("rocm", rocm_why), ("amdgpu_driver", driver_why)) if v}
+    return {"python": platform.python_version(), "moedispatch": dist_version("moedispatch"),
+            "os": platform.platform(), "kernel": platform.release(), "rocm": rocm, "amdgpu_driver": driver,
+            **({"unknown": unknown} if unknown else {})}
+
+
 def node_identity(environ: Any = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """({"host": …}, the AITER/engine environment of this process): what a fleet needs to tell nodes apart and plan
-    each as its processes will run (CU_NUM and the prefixes in :data:`NODE_ENV_PREFIXES`)."""
+    """({"host": …, "system": …}, the AITER/engine environment of this process): what a fleet needs to tell nodes
+    apart and plan each as its processes will run (CU_NUM and the prefixes in :data:`NODE_ENV_PREFIXES`), and the
+    versions that decide what runs there (:func:`system_versions`)."""
     import socket
 
     env = os.environ if environ is None else environ
     keep = {k: v for k, v in sorted(env.items()) if k.startswith(NODE_ENV_PREFIXES) or k == "CU_NUM"}
-    return {"host": socket.gethostname()}, keep
+    return {"host": socket.gethostname(), "system": system_versions(env)}, keep
 
 
 def report_to_dict(report: ProbeReport, *, node: Any = None) -> dict[str, Any]:
@@ -588,6 +619,12 @@ def render_probe(report: ProbeReport, fmt: str = "table", *, node: Any = None) -
     rows = [[n, v, "probe:torch" if n == "torch.version.hip" else f"files:{n}"] for n, v in report.packages]
     rows += [[n, "-", why] for n, why in report.missing_packages]
     out += _table(rows)
+    system = (node[0].get("system") if node is not None else None) or {}
+    if system:
+        unknown = system.get("unknown") or {}
+        out.append("System")
+        out += _table([[k, str(system.get(k) or f"unknown ({unknown.get(k, 'not found')})")]
+                       for k in ("python", "moedispatch", "os", "kernel", "rocm", "amdgpu_driver")])
     if report.notes:
         out.append("Notes")
         out += [f"  - {n}" for n in report.notes]
