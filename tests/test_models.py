@@ -389,3 +389,17 @@ def test_mutated_configs_give_a_model_error_or_a_valid_spec(cfg):
     except ModelError:
         return
     assert len(layers) == len(s.layers)
+
+
+def test_situ_constants_are_read_under_the_engines_config_keys():
+    """Kimi-K3's SiTU constants: vLLM (transformers_utils/configs/kimi_linear.py) and SGLang (models/kimi_k3.py) read
+    activation_situ_beta / activation_situ_linear_beta from config.json; AITER's own names are accepted too."""
+    cfg = copy.deepcopy(next(e for e in builtin_models() if e["name"] == "Kimi-K3-MXFP4")["config"])
+    cfg.update(activation_situ_beta=4.0, activation_situ_linear_beta=25.0)
+    spec = parse_config(cfg, name="k3", source="path")
+    assert spec.activation == "situv2" and dict(spec.activation_params) == {"beta": 4.0, "linear_beta": 25.0}
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("activation_situ")}
+    cfg["situ_beta"] = 2.0
+    assert dict(parse_config(cfg, name="k3", source="path").activation_params) == {"beta": 2.0}
+    cfg.pop("situ_beta")
+    assert parse_config(cfg, name="k3", source="path").activation_params == ()

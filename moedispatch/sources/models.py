@@ -187,10 +187,17 @@ def _activation(text: dict[str, Any], model_type: str, where: str) -> tuple[str,
     if act_l in _SITU:
         # Kimi-K3's SiTU (vLLM MoEActivation.SITU) runs as AITER ActivationType.Situv2, whose beta / linear_beta the
         # kernel bakes in (None -> 1.0): ROCm/aiter@v0.1.19:aiter/fused_moe.py (situ_beta, situ_linear_beta;
-        # ROCm/aiter#4397). Only the values the config states are kept.
-        params = tuple((name, _num(text[key], f"{where}.{key}")) for name, key in
-                       (("beta", "situ_beta"), ("linear_beta", "situ_linear_beta")) if text.get(key) is not None)
-        return "situv2", params
+        # ROCm/aiter#4397). The engines read them from the config as activation_situ_beta /
+        # activation_situ_linear_beta (vllm-project/vllm@v0.33.0:vllm/transformers_utils/configs/kimi_linear.py;
+        # sgl-project/sglang@v0.5.23:python/sglang/srt/models/kimi_k3.py); AITER's own names are read when a config
+        # uses them instead. Only the values the config states are kept.
+        params = []
+        for name, keys in (("beta", ("activation_situ_beta", "situ_beta")),
+                           ("linear_beta", ("activation_situ_linear_beta", "situ_linear_beta"))):
+            key = next((k for k in keys if text.get(k) is not None), None)
+            if key is not None:
+                params.append((name, _num(text[key], f"{where}.{key}")))
+        return "situv2", tuple(params)
     if act_l in ("silu", "swish", "swiglu"):
         return "silu", ()
     if act_l.startswith("gelu") or act_l == "geglu":
