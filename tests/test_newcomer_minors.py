@@ -215,3 +215,14 @@ def test_aliases_are_suggested_said_and_listed(monkeypatch):
     assert "deepseek-ai/DeepSeek-V3, deepseek-ai/DeepSeek-R1" in table
     rows = {r["name"]: r for r in json.loads(run(["models", "--format", "json"], monkeypatch)[1])["models"]}
     assert "deepseek-ai/DeepSeek-R1" in rows["DeepSeek-V3"]["aliases"]
+
+
+def test_a_dispatch_step_with_other_activations_says_it_is_aiters_own_policy(monkeypatch):
+    """Minor 12: MiniMax's aiter line said tokens 1–64 run CK-Tile with bf16 activations while 'not aiter-cktile'
+    said CK-Tile would not apply the checkpoint's MXFP4 activation QDQ; the reconciliation was 10 lines further down.
+    A step whose activations are not the checkpoint's now says so on its own line."""
+    out = run(["explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--aiter-version", "0.1.20.post1",
+               "--tp", "8"], monkeypatch)[1]
+    steps = [line.strip() for line in out.splitlines() if "tokens 1:" in line or "tokens 512:" in line]
+    assert "bf16 activations (AITER's own activation policy, not the checkpoint's mxfp4: see why)" in steps[0]
+    assert "mxfp4 activations — " in steps[1] and "own activation policy" not in steps[1]

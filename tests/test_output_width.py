@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pty
+import re
 import subprocess
 
 import pytest
@@ -110,6 +111,8 @@ def test_explain_in_a_real_80_column_terminal():
     os.close(master)
     assert proc.wait(timeout=120) == 0, proc.stderr.read()
     text = b"".join(chunks).decode().replace("\r\n", "\n")
+    # A terminal shows colour escape codes as no width (labels are coloured after fitting): measure what it shows.
+    text = re.sub("\x1b\\[[0-9;]*m", "", text)
     assert text.startswith("model   Qwen3-30B-A3B") and "layers 0–47 (48 MoE) → " in text
     assert_fits(text, 80)
     assert max(len(line) for line in text.splitlines() if "/" not in line) <= 80

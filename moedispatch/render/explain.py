@@ -51,7 +51,9 @@ _AITER_WHY = {"default": "default: the newest capability_db knows", "flag": "--a
               "env": "MOEDISPATCH_TARGET", "probe": "installed", "installed": "installed in this Python"}
 
 
-def _step_line(step: Any) -> str:
+def _step_line(step: Any, act: str | None = None) -> str:
+    """One AITER dispatch step; ``act``: the checkpoint's activation quantization, so a step that runs other
+    activations says at once that this is AITER's own policy (its reason is under "why")."""
     lo, hi = step.tokens
     toks = f"{lo}" if lo == hi else f"{lo}–{hi}"
     why = f"tuned row {step.config}" if step.basis == "tuned" else "AITER heuristic"
@@ -59,8 +61,11 @@ def _step_line(step: Any) -> str:
         return f"tokens {toks}: AITER raises — {step.raises}"
     kernels = " + ".join(step.kernels)
     split = f", split-K {step.ksplit}" if getattr(step, "ksplit", 0) > 1 else ""
+    policy = (f" (AITER's own activation policy, not the checkpoint's {act}: see why)"
+              if act and step.activation_dtype and act not in ("bf16", "fp16") and step.activation_dtype != act
+              else "")
     return (f"tokens {toks}: {step.family} {step.stages}-stage {kernels}, block_m {step.block_m}{split}, "
-            f"{step.activation_dtype} activations — {why}")
+            f"{step.activation_dtype} activations{policy} — {why}")
 
 
 def _costs_line(costs: Sequence[Any], *, basis: bool = True) -> str:
@@ -174,7 +179,7 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
                 lines.append("    padding none needed")
         if d.dispatch is not None:
             for n, step in enumerate(d.dispatch.steps):
-                lines += wrapped(_step_line(step), "    aiter   " if n == 0 else "            ")
+                lines += wrapped(_step_line(step, layer.act.dtype), "    aiter   " if n == 0 else "            ")
             for assumption in d.dispatch.assumptions:
                 lines += wrapped(f"assumes {assumption}", "            ")
         if d.cost:
