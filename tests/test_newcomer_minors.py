@@ -226,3 +226,19 @@ def test_a_dispatch_step_with_other_activations_says_it_is_aiters_own_policy(mon
     steps = [line.strip() for line in out.splitlines() if "tokens 1:" in line or "tokens 512:" in line]
     assert "bf16 activations (AITER's own activation policy, not the checkpoint's mxfp4: see why)" in steps[0]
     assert "mxfp4 activations — " in steps[1] and "own activation policy" not in steps[1]
+
+
+def test_lint_checks_the_command_line_without_the_model(monkeypatch, tmp_path):
+    """Minor 20: an HF repo id not in the local cache stopped lint (exit 2), although option and environment findings
+    need no config. Now those are reported, with a warning that the plan's checks did not run."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    code, out, err = run(["lint", "--target", "MI355X", "--format", "json", "--", "vllm", "serve", "acme/Nothing-MoE",
+                          "--tensor-paralel-size", "8", "--moe-backend", "aiter"], monkeypatch)
+    doc = json.loads(out)
+    assert code == 3 and doc["model"] == "acme/Nothing-MoE"
+    messages = [(f["severity"], f["message"]) for f in doc["findings"]]
+    assert any(s == "error" and "--tensor-paralel-size" in m for s, m in messages)
+    assert any(s == "error" and "--moe-backend aiter without VLLM_ROCM_USE_AITER=1" in m for s, m in messages)
+    (warn,) = [f for f in doc["findings"] if "cannot read the launch's model" in f["message"]]
+    assert warn["severity"] == "warning" and "none of the MoE plan's checks ran" in warn["message"]
+    assert warn["fix"].startswith("fetch its config.json first (hf download acme/Nothing-MoE config.json)")

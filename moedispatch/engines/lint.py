@@ -34,6 +34,7 @@ from moedispatch.probe.targets import resolve_capabilities
 from moedispatch.selector import plugins
 from moedispatch.core.workload import Runtime
 from moedispatch.sources.models import ModelSpec, load_model
+from moedispatch.sources.checkpoint import is_repo_id
 
 __all__ = ["Launch", "Finding", "parse_launch", "lint_launch", "render_lint", "SCHEMA"]
 
@@ -401,24 +402,25 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     ref = model or launch.model
     if spec is None and not ref:
         raise UsageError("the launch names no model: pass --model REF")
+    unreadable = None
     try:
         spec = spec if spec is not None else load_model(ref)
     except MoedispatchError as exc:
-        raise UsageError(f"cannot read the launch's model {ref!r} ({exc}); pass --model with a built-in name, "
-                         "a checkpoint folder or config.json") from None
+        if model or not is_repo_id(str(ref).strip()):  # a --model the user typed, a path, a name: bad input
+            raise UsageError(f"cannot read the launch's model {ref!r} ({exc}); pass --model with a built-in name, "
+                             "a checkpoint folder or config.json") from None
+        unreadable = exc  # the launch's HF repo id, not in the local cache: check what needs no model
     caps, first_line = resolve_capabilities(target, aiter_version)
     tp, ep = _plan_layout(launch)
-    findings: list[Finding] = []
-    if Version(version) > Version(eng["newest"]):  # as the recipe says it: assumed, never silently
-        findings.append(Finding("warning", f"--engine-version {version}: {engine} {version} is newer than the newest "
-                                f"release capability_db knows ({eng['newest']}); its rules and options are assumed "
-                                f"from {eng['newest']}", None, None))
-    opts = engine_options(engine, version)
-    for tok, hint in unknown_options(launch, version):
-        findings.append(Finding("error", f"{engine} {version} has no option {tok}{hint}: its argument parser rejects "
-                                "the launch (and moedispatch planned without it)", opts["source"] if opts else None,
-                                None))
+    findings = _launch_findings(launch, engine, version, eng)
     warnings = [first_line] if first_line else []
+    if unreadable is not None:
+        # What needs only the command line and its environment is still checked (newcomer minor 20); the plan is not.
+        findings.append(Finding("warning", f"cannot read the launch's model {ref!r} ({unreadable}): only the command "
+                                "line and its environment were checked — none of the MoE plan's checks ran", None,
+                                f"fetch its config.json first (hf download {ref} config.json) or pass --model with a "
+                                "built-in name, a checkpoint folder or config.json"))
+        return _doc(launch, version, str(ref), caps, tp, ep, findings, warnings)
     try:
         # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
         plan = plan_model(spec, caps, tp, ep, warnings=warnings, runtime=Runtime.build(env=launch.env))
@@ -449,9 +451,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         plan_aiter = d0.family in ("ck", "cktile", "flydsl", "asm")
         env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
         if engine == "vllm" and backend_flag == "aiter" and not on:
-            findings.append(Finding("error", f"--moe-backend aiter without {switch}=1: vLLM's AiterExperts refuses "
-                                    "(the master switch defaults to off) and the launch fails", env_src,
-                                    f"export {switch}=1"))
+            pass  # said by _launch_findings (it needs no plan)
         elif plan_aiter and not on and family != "aiter" and recipe.ok and (
                 recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS):
             # (a recipe named after the family AITER runs at the engine's allocation is the same aiter.fused_moe launch)
@@ -492,12 +492,6 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     elif moe:
         findings.append(Finding("error", "some MoE layer has no correct backend on this target: no launch runs it "
                                 "correctly", None, "see `moedispatch explain`"))
-    override = launch.env.get("AITER_CONFIG_FMOE", "").strip()
-    if override:
-        findings.append(Finding("warning", f"AITER_CONFIG_FMOE={override} replaces AITER's whole tuned set (the "
-                                "default tuned_fmoe.csv and every model_configs/*tuned_fmoe*.csv are not merged): "
-                                "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
-                                "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
     findings += _ray_env_findings(launch, version, eng, recipe)
     forwarded = _dispatch_findings(plan, launch, fix_line, findings)
     for w in plan.warnings:
@@ -506,6 +500,37 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         # The plan's other warnings (model facts, caveats the launch cannot change, a guessed target): said, as info.
         findings.append(Finding("info", w.text, w.source, None))
     return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+
+
+def _launch_findings(launch: Launch, engine: str, version: str, eng: Mapping[str, Any]) -> list[Finding]:
+    """What needs only the command line and its environment (no model, no plan): an engine release beyond the data,
+    options the engine's parser rejects, ``--moe-backend aiter`` without vLLM's AITER switch, an AITER_CONFIG_FMOE
+    that replaces AITER's whole tuned set."""
+    findings: list[Finding] = []
+    if Version(version) > Version(eng["newest"]):  # as the recipe says it: assumed, never silently
+        findings.append(Finding("warning", f"--engine-version {version}: {engine} {version} is newer than the newest "
+                                f"release capability_db knows ({eng['newest']}); its rules and options are assumed "
+                                f"from {eng['newest']}", None, None))
+    opts = engine_options(engine, version)
+    for tok, hint in unknown_options(launch, version):
+        findings.append(Finding("error", f"{engine} {version} has no option {tok}{hint}: its argument parser rejects "
+                                "the launch (and moedispatch planned without it)", opts["source"] if opts else None,
+                                None))
+    switch = eng["aiter_switch"]
+    on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
+    backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
+    if engine == "vllm" and backend_flag == "aiter" and not on:
+        env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
+        findings.append(Finding("error", f"--moe-backend aiter without {switch}=1: vLLM's AiterExperts refuses "
+                                "(the master switch defaults to off) and the launch fails", env_src,
+                                f"export {switch}=1"))
+    override = launch.env.get("AITER_CONFIG_FMOE", "").strip()
+    if override:
+        findings.append(Finding("warning", f"AITER_CONFIG_FMOE={override} replaces AITER's whole tuned set (the "
+                                "default tuned_fmoe.csv and every model_configs/*tuned_fmoe*.csv are not merged): "
+                                "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
+                                "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
+    return findings
 
 
 def _ray_env_findings(launch: Launch, version: str, eng: Mapping[str, Any], recipe: Any) -> list[Finding]:

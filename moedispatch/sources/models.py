@@ -657,7 +657,7 @@ def load_model(ref: str) -> ModelSpec:
         return spec
     if is_repo_id(ref.strip()):
         raise ModelError(f"{ref.strip()!r} is not a built-in model and is not in the local Hugging Face cache "
-                         f"({hf_cache_dir()}); moedispatch never downloads: fetch it first (e.g. huggingface-cli "
+                         f"({hf_cache_dir()}); moedispatch never downloads: fetch it first (e.g. hf "
                          f"download {ref.strip()} config.json) or pass a folder")
     if os.sep in ref or ref.startswith((".", "~")) or ref.endswith(".json"):
         raise ModelError(f"{ref}: no such file or folder")
