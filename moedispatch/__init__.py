@@ -1,6 +1,6 @@
 """moedispatch: which MoE kernel is correct on an AMD ROCm GPU, per layer, what padding it needs, and why.
 
-Public API (contract, DESIGN.md)::
+Public API (a contract: extended, never broken; docs/architecture.md)::
 
     from moedispatch import hookimpl, Backend, Verdict, Padding, Reason, select_moe_backend
 

@@ -51,7 +51,7 @@ def test_deepseek_v3_with_the_installed_aiter_names_kernels_and_rows_per_bucket(
 
 
 def test_the_installed_aiter_is_the_default_and_another_one_is_said_not_silent(cli):
-    """DESIGN.md: with an AITER installed and no --aiter-version / MOEDISPATCH_TARGET, plan for the installed one;
+    """The contract (README): with an AITER installed and no --aiter-version / MOEDISPATCH_TARGET, plan for the installed one;
     when a flag or MOEDISPATCH_AITER_VERSION says otherwise, a warning says an AITER is installed."""
     proc = cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--format", "json",
                env={"MOEDISPATCH_AITER_VERSION": ""})

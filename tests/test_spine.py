@@ -137,7 +137,7 @@ def test_table_groups_consecutive_layers_and_shows_rejections(cli):
 
 
 def test_explain_does_not_import_torch_aiter_or_amdsmi():
-    """explain with flags giving the target is pure Python (DESIGN.md; issue 8)."""
+    """explain with flags giving the target is pure Python (issue 8)."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""The plugin-facing API: :class:`Backend`, :class:`Verdict`, :class:`Padding` (DESIGN.md "Plugin API", contract)."""
+"""The plugin-facing API: :class:`Backend`, :class:`Verdict`, :class:`Padding` (the plugin API contract: docs/plugins.md)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from moedispatch.core.errors import UsageError
 
 __all__ = ["QuantSpec", "MoELayer", "QUANT_LABELS", "UNQUANTIZED", "MX_LABELS", "moe_tp_size"]
 
-#: Quant labels of the contract (DESIGN.md "Names").
+#: Quant labels of the contract (every output, the engine API and the plugin API use these names).
 QUANT_LABELS = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "mxfp6", "mxfp8")
 UNQUANTIZED = ("bf16", "fp16")
 MX_LABELS = ("mxfp4", "mxfp6", "mxfp8")
@@ -58,7 +58,7 @@ class QuantSpec:
     def parse(cls, value: "QuantSpec | str", *, granularity: str | None = None, dynamic: bool = False) -> "QuantSpec":
         """Build from a label (``"mxfp4"``) with the contract's default granularity, or pass a QuantSpec through.
 
-        Defaults (DESIGN.md engine API): ``group32`` for MX labels, ``tensor`` for other quantized labels.
+        Defaults (the engine API, README "Engines"): ``group32`` for MX labels, ``tensor`` for other quantized labels.
         """
         if isinstance(value, QuantSpec):
             return value

@@ -59,7 +59,7 @@ def resolve_capabilities(target: str | None = None, aiter_version: str | None = 
 def cli_aiter_version(flag: str | None) -> str | None:
     """The AITER version the CLI plans for: ``--aiter-version`` when given, else ``MOEDISPATCH_AITER_VERSION``
     (``default`` = the newest capability_db knows), else ``installed`` when an AITER is installed in this Python and
-    ``MOEDISPATCH_TARGET`` does not say otherwise (DESIGN.md: the installed AITER is the default), else None."""
+    ``MOEDISPATCH_TARGET`` does not say otherwise (the installed AITER is the default: README), else None."""
     if flag is not None:
         return flag
     env = (os.environ.get("MOEDISPATCH_AITER_VERSION") or "").strip()

@@ -23,7 +23,7 @@ from moedispatch.selector.plugins import build_registry
 __all__ = ["ARCHS", "SCHEMES", "ACTIVATIONS", "matrix", "render", "main"]
 
 ARCHS = ("gfx942", "gfx950")
-#: (label, weight, activation) — the quant schemes checkpoints ship (DESIGN.md quant labels and granularities).
+#: (label, weight, activation) — the quant schemes checkpoints ship (the quant labels and granularities of moedispatch.core.layers).
 SCHEMES: tuple[tuple[str, QuantSpec, QuantSpec], ...] = (
     ("bf16 × bf16", QuantSpec("bf16"), QuantSpec("bf16")),
     ("fp8/tensor × fp8/tensor", QuantSpec("fp8", "tensor", "fp32"), QuantSpec("fp8", "tensor", "fp32")),
