@@ -218,6 +218,35 @@ EQUIVALENT: list[tuple[str, str, str]] = [
                 r'scheme_for\(None\))',
      "for the MXFP4 oracles check_scheme is the scheme itself (only the FP8 paths change it), and elsewhere scheme_for "
      "returns check_scheme whatever the name: every scheme_for(...) gives the same scheme"),
+    ("x_*", r'(engine: str = "VLLM"|moe_backend: str = "AUTO")',
+     "choice_for_layer lower-cases the engine name and _vllm/_sglang the moe_backend value before any use, and "
+     "compare_plan/engine_choice pass both straight to it: \"VLLM\" is \"vllm\", \"AUTO\" is \"auto\""),
+    ("x__vllm", r'cdna4 = \(caps\.gfx or "XXXX"\) == "gfx950"',
+     "only compared with \"gfx950\": a missing gfx reads as \"\" or \"XXXX\", neither of which is gfx950"),
+    ("x_engine_runs", r'startswith\(eng\["backend_arg"\]\)\), "AUTO"\)$',
+     "the default only reaches engine_allocation -> modelled_choice -> choice_for_layer, whose _vllm/_sglang "
+     "lower-case the value: \"AUTO\" is \"auto\""),
+    ("x__try_backend", r'^_issue_reason\(row, "(XXfailedXX|FAILED|failed)" if (\(row\["severity"\] == "error"\) and '
+                       r'False|row\["severity"\] == "error") else "warning"\)\)$',
+     "changes only the kind of an engine issue's refusal, which nobody reads: build_recipe re-wraps every refusal "
+     "of _try_backend as a \"failed\" Reason and _name_after_what_runs tests only for none, lint reads text, "
+     "source and issue"),
+    ("x__class_check", r'\(layer\.experts \+ 31\) // 32 \* 33 > cls\["max_padded_experts"\]',
+     "every class that sets max_padded_experts sets 1023: n blocks of 32 exceed it iff n >= 32, and so do n blocks "
+     "of 33 (31 × 33 = 1023 is not over)"),
+    ("x_recipe_engine_groups", r'^forced = words\[words\.index\(flag\) \+ 1\] if flag in words\[:-1\] else "AUTO"$',
+     "with no flag the forced comparison runs compare_plan on \"AUTO\", which _vllm/_sglang lower-case: the same "
+     "comparison as auto, computed twice"),
+    ("x__env_flag", r'env\.get\(name, "true" if default else "False"\)\.strip\(\)\.lower\(\)',
+     "the default is lower-cased before the comparison: \"true\" and \"True\" read the same"),
+    ("x_modelled_choice", r'^if version not in ec\.ENGINES\.get\(engine, \):$',
+     "every caller has passed engine_data, which accepts only recipes.ENGINES (vllm, sglang), and both are keys of "
+     "choice.ENGINES: the default is never used"),
+    ("x_build_recipe", r'conv\.get\("(CONFIDENCE|XXconfidenceXX)", "confirmed"\)\)\)$',
+     "no [[<engine>.conversion]] row of capability_db/engines.toml sets confidence: the get() gives \"confirmed\" "
+     "either way"),
+    ("x_converted_plan", r'quant_why=None\)$',
+     "LayerSpec.quant_why is written (here and by sources/models.py) but read by no rule, renderer or JSON output"),
     # -- the AITER dispatch model, moedispatch/aiter/*.py (tests/test_aiter_dispatch_mutants.py kills the rest) --
     ("x__dispatch_*", r"basis: str, ksplit: int = \d+,$",
      "every step() call in _dispatch_head/_dispatch_legacy passes ksplit, so its default is never used"),

@@ -569,3 +569,315 @@ def test_vllm_says_expert_parallelism_is_not_modelled():
                             "TP-only answer", "caveat",
                             "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py", None,
                             "derived")
+
+
+# -- survivors of a second random 5% sample of engines/choice.py and engines/recipes.py (issue 23) --------------------
+
+
+def test_the_engines_allocation_hit_cites_the_kernels_issue():
+    """The wrong-kernel hit at the engine's allocation (MiniMax-M3-MXFP4 TP8, vLLM 6144 × 384, ROCm/aiter#5233) carries
+    the source of the AITER issue that records it, so a reader can check the claim."""
+    _, [c] = _compare("MiniMax-M3-MXFP4")
+    hit = c["why_details"][0]
+    assert (hit["issue"], hit["source"]) == ("ROCm/aiter#5233", "https://github.com/ROCm/aiter/issues/5233")
+
+
+def test_a_gfx_bound_finding_does_not_apply_on_another_gpu():
+    """S7-S9-P3 (capability_db/engines/vllm.toml) is about MXFP8 on gfx950 only: on gfx942 it is not said."""
+    mx8 = _moe(_plan("MiniMax-M3-MXFP8"))
+    c = ec.choice_for_layer(mx8.layer, _caps("gfx950"), "vllm", env=ON)
+    assert c.backend == "AITER_MXFP8"
+    assert ec._finding_applies(_finding("S7-S9-P3-mxfp8-aiter"), mx8.layer, c, "gfx950", "quark", False)
+    assert not ec._finding_applies(_finding("S7-S9-P3-mxfp8-aiter"), mx8.layer, c, "gfx942", "quark", False)
+
+
+def test_a_findings_confidence_is_carried_into_the_comparison():
+    """P1-fp8-no-round-up is recorded with confidence "derived" (capability_db/engines/vllm.toml): the comparison's
+    note must not upgrade it to confirmed."""
+    plan = _plan("DeepSeek-V3")
+    d = _moe(plan)
+    c = ec.choice_for_layer(d.layer, plan.caps, "vllm", env=ON, quant_method="fp8")
+    padded = dataclasses.replace(d, padding=dataclasses.replace(d.padding, intermediate_per_rank=512,
+                                                                intermediate_pad=256))
+    out = ec.compare_decision(padded, c, quant_method="fp8")
+    p1 = next(w for w in out["why_details"] if w["text"].startswith("[P1-fp8-no-round-up]"))
+    assert p1["confidence"] == "derived"
+
+
+def test_sglang_reads_a_runner_value_with_dashes_as_underscores():
+    """The runner value is normalized like vLLM's --moe-backend (dashes are underscores): flashinfer-cutlass and
+    flashinfer_cutlass get the same answer, which names the underscore spelling."""
+    def bf16(mb):
+        return ec.engine_choice("sglang", caps=_caps("gfx950"), env={}, moe_backend=mb, hidden_size=2880,
+                                intermediate_size=2880 * 8, tp_size=8, num_experts=128, top_k=4, weight_quant="bf16")
+    dashed, plain = bf16("flashinfer-cutlass"), bf16("flashinfer_cutlass")
+    assert _row(dashed) == _row(plain) == ("sglang", "0.5.23", "flashinfer_cutlass", None, None, None, None,
+                                           "no such runner; got 'flashinfer_cutlass'.", "select", None)
+
+
+def test_sglang_quark_mxfp4_refuses_any_runner_but_aiter():
+    """quark_w4a4_mxfp4_moe.py create_moe_runner: Quark MXFP4 MoE requires the AITER runner; SGLang says so."""
+    c = ec.engine_choice("sglang", caps=_caps("gfx950"), env={}, moe_backend="triton", quant_method="quark",
+                         hidden_size=6144, intermediate_size=3072, tp_size=8, num_experts=128, top_k=4,
+                         weight_quant="mxfp4", activation_quant="mxfp4")
+    assert c.error == "Quark MXFP4 MoE currently requires the AITER runner; got 'triton'."
+
+
+def test_vllm_runs_w4a8_on_aiters_a8w4_triton_kernel():
+    """gpt-oss with FP8 activations × MXFP4 weights (W4A8) on gfx950: the mxfp4 oracle keys AITER_MXFP4_FP8 on the
+    afp8 activation (act_key), so vLLM 0.33.0 runs AiterW4A8ExpertsMonolithic (experts/aiter_mxfp4_w4a8_moe.py)."""
+    c = ec.engine_choice("vllm", caps=_caps("gfx950"), env=ON, quant_method="quark", hidden_size=2880,
+                         intermediate_size=2880, tp_size=1, num_experts=128, top_k=4, weight_quant="mxfp4",
+                         activation_quant="fp8", activation="swigluoai", model_type="gpt_oss")
+    assert (c.backend, c.kernel_class, c.error, c.rejected) == ("AITER_MXFP4_FP8", "AiterW4A8ExpertsMonolithic",
+                                                                None, ())
+
+
+def test_vllm_int8_weight_only_experts_take_the_wna16_oracle():
+    """oracle/int_wna16.py serves INT4 and INT8 weight-only experts alike (W8A16 too): auto is TritonWNA16Experts."""
+    c = ec.engine_choice("vllm", caps=_caps("gfx950"), env={}, hidden_size=4096, intermediate_size=1536 * 8,
+                         tp_size=8, num_experts=128, top_k=8, weight_quant="int8", weight_granularity="channel",
+                         activation_quant="bf16")
+    assert (c.backend, c.kernel_class, c.error) == ("TRITON", "TritonWNA16Experts", None)
+
+
+def test_vllm_flydsl_w4a16_refuses_channel_wise_int4_with_its_message():
+    """FlyDSL W4A16 needs group 32 (compressed_tensors_moe.py get_moe_method): a per-channel INT4 checkpoint with
+    --moe-backend flydsl is refused with vLLM's message, not a crash on the granularity."""
+    c = ec.engine_choice("vllm", caps=_caps("gfx950"), env={}, moe_backend="flydsl", quant_method="compressed-tensors",
+                         hidden_size=7168, intermediate_size=2048 * 8, tp_size=8, num_experts=384, top_k=8,
+                         weight_quant="int4", weight_granularity="channel", activation_quant="bf16")
+    assert c.backend is None and c.error.startswith("moe_backend='flydsl' is not supported for WNA16 MoE.")
+
+
+def test_a_comparison_for_a_patch_release_names_that_release():
+    """capability_db/engines/vllm.toml models vLLM >=0.33,<0.34: asked about 0.33.1, the engine's reasons name 0.33.1,
+    the release the user runs."""
+    _, [c] = _compare("Qwen3-30B-A3B", engine_version="0.33.1")
+    assert c["engine"]["engine_version"] == "0.33.1"
+    assert c["engine"]["reasons"][0].startswith("vLLM 0.33.1 picks AITER")
+
+
+def test_a_recipes_engine_groups_use_the_recipes_own_release():
+    """recipe_engine_groups compares on the recipe's release (0.33.1 here), both on auto and on the forced value."""
+    plan = _plan("Qwen3-30B-A3B")
+    r = recipes.build_recipe(plan, "vllm", "0.33.1")
+    assert r.ok and r.version == "0.33.1" and "--moe-backend aiter" in r.command
+    groups = ec.recipe_engine_groups(plan, r)
+    assert [g["engine"]["engine_version"] for g in groups["engine_auto"] + groups["engine_forced"]] == ["0.33.1"] * 2
+
+
+def test_an_sglang_recipes_forced_runner_is_what_the_engine_is_compared_with():
+    """Qwen3-30B-A3B on SGLang 0.5.23: the recipe passes --moe-runner-backend triton (server_args.py), so the forced
+    comparison runs SGLang's triton runner."""
+    plan = _plan("Qwen3-30B-A3B")
+    r = recipes.build_recipe(plan, "sglang")
+    assert "--moe-runner-backend triton" in r.command
+    forced = ec.recipe_engine_groups(plan, r)["engine_forced"]
+    assert [(g["engine"]["moe_backend"], g["engine"]["backend"]) for g in forced] == [("triton", "TRITON")]
+
+
+def test_a_layout_that_cannot_be_planned_is_skipped_for_the_next_nearest(monkeypatch):
+    """_alternatives walks the layouts nearest first; one that cannot be planned is passed over, not the end of the
+    search."""
+    plan = _plan("Qwen3-30B-A3B")
+    real = recipes._replan
+    tried = []
+
+    def replan(p, tp, ep):
+        tried.append((tp, ep))
+        return None if len(tried) == 1 else real(p, tp, ep)
+
+    monkeypatch.setattr(recipes, "_replan", replan)
+    alts = recipes._alternatives(plan, "vllm", "0.33.0")
+    layout = [a for a in alts if a["change"].startswith("--tp")]
+    assert len(tried) >= 2 and len(layout) == 1
+
+
+def test_a_switch_realized_recipe_keeps_the_release_asked_for():
+    """MiniMax-M3-MXFP4 TP8 on vLLM 0.32.0 is realized with GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0 (the what-if switch):
+    the recipe is still vLLM 0.32.0's."""
+    r = recipes.build_recipe(_plan("MiniMax-M3-MXFP4"), "vllm", "0.32.0")
+    assert r.ok and r.plan is not None and r.version == "0.32.0"
+    assert r.warnings[0].text.startswith("vllm 0.32.0 allocates what AITER runs natively only with "
+                                         "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0")
+
+
+def test_the_recipe_header_says_when_there_is_no_aiter():
+    plan = moedispatch.plan_model("Qwen3-30B-A3B", dataclasses.replace(fake_capabilities("MI355X", None),
+                                                                       aiter_version=None), 8, 1)
+    head = recipes.render_recipe(plan, "vllm").splitlines()[0]
+    assert head.startswith("# vllm 0.33.0 recipe for Qwen3-30B-A3B on gfx950 (MI355X), no AITER, tp=8 ep=1")
+
+
+def test_vllm_fp8_refined_blocks_take_the_gcd_of_both_block_sides():
+    """refine_fp8_moe_block_shape (oracle/fp8.py): 128x32 blocks on a 192 shard refine to gcd(128, 32, 192, 7168) = 32,
+    not the 64 that block_n alone would allow (block_k 32 would split a 64 block)."""
+    c = _fp8_block(7168, 192 * 8, 8, "triton", gran="block128x32")
+    assert (c.backend, c.error) == ("TRITON", None)
+    assert c.reasons[1].text == ("vLLM refines the 128x32 FP8 scale blocks to 32x32 to fit intermediate/rank 192; "
+                                 "only Triton takes refined blocks")
+
+
+def _aiter_env_layer(gfx, **q):
+    return _vllm_layer(gfx=gfx, env=ON, **q)
+
+
+def test_vllm_says_why_it_tried_aiter_first_with_the_oracles_source():
+    """oracle/fp8.py: with VLLM_ROCM_USE_AITER set, vLLM tries AITER before its auto list; the note cites the oracle."""
+    c = _aiter_env_layer("gfx950", weight_quant="fp8", weight_granularity="channel", activation_quant="fp8")
+    note = next(r for r in c.reasons if r.text == "VLLM_ROCM_USE_AITER is set: vLLM tries AITER first")
+    assert (c.backend, note.kind, note.source) == (
+        "AITER", "note", "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/oracle/fp8.py")
+
+
+def test_vllm_fp8_with_aiter_forced_on_a_gpu_aiter_cannot_run_raises_on_aiter():
+    """oracle/fp8.py raises when VLLM_ROCM_USE_AITER forces AITER and its experts refuse the device (MI250, gfx90a):
+    the refusal is AITER's, so the choice names AITER and its family."""
+    c = _aiter_env_layer("gfx90a", weight_quant="fp8", weight_granularity="channel", activation_quant="fp8")
+    assert (c.backend, c.family, c.stage) == ("AITER", "aiter-ck", "select")
+    assert c.error == ("FP8 MoE backend AITER does not support the deployment configuration since kernel does not "
+                       "support current device (aiter_moe).")
+
+
+def test_vllm_unquantized_falls_back_past_aiter_once():
+    """oracle/unquantized.py: VLLM_ROCM_USE_AITER on a GPU AITER's experts refuse (gfx90a) warns and falls back to the
+    auto list without AITER: AITER is rejected once, TRITON runs."""
+    c = _aiter_env_layer("gfx90a", weight_quant="bf16")
+    assert (c.backend, c.error) == ("TRITON", None)
+    assert c.rejected == (("AITER", "kernel does not support current device (aiter_moe)"),)
+    assert [r.kind for r in c.reasons] == ["decision", "warning", "failed"]
+
+
+@pytest.mark.parametrize("inter, allocated", [(96, 128), (130, 192), (192, 192), (200, 256)])
+def test_vllm_aiter_unquantized_rounds_the_shard_up_to_64_then_128(inter, allocated):
+    """oracle/unquantized.py aiter_moe_intermediate_alignment: AITER's unquantized experts get intermediate/rank rounded
+    up to a multiple of 64 up to 192, of 128 above: each shard lands on the next multiple, never below its size."""
+    c = ec.engine_choice("vllm", caps=_caps("gfx950"), env=ON, hidden_size=2048, intermediate_size=inter, tp_size=1,
+                         num_experts=128, top_k=8, weight_quant="bf16")
+    assert (c.backend, c.hidden, c.intermediate_per_rank) == ("AITER", 2048, allocated)
+
+
+def test_vllm_fp8_refuses_a_shard_that_is_not_a_whole_block_k():
+    """Fp8MoEMethod.create_weights (oracle/fp8.py): 32x128 blocks on a 96 shard with a hidden size of fewer than five
+    factors of 2 cannot be refined to 32 (gcd 8), so the down projection's input (96) is not a whole block_k (128):
+    vLLM raises at weight creation, on the backend it chose."""
+    c = _fp8_block(7000, 96 * 8, 8, "auto", env={}, gran="block32x128")
+    assert (c.backend, c.stage) == ("TRITON", "create_weights")
+    assert c.error == "The input_size of down's weight = 96 is not divisible by weight quantization block_k = 128."
+
+
+def test_a_dense_layer_has_no_engine_choice():
+    plan = _plan("DeepSeek-V3")
+    dense = next(d for d in plan.decisions if d.layer.kind != "moe")
+    with pytest.raises(moedispatch.UsageError, match=r"^engine_choice: the layer is dense \(no MoE backend\)$"):
+        ec.choice_for_layer(dense.layer, plan.caps, "vllm")
+
+
+def test_a_launch_is_named_after_the_family_aiter_runs_there():
+    """gpt-oss-120b TP8 on vLLM 0.33.0: the plan's first choice is aiter-flydsl, but at vLLM's allocation AITER's
+    dispatcher runs CK-Tile at every bucket; aiter-cktile is realized with the same arguments, so the recipe is named
+    after it and says so (issue 23: no recipe names a family the engine cannot make AITER run)."""
+    r = recipes.build_recipe(_plan("gpt-oss-120b"), "vllm")
+    assert r.ok and r.backend == "aiter-cktile"
+    assert [x["families"] for x in r.runs] == [["cktile"]]
+    assert Reason("the launch is aiter.fused_moe; AITER runs cktile there, not flydsl: named aiter-cktile (moedispatch "
+                  "checked aiter-flydsl and aiter-cktile for it; both hold)", "note") in r.warnings
+
+
+@pytest.mark.parametrize("model, tp, engine, runs, backend", [
+    # AITER runs ASM for Llama-4-Maverick FP8 at vLLM's allocation; the plan has no aiter-asm candidate to name.
+    ("Llama-4-Maverick-17B-128E-Instruct-FP8", 8, "vllm", "asm", "aiter-ck"),
+    # MiniMax-M2.5-MXFP4 TP4 on SGLang: AITER runs FlyDSL, but no FlyDSL backend of the plan is realized by SGLang with
+    # the recipe's arguments and environment, so the name stays and a warning says what runs.
+    ("MiniMax-M2.5-MXFP4", 4, "sglang", "flydsl", "aiter-ck"),
+])
+def test_a_launch_named_after_a_family_aiter_does_not_run_says_so(model, tp, engine, runs, backend):
+    r = recipes.build_recipe(_plan(model, tp=tp), engine)
+    assert r.ok and r.backend == backend
+    fam = backend.removeprefix("aiter-")
+    assert Reason(f"the launch is aiter.fused_moe: at {engine}'s allocation AITER runs {runs}, not {fam}; '{backend}' "
+                  "names the family whose rules moedispatch checked the allocation against", "warning") in r.warnings
+
+
+def test_a_launch_keeps_its_name_when_its_family_runs_one_stage():
+    """Kimi-K2.5-MXFP4 TP8 on vLLM: at some buckets AITER runs FlyDSL stage 1 with CK stage 2 ("flydsl+ck"), so CK
+    does run there: the aiter-ck launch keeps its name and needs no note about what runs."""
+    r = recipes.build_recipe(_plan("Kimi-K2.5-MXFP4"), "vllm")
+    assert r.ok and r.backend == "aiter-ck"
+    assert "flydsl+ck" in [f for x in r.runs for f in x["families"]]
+    assert not [w for w in r.warnings if w.text.startswith("the launch is aiter.fused_moe")]
+
+
+def test_sglangs_gfx942_mxfp8_conversion_plans_dynamic_block_fp8_activations():
+    """SGLang re-quantizes MXFP8 experts to block-FP8 at load on gfx942 (sgl-project/sglang#32036); its block-FP8 MoE
+    path quantizes activations per 128-element token group at run time (capability_db/engines.toml `to`): the plan of
+    the converted experts has dynamic fp8/group128 activations, not stored scales."""
+    plan = _plan("MiniMax-M3-MXFP8", product="MI300X")
+    converted, conv = recipes.converted_plan(plan, "sglang")
+    layer = _moe(converted).layer
+    assert (layer.weight.describe(), layer.act.describe()) == ("fp8/block128x128", "fp8/group128 dynamic")
+    assert conv["family"] == "triton"
+
+
+def test_sglang_bf16_aiter_on_gfx950_refuses_swiglu_oai_and_says_why():
+    """unquant.py _aiter_ck_moe_unsupported_reason: on gfx950 the aiter CK bf16 kernels do not implement SwiGLU-OAI
+    (gemm1_alpha / gemm1_clamp_limit), so auto with SGLANG_USE_AITER runs Triton and warns with that reason."""
+    c = ec.engine_choice("sglang", caps=_caps("gfx950"), env=AITER_ON, hidden_size=2880, intermediate_size=128 * 8,
+                         tp_size=8, num_experts=128, top_k=4, weight_quant="bf16", activation="swigluoai")
+    why = ("activation=swiglu with gemm1_alpha / gemm1_clamp_limit (SwiGLU-OAI) is not implemented by the aiter CK "
+           "bf16 fused-MoE kernels")
+    assert (c.backend, c.rejected) == ("TRITON", (("AITER", why),))
+    assert c.reasons[1] == Reason(f"aiter CK fused-MoE does not support this layer: {why}; using triton MoE runner",
+                                  "warning", SGL_BF16_SRC)
+
+
+@pytest.mark.parametrize("tp, refined", [(1, False), (2, True)])
+def test_vllm_fp8_blocks_are_refined_for_block_k_only_when_the_shard_is_split(tp, refined):
+    """oracle/fp8.py: a shard must be a whole block_n, and a whole block_k only when TP splits the down projection's
+    input. 64x128 blocks with intermediate/rank 192: whole at TP 1 (nothing refined), refined to 64x64 at TP 2."""
+    c = ec.engine_choice("vllm", caps=_caps("gfx950"), env={}, moe_backend="triton", hidden_size=2048,
+                         intermediate_size=192 * tp, tp_size=tp, num_experts=128, top_k=8, weight_quant="fp8",
+                         weight_granularity="block64x128", activation_quant="fp8", activation_granularity="group128")
+    assert (c.backend, c.error, c.intermediate_per_rank) == ("TRITON", None, 192)
+    note = ("vLLM refines the 64x128 FP8 scale blocks to 64x64 to fit intermediate/rank 192; only Triton takes refined "
+            "blocks")
+    assert (note in [r.text for r in c.reasons]) is refined
+
+
+@pytest.mark.parametrize("gfx, mb, backend, allocated", [
+    ("gfx950", "triton_unfused", "TRITON_UNFUSED", (3072, 512)),     # CDNA4: 256/256
+    ("gfx942", "triton_unfused", "TRITON_UNFUSED", (2944, 384)),     # TRITON_UNFUSED with SiLU off CDNA4: 128/128
+    ("gfx950", "aiter", "AITER_MXFP4_BF16", (2944, 384)),            # AITER W4A16 with SiLU: 128/128
+    ("gfx942", "aiter", "AITER_TRITON_MXFP4_BF16", (3072, 512)),     # everything else: 256/256
+])
+def test_vllm_mxfp4_round_up_sees_the_backend_the_activation_and_cdna4(gfx, mb, backend, allocated):
+    """mxfp4_round_up_hidden_size_and_intermediate_size (oracle/mxfp4.py), for a Mxfp4Config checkpoint whose method
+    passes the activation (quantization/mxfp4.py): SiLU W4A16 on AITER, and TRITON_UNFUSED off CDNA4, align to 128;
+    the rest to 256. A 2880 × 360/rank SiLU layer shows each."""
+    c = ec.engine_choice("vllm", caps=_caps(gfx), env=ON, moe_backend=mb, quant_method="mxfp4", hidden_size=2880,
+                         intermediate_size=360 * 8, tp_size=8, num_experts=256, top_k=8, weight_quant="mxfp4",
+                         activation_quant="bf16", activation="silu", model_type="deepseek_v4")
+    assert (c.backend, c.error, (c.hidden, c.intermediate_per_rank)) == (backend, None, allocated)
+
+
+def test_vllm_fp8_forced_aiter_on_a_whole_block_shard_pads_nothing():
+    """oracle/fp8.py pads the TP shard only when it is not a whole 128-block: DeepSeek-V3's 7168 × 256/rank at TP8 with
+    --moe-backend aiter is taken as it is (no shard padding)."""
+    c = _fp8_block(7168, 256 * 8, 8, "aiter")
+    assert (c.backend, c.error, c.intermediate_per_rank) == ("AITER", None, 256)
+    assert [r.kind for r in c.reasons] == ["decision", "padding"]
+    assert not [r for r in c.reasons if "pads the TP shard" in r.text]
+
+
+def test_a_converted_plans_recipe_keeps_the_callers_warnings():
+    """The plan of the experts SGLang converts at load (MXFP8 → block FP8 on gfx942) carries the caller's warnings (a
+    guessed target, the installed AITER): the recipe still says them."""
+    from moedispatch.plan.plan import plan_model as plan_full
+    from moedispatch.sources.models import load_model
+
+    said = Reason("the target was guessed from the product name", "warning")
+    plan = plan_full(load_model("MiniMax-M3-MXFP8"), fake_capabilities("MI300X", A20), 8, 1, warnings=[said])
+    assert said in plan.warnings and recipes.converted_plan(plan, "sglang") is not None
+    r = recipes.build_recipe(plan, "sglang")
+    assert said in r.warnings
