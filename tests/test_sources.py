@@ -269,7 +269,8 @@ def test_kimi_k2_quantization_block_is_unconfirmed_and_exposed_on_the_model_spec
 
     kimi = load_model("Kimi-K2")
     assert "quantization_config" in kimi.unconfirmed
-    assert load_model("DeepSeek-V3").unconfirmed == ("config", "config.topk_group")  # FP8 block: README_WEIGHTS.md
+    # DeepSeek-V3's fields are confirmed from transformers' DeepseekV3Config (tests/test_model_sources.py).
+    assert load_model("DeepSeek-V3").unconfirmed == ()
     assert "quantization_config" not in load_model("MiniMax-M3-MXFP4").unconfirmed
     assert "quantization_config.export" in load_model("MiniMax-M3-MXFP4").derived
     assert load_model("Mixtral-8x7B").unconfirmed == () and load_model("Mixtral-8x7B").derived == ()
