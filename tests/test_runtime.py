@@ -304,3 +304,18 @@ def test_one_issue_met_at_several_kernels_and_buckets_is_said_once():
                      (("k1", (1, 1), 1), ("k2", (2, 2), 2)))
     (reason,) = blocking_reasons(SimpleNamespace(issues=blocking))
     assert reason.text.startswith("AITER's dispatcher runs k1 for token 1 (bucket 1) and k2 for tokens 2 (bucket 2)")
+
+
+def test_a_launch_handles_an_issue_by_its_env_workaround_or_a_token_cap():
+    """IssueHit.handled_by, the one rule lint and fleet share: every variable of the workaround env set (any other
+    value is not the workaround), or the batch capped at or below the issue's token cap."""
+    from moedispatch.aiter.issues import IssueHit
+
+    hit = IssueHit("aiter#1", (1, 8), 1, "k", "wrong", "set it", (("AITER_X", "0"), ("AITER_Y", "1")), 256, "src",
+                   "confirmed", "error")
+    assert hit.handled_by({"AITER_X": "0", "AITER_Y": "1"}, None)
+    assert not hit.handled_by({"AITER_X": "0"}, None) and not hit.handled_by({"AITER_X": "1", "AITER_Y": "1"}, None)
+    assert hit.handled_by({}, 256) and hit.handled_by({}, 8) and not hit.handled_by({}, 257)
+    assert not hit.handled_by({}, None)
+    no_cap = IssueHit("aiter#2", (1, 8), 1, "k", "wrong", "none", (), None, "src", "confirmed", "error")
+    assert not no_cap.handled_by({}, 1)
