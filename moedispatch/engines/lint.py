@@ -450,9 +450,8 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
             family = conv["family"]
         plan_aiter = d0.family in ("ck", "cktile", "flydsl", "asm")
         env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
-        if engine == "vllm" and backend_flag == "aiter" and not on:
-            pass  # said by _launch_findings (it needs no plan)
-        elif plan_aiter and not on and family != "aiter" and recipe.ok and (
+        refused_flag = engine == "vllm" and backend_flag == "aiter" and not on  # said by _launch_findings
+        if not refused_flag and plan_aiter and not on and family != "aiter" and recipe.ok and (
                 recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS):
             # (a recipe named after the family AITER runs at the engine's allocation is the same aiter.fused_moe launch)
             state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
