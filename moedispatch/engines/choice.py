@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn
 
 from packaging.version import InvalidVersion
 
@@ -260,193 +260,238 @@ def _vllm_wna16(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Cap
                                                         "decision", src),))
 
 
+#: vLLM's quantization scheme → the oracle that picks its experts' backend (vllm/model_executor/layers/fused_moe/oracle/).
+_VLLM_ORACLE = {"bf16": "unquantized", "fp8_tensor": "fp8", "fp8_channel": "fp8", "fp8_block": "fp8",
+                "mxfp4_a16": "mxfp4", "mxfp4_a4": "mxfp4", "mxfp4_afp8": "mxfp4", "mxfp8": "mxfp8"}
+
+
+@dataclass
+class _VllmCall:
+    """One walk of a vLLM oracle for one layer: what it reads, and the rejections and reasons it collects."""
+
+    doc: dict[str, Any]
+    version: str
+    layer: "MoELayer"
+    caps: "Capabilities"
+    gates: Mapping[str, bool]
+    scheme: str
+    oracle: str
+    mb: str
+    intermediate: int  # per rank, after vLLM pads an FP8-block shard for a forced backend
+    check_scheme: str
+    refined: list[int] | None = None
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)
+
+    @property
+    def o(self) -> dict[str, Any]:
+        return self.doc["oracle"][self.oracle]
+
+    @property
+    def src(self) -> str:
+        return self.o["source"]
+
+    @property
+    def forced(self) -> bool:
+        return self.mb not in self.o.get("as_auto", ["auto"])
+
+    @property
+    def requested_key(self) -> str | None:
+        return {"mxfp4_a16": "a16", "mxfp4_a4": "a4", "mxfp4_afp8": "afp8"}.get(self.scheme)
+
+    def refuse(self, msg: str, stage: str = "select", backend: str | None = None, source: str | None = None) -> NoReturn:
+        raise _Refusal(msg, stage, backend, source or self.src)
+
+    def backend_key(self, name: str) -> str:
+        k = _backends(self.doc, self.oracle).get(name, {}).get("act_key", "a16")
+        return "a16" if k == "requested" else k
+
+    def scheme_for(self, name: str) -> str:
+        if self.oracle.startswith("mxfp4"):
+            spec = _backends(self.doc, self.oracle).get(name, {})
+            return self.scheme if spec.get("act_key") == "requested" else self.check_scheme
+        return self.check_scheme
+
+    def try_backend(self, name: str) -> tuple[str | None, str | None]:
+        return _try(self.doc, self.oracle, name, self.layer, self.scheme_for(name), self.gates)
+
+    def label(self) -> str:
+        return self.oracle.replace("_dsv4", "")
+
+
+def _vllm_oracle(layer: "MoELayer", scheme: str, quant_method: str | None) -> str:
+    """The oracle vLLM asks (DeepSeek-V4's MXFP4 checkpoints, quant_method "mxfp4" with bf16 activations, have their
+    own)."""
+    oracle = _VLLM_ORACLE[scheme]
+    qm = (quant_method or ("fp8" if oracle == "fp8" else "quark")).lower()
+    if oracle == "mxfp4" and scheme == "mxfp4_a16" and qm == "mxfp4" and layer.model_type != "gpt_oss":
+        return "mxfp4_dsv4"
+    return oracle
+
+
+def _vllm_fp8_block(c: _VllmCall) -> None:
+    """FP8 128x128 blocks whose TP shard is not a multiple of 128: refine or pad (oracle/fp8.py)."""
+    layer, o, mb = c.layer, c.o, c.mb
+    h, i, tp = layer.hidden, c.intermediate, layer.moe_tp
+    bn, bk = layer.weight.block or (128, 128)
+    needs_fix = not (i % bn == 0 and (tp == 1 or i % bk == 0))
+    g = math.gcd(bn, bk, i, h) if needs_fix else 0
+    c.refined = [g, g] if needs_fix and g >= 32 else None
+    c.check_scheme = "fp8_block128" if (bn, bk) == (128, 128) else "fp8_block_refined"
+    if c.forced and mb in o["map"]:
+        names = o["map"][mb]
+        names = names if isinstance(names, list) else [names]
+        can_refine = c.refined is not None and any(
+            any("fp8_block_refined" in cl["schemes"] for cl in c.doc["backend"]["fp8"].get(n, {}).get("classes", []))
+            for n in names)
+        if not can_refine and bn == bk and tp > 1 and i % bn:
+            if layer.intermediate % bn or h % bn or layer.ep != 1 or layer.has_bias:
+                c.refuse(f"Block-aligned FP8 TP sharding requires {bn}-aligned global expert dimensions, "
+                         "pure TP, and no LoRA or expert bias.")
+            c.intermediate = -(-i // bn) * bn
+            c.refined = None
+            c.reasons.append(Reason(f"vLLM pads the TP shard to whole {bn}-blocks for the forced backend "
+                                    f"({layer.intermediate_per_rank} → {c.intermediate})", "padding", c.src))
+    if c.refined is not None:
+        c.check_scheme = "fp8_block_refined"
+        c.reasons.append(Reason(f"vLLM refines the {bn}x{bk} FP8 scale blocks to {c.refined[0]}x{c.refined[1]} to "
+                                f"fit intermediate/rank {c.intermediate}; only Triton takes refined blocks", "note",
+                                c.src))
+
+
+def _mxfp4_by_activation(c: _VllmCall, names: list[str], *, forced: bool) -> list[str]:
+    """vLLM's MXFP4 oracle keeps the backends whose activation matches the requested one (_filter_by_activation):
+    the bf16-activation ones for a16, else the matching ones (and emulation) before the bf16 ones — forced lists keep
+    themselves when nothing bf16 is there."""
+    bf16 = [n for n in names if c.backend_key(n) == "a16"]
+    if c.requested_key == "a16":  # the MXFP4 oracle sees only mxfp4_a16 / _a4 / _afp8 schemes
+        return (bf16 or names) if forced else bf16
+    matching = [n for n in names if c.backend_key(n) == c.requested_key or n == "EMULATION"]
+    return matching + [n for n in bf16 if n not in matching]
+
+
+def _vllm_pick_forced(c: _VllmCall) -> tuple[str, str]:
+    """--moe-backend VALUE: the first backend of its map entry that accepts the layer, else vLLM's refusal."""
+    o, mb = c.o, c.mb
+    if mb not in o["map"]:
+        c.refuse(f"moe_backend='{mb}' is not supported for {c.label()} MoE. Expected one of {list(o['map'])}.")
+    names = o["map"][mb]
+    names = list(names) if isinstance(names, list) else [names]
+    if c.oracle == "mxfp4":  # _get_requested_backends → _filter_by_activation
+        names = _mxfp4_by_activation(c, names, forced=True)
+    last = None
+    for name in names:
+        cls, why = c.try_backend(name)
+        if cls:
+            return name, cls
+        c.rejected.append((name, why))
+        last = (name, why)
+    name, why = last
+    c.refuse(f"{c.label().upper()} MoE backend {name} does not support the deployment configuration since {why}.",
+             backend=name)
+
+
+def _vllm_aiter_env(c: _VllmCall, env: Mapping[str, str], order: list[str]) -> tuple[list[str], tuple[str, str] | None]:
+    """VLLM_ROCM_USE_AITER(_MOE) set in the environment: the FP8 oracle tries AITER first (and raises when it cannot
+    take the layer), the others drop AITER when the switches turn it off or warn and fall back."""
+    mode = c.o.get("env_forces_aiter")
+    if not mode or not ("VLLM_ROCM_USE_AITER" in env or "VLLM_ROCM_USE_AITER_MOE" in env):
+        return order, None
+    if not (_env_flag(env, "VLLM_ROCM_USE_AITER", False) and _env_flag(env, "VLLM_ROCM_USE_AITER_MOE", True)):
+        return [n for n in order if n != "AITER"], None
+    cls, why = c.try_backend("AITER")
+    if cls:
+        c.reasons.append(Reason("VLLM_ROCM_USE_AITER is set: vLLM tries AITER first", "note", c.src))
+        return order, ("AITER", cls)
+    c.rejected.append(("AITER", why))
+    if mode == "raise":
+        c.refuse(f"FP8 MoE backend AITER does not support the deployment configuration since {why}.", backend="AITER")
+    c.reasons.append(Reason(f"VLLM_ROCM_USE_AITER_MOE=1 was requested, but AITER does not support the layer ({why}); "
+                            "vLLM warns and falls back", "warning", c.src))
+    return [n for n in order if n != "AITER"], None
+
+
+def _vllm_pick_auto(c: _VllmCall, env: Mapping[str, str]) -> tuple[str, str]:
+    """No --moe-backend: the oracle's priority list (filtered by activation for MXFP4, steered by the AITER env)."""
+    order = list(c.o["auto"])
+    if c.oracle == "mxfp4":
+        order = _mxfp4_by_activation(c, order, forced=False)
+    order, chosen = _vllm_aiter_env(c, env, order)
+    if chosen is not None:
+        return chosen
+    for name in order:
+        cls, why = c.try_backend(name)
+        if cls:
+            return name, cls
+        c.rejected.append((name, why))
+    c.refuse(f"No {c.label().upper()} MoE backend supports the deployment configuration.")
+
+
+def _vllm_allocation(c: _VllmCall, name: str) -> tuple[int, int]:
+    """(hidden, intermediate/rank) vLLM allocates for the picked backend, or its create_weights refusal."""
+    layer, doc, oracle = c.layer, c.doc, c.oracle
+    h, i = layer.hidden, c.intermediate
+    if oracle == "unquantized" and name == "AITER":
+        return h, -(-i // (64 if i <= 192 else 128)) * (64 if i <= 192 else 128)
+    if oracle.startswith("mxfp4"):
+        if name == "EMULATION":
+            return -(-h // 32) * 32, -(-i // 32) * 32
+        silu = oracle == "mxfp4_dsv4" and layer.activation in ("silu", "situ")
+        cdna4 = (c.caps.gfx or "") == "gfx950"
+        w4a4 = name == "AITER_MXFP4_MXFP4"
+        ia = 128 if w4a4 or (silu and (name == "AITER_MXFP4_BF16" or (name == "TRITON_UNFUSED" and not cdna4))) \
+            else 256
+        ha = 256 if w4a4 else ia
+        return -(-h // ha) * ha, -(-i // ia) * ia
+    if c.scheme == "fp8_block" and c.refined is None:
+        bn, bk = layer.weight.block or (128, 128)
+        if i % bn:
+            c.refuse(f"The output_size of gate's and up's weight = {i} is not divisible by weight quantization "
+                     f"block_n = {bn}.", "create_weights", name, doc["padding"]["fp8_block"]["source"])
+        if layer.moe_tp > 1 and i % bk:
+            c.refuse(f"The input_size of down's weight = {i} is not divisible by weight quantization block_k = "
+                     f"{bk}.", "create_weights", name, doc["padding"]["fp8_block"]["source"])
+    elif oracle == "mxfp8" and (h % 32 or i % 32):
+        c.refuse("Quark MXFP8 MoE requires hidden_size and intermediate_size_per_partition divisible by 32, got "
+                 f"{h} and {i}.", "create_weights", name, doc["padding"]["mxfp8"]["source"])
+    return h, i
+
+
 def _vllm(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabilities", env: Mapping[str, str],
           moe_backend: str, quant_method: str | None) -> EngineChoice:
     if layer.weight.dtype in ("int4", "int8") and layer.act.dtype in ("bf16", "fp16"):
         return _vllm_wna16(doc, version, layer, caps, moe_backend, quant_method)
-    ref = doc["ref"]
-    gates = _vllm_gates(caps, env)
     scheme = _scheme(layer)
-    h, i = layer.hidden, layer.intermediate_per_rank
-    tp = layer.moe_tp
-    oracle = {"bf16": "unquantized", "fp8_tensor": "fp8", "fp8_channel": "fp8", "fp8_block": "fp8",
-              "mxfp4_a16": "mxfp4", "mxfp4_a4": "mxfp4", "mxfp4_afp8": "mxfp4", "mxfp8": "mxfp8"}[scheme]
-    qm = (quant_method or ("fp8" if oracle == "fp8" else "quark")).lower()
-    if oracle == "mxfp4" and scheme == "mxfp4_a16" and qm == "mxfp4" and layer.model_type != "gpt_oss":
-        oracle = "mxfp4_dsv4"
-    o = doc["oracle"][oracle]
-    rejected: list[tuple[str, str]] = []
-    reasons: list[Reason] = []
-    src = o["source"]
-    mb = moe_backend.strip().lower().replace("-", "_")
-    forced = mb not in o.get("as_auto", ["auto"])
-    check_scheme = scheme
-    refined = None
-    stage = "select"
-
-    def refuse(msg: str, stage_: str = "select", backend: str | None = None, source: str | None = None):
-        raise _Refusal(msg, stage_, backend, source or src)
-
+    c = _VllmCall(doc, version, layer, caps, _vllm_gates(caps, env), scheme, _vllm_oracle(layer, scheme, quant_method),
+                  moe_backend.strip().lower().replace("-", "_"), layer.intermediate_per_rank, scheme)
     try:
-        # FP8 128x128 blocks whose TP shard is not a multiple of 128: refine or pad (oracle/fp8.py).
         if scheme == "fp8_block":
-            bn, bk = layer.weight.block or (128, 128)
-            needs_fix = not (i % bn == 0 and (tp == 1 or i % bk == 0))
-            g = math.gcd(bn, bk, i, h) if needs_fix else 0
-            refined = [g, g] if needs_fix and g >= 32 else None
-            check_scheme = "fp8_block128" if (bn, bk) == (128, 128) else "fp8_block_refined"
-            if forced and mb in o["map"]:
-                names = o["map"][mb]
-                names = names if isinstance(names, list) else [names]
-                can_refine = refined is not None and any(
-                    any("fp8_block_refined" in c["schemes"] for c in doc["backend"]["fp8"].get(n, {}).get("classes", []))
-                    for n in names)
-                if not can_refine and bn == bk and tp > 1 and i % bn:
-                    if layer.intermediate % bn or h % bn or layer.ep != 1 or layer.has_bias:
-                        refuse(f"Block-aligned FP8 TP sharding requires {bn}-aligned global expert dimensions, "
-                               "pure TP, and no LoRA or expert bias.")
-                    i = -(-i // bn) * bn
-                    refined = None
-                    reasons.append(Reason(f"vLLM pads the TP shard to whole {bn}-blocks for the forced backend "
-                                          f"({layer.intermediate_per_rank} → {i})", "padding", src))
-            if refined is not None:
-                check_scheme = "fp8_block_refined"
-                reasons.append(Reason(f"vLLM refines the {bn}x{bk} FP8 scale blocks to {refined[0]}x{refined[1]} to "
-                                      f"fit intermediate/rank {i}; only Triton takes refined blocks", "note", src))
-        elif scheme == "fp8_tensor":
-            check_scheme = "fp8_tensor"
-        if oracle == "mxfp8" and layer.has_bias:
-            refuse("Quark MXFP8 MoE does not support biases.", source=doc["padding"]["mxfp8"]["source"])
+            _vllm_fp8_block(c)
+        if c.oracle == "mxfp8" and layer.has_bias:
+            c.refuse("Quark MXFP8 MoE does not support biases.", source=doc["padding"]["mxfp8"]["source"])
         if layer.ep > 1:
-            reasons.append(Reason("expert parallelism is not modelled: vLLM's all-to-all backend and DP change which "
-                                  "classes accept the layer (the AITER Triton monolithic kernels refuse all-to-all); "
-                                  "this is the TP-only answer", "caveat", src, None, "derived"))
-        requested_key = {"mxfp4_a16": "a16", "mxfp4_a4": "a4", "mxfp4_afp8": "afp8"}.get(scheme)
-
-        def backend_key(name: str) -> str:
-            spec = _backends(doc, oracle).get(name, {})
-            k = spec.get("act_key", "a16")
-            return "a16" if k == "requested" else k
-
-        def scheme_for(name: str) -> str:
-            if oracle.startswith("mxfp4"):
-                spec = _backends(doc, oracle).get(name, {})
-                return scheme if spec.get("act_key") == "requested" else check_scheme
-            return check_scheme
-
-        chosen: tuple[str, str] | None = None
-        if forced:
-            if mb not in o["map"]:
-                refuse(f"moe_backend='{mb}' is not supported for {oracle.replace('_dsv4', '')} MoE. Expected one of "
-                       f"{list(o['map'])}.")
-            names = o["map"][mb]
-            names = list(names) if isinstance(names, list) else [names]
-            if oracle == "mxfp4":  # _get_requested_backends → _filter_by_activation
-                bf16 = [n for n in names if backend_key(n) == "a16"]
-                if requested_key == "a16":
-                    names = bf16 or names
-                else:
-                    matching = [n for n in names if backend_key(n) == requested_key or n == "EMULATION"]
-                    names = matching + [n for n in bf16 if n not in matching]
-            last = None
-            for name in names:
-                cls, why = _try(doc, oracle, name, layer, scheme_for(name), gates)
-                if cls:
-                    chosen = (name, cls)
-                    break
-                rejected.append((name, why))
-                last = (name, why)
-            if chosen is None:
-                name, why = last
-                refuse(f"{oracle.replace('_dsv4', '').upper()} MoE backend {name} does not support the deployment "
-                       f"configuration since {why}.", backend=name)
-        else:
-            order = list(o["auto"])
-            if oracle == "mxfp4":
-                bf16 = [n for n in order if backend_key(n) == "a16"]
-                if requested_key not in (None, "a16"):
-                    matching = [n for n in order if backend_key(n) == requested_key or n == "EMULATION"]
-                    order = matching + [n for n in bf16 if n not in matching]
-                else:
-                    order = bf16
-            env_set = "VLLM_ROCM_USE_AITER" in env or "VLLM_ROCM_USE_AITER_MOE" in env
-            mode = o.get("env_forces_aiter")
-            if mode and env_set:
-                if not (_env_flag(env, "VLLM_ROCM_USE_AITER", False) and _env_flag(env, "VLLM_ROCM_USE_AITER_MOE", True)):
-                    order = [n for n in order if n != "AITER"]
-                else:
-                    cls, why = _try(doc, oracle, "AITER", layer, scheme_for("AITER"), gates)
-                    if cls:
-                        chosen = ("AITER", cls)
-                        reasons.append(Reason("VLLM_ROCM_USE_AITER is set: vLLM tries AITER first", "note", src))
-                    elif mode == "raise":
-                        rejected.append(("AITER", why))
-                        refuse(f"FP8 MoE backend AITER does not support the deployment configuration since {why}.",
-                               backend="AITER")
-                    else:
-                        rejected.append(("AITER", why))
-                        reasons.append(Reason(f"VLLM_ROCM_USE_AITER_MOE=1 was requested, but AITER does not support "
-                                              f"the layer ({why}); vLLM warns and falls back", "warning", src))
-                        order = [n for n in order if n != "AITER"]
-            if chosen is None:
-                for name in order:
-                    cls, why = _try(doc, oracle, name, layer, scheme_for(name), gates)
-                    if cls:
-                        chosen = (name, cls)
-                        break
-                    rejected.append((name, why))
-            if chosen is None:
-                refuse(f"No {oracle.replace('_dsv4', '').upper()} MoE backend supports the deployment configuration.")
-        name, cls = chosen
-        # -- allocation ------------------------------------------------------------------------------------------
-        stage = "create_weights"
-        hh, ii = h, i
-        if oracle == "unquantized" and name == "AITER":
-            ii = -(-i // (64 if i <= 192 else 128)) * (64 if i <= 192 else 128)
-        elif oracle.startswith("mxfp4"):
-            if name == "EMULATION":
-                hh, ii = -(-h // 32) * 32, -(-i // 32) * 32
-            else:
-                act_passed = oracle == "mxfp4_dsv4"
-                silu = act_passed and layer.activation in ("silu", "situ")
-                cdna4 = (caps.gfx or "") == "gfx950"
-                w4a4 = name == "AITER_MXFP4_MXFP4"
-                ia = 128 if w4a4 or (silu and (name == "AITER_MXFP4_BF16" or (name == "TRITON_UNFUSED" and not cdna4))) \
-                    else 256
-                ha = 256 if w4a4 else ia
-                hh, ii = -(-h // ha) * ha, -(-i // ia) * ia
-        elif scheme == "fp8_block" and refined is None:
-            bn, bk = layer.weight.block or (128, 128)
-            if ii % bn:
-                refuse(f"The output_size of gate's and up's weight = {ii} is not divisible by weight quantization "
-                       f"block_n = {bn}.", "create_weights", name, doc["padding"]["fp8_block"]["source"])
-            if tp > 1 and ii % bk:
-                refuse(f"The input_size of down's weight = {ii} is not divisible by weight quantization block_k = "
-                       f"{bk}.", "create_weights", name, doc["padding"]["fp8_block"]["source"])
-        elif oracle == "mxfp8" and (h % 32 or i % 32):
-            refuse("Quark MXFP8 MoE requires hidden_size and intermediate_size_per_partition divisible by 32, got "
-                   f"{h} and {i}.", "create_weights", name, doc["padding"]["mxfp8"]["source"])
-        spec = _backends(doc, oracle)[name]
-        how = "forced by --moe-backend " + mb if forced else "first backend of the auto list that accepts the layer"
-        reasons.insert(0, Reason(f"vLLM {version} picks {name} ({cls}; {how})", "decision",
-                                 f"{spec['source']}; {src}"))
-        pad_key = {"unquantized": "unquantized_aiter" if name == "AITER" else None, "fp8": "fp8",
-                   "mxfp4": "mxfp4", "mxfp4_dsv4": "mxfp4", "mxfp8": "mxfp8"}[oracle]
-        if pad_key:
-            p = doc["padding"][pad_key]
-            reasons.append(Reason(f"allocates hidden {hh} × intermediate/rank {ii}: {p['why']}", "padding",
-                                  p["source"]))
-        for b, why in rejected:
-            reasons.append(Reason(f"{b}: {why}", "failed", src))
-        return EngineChoice("vllm", version, mb, name, spec.get("family"), hh, ii, None, None, cls, tuple(rejected),
-                            tuple(reasons))
+            c.reasons.append(Reason("expert parallelism is not modelled: vLLM's all-to-all backend and DP change "
+                                    "which classes accept the layer (the AITER Triton monolithic kernels refuse "
+                                    "all-to-all); this is the TP-only answer", "caveat", c.src, None, "derived"))
+        name, cls = _vllm_pick_forced(c) if c.forced else _vllm_pick_auto(c, env)
+        hh, ii = _vllm_allocation(c, name)
     except _Refusal as exc:
-        reasons.insert(0, Reason(f"vLLM {version} refuses the layer: {exc}", "failed", exc.source))
-        for b, why in rejected:
-            reasons.append(Reason(f"{b}: {why}", "failed", src))
-        fam = _backends(doc, oracle).get(exc.backend or "", {}).get("family")
-        return EngineChoice("vllm", version, mb, exc.backend, fam, None, None, str(exc), exc.stage, None,
-                            tuple(rejected), tuple(reasons))
+        c.reasons.insert(0, Reason(f"vLLM {version} refuses the layer: {exc}", "failed", exc.source))
+        c.reasons.extend(Reason(f"{b}: {why}", "failed", c.src) for b, why in c.rejected)
+        fam = _backends(doc, c.oracle).get(exc.backend or "", {}).get("family")
+        return EngineChoice("vllm", version, c.mb, exc.backend, fam, None, None, str(exc), exc.stage, None,
+                            tuple(c.rejected), tuple(c.reasons))
+    spec = _backends(doc, c.oracle)[name]
+    how = "forced by --moe-backend " + c.mb if c.forced else "first backend of the auto list that accepts the layer"
+    c.reasons.insert(0, Reason(f"vLLM {version} picks {name} ({cls}; {how})", "decision", f"{spec['source']}; {c.src}"))
+    pad_key = {"unquantized": "unquantized_aiter" if name == "AITER" else None, "fp8": "fp8",
+               "mxfp4": "mxfp4", "mxfp4_dsv4": "mxfp4", "mxfp8": "mxfp8"}[c.oracle]
+    if pad_key:
+        p = doc["padding"][pad_key]
+        c.reasons.append(Reason(f"allocates hidden {hh} × intermediate/rank {ii}: {p['why']}", "padding", p["source"]))
+    c.reasons.extend(Reason(f"{b}: {why}", "failed", c.src) for b, why in c.rejected)
+    return EngineChoice("vllm", version, c.mb, name, spec.get("family"), hh, ii, None, None, cls, tuple(c.rejected),
+                        tuple(c.reasons))
 
 
 # -- SGLang ---------------------------------------------------------------------------------------------------------
