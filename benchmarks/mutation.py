@@ -27,6 +27,7 @@ import argparse
 import fnmatch
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -139,9 +140,9 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x__alternatives", r'eng\.get\("releases", (None)?\s*\)',
      "docs/schemas/engines.schema.json requires `releases` of every engine (checked at load): the default is "
      "never used"),
-    ("x__try_backend", r'eng\.get\("backend", (None)?\s*\)',
+    ("x_backend_rows", r'eng\.get\("backend", (None)?\s*\)',
      "engines.schema.json requires the `backend` rows of every engine: the default is never used"),
-    ("x_build_recipe", r'cav\.get\("(env|args)", (None)?\s*\)',
+    ("x__env_and_args", r'cav\.get\("(env|args)", (None)?\s*\)',
      "engines.schema.json requires `env` and `args` on every [[caveat]] row: the default is never used"),
     ("x_build_recipe", r"_version\(None, version, eng\)",
      "_version never reads its `engine` argument (the message names the version and the newest release)"),
@@ -160,10 +161,8 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "with exactly two pairs, [pairs[0], pairs[-1]] is pairs itself"),
     ("x_shard_caveats", r'SCALE_GROUPS, \)\)$',
      "dropping the confidence argument leaves Reason's default, \"confirmed\", the value given"),
-    ("x_build_recipe", r"^recipe\.refusals = tried$",
+    ("x__pick_backend", r"^recipe\.refusals = tried$",
      "reached only when no MoE layer lacks a backend, so recipe.refusals is still empty there: = and += agree"),
-    ("x_build_recipe", r'^fam = ("")?$',
-     "a dead store: fam is read only inside `if chosen is not None:`, which assigns it first"),
     # -- moedispatch/engines/recipes.py, engines/choice.py (tests/test_engine_mutants.py kills the rest, issue 23) --
     ("x__allocation_issues", r"^(hidden_multiple=(None|p\.hidden_multiple), intermediate_multiple=(None|"
                              r"p\.intermediate_multiple),|intermediate_multiple=p\.intermediate_multiple,|"
@@ -204,29 +203,27 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x_render_comparison", r"_VERDICT_TEXT\.get\(c\['verdict'\],\s*(None)?\s*\)",
      "every verdict compare_plan gives (same, slower, wrong, refused, different, unmodelled) is a key of "
      "_VERDICT_TEXT"),
-    ("x__vllm", r'^stage = (None|"XXselectXX"|"SELECT"|"XXcreate_weightsXX"|"CREATE_WEIGHTS")$',
-     "a dead store: _vllm's refusals carry their own stage (_Refusal.stage), the local is never read"),
-    ("x__vllm", r"bn, bk = layer\.weight\.block or \(\d+, \d+\)$",
+    ("x__vllm_*", r"bn, bk = layer\.weight\.block or \(\d+, \d+\)$",
      "the fp8_block scheme is given only to weights with a block (_scheme), so the default is never used"),
-    ("x__vllm", r'qm = \(quant_method or \("(fp8|XXfp8XX|FP8)" if oracle (==|!=) "(fp8|XXfp8XX|FP8)" else',
+    ("x__vllm_oracle", r'qm = \(quant_method or \("(fp8|XXfp8XX|FP8)" if oracle (==|!=) "(fp8|XXfp8XX|FP8)" else',
      "qm is only compared with \"mxfp4\" (for the mxfp4 oracle), and neither default is \"mxfp4\""),
     ("x__vllm_gates", r'"gfx1250": gfx == "(XXgfx1250XX|GFX1250)"',
      "only AITER_TRITON_MXFP4_MXFP4 needs the gfx1250 gate, and it also needs the aiter gate, false off gfx942/gfx950"),
-    ("x__vllm", r"to \{refined\[(0|1)\]\}x\{refined\[(0|1)\]\} to",
+    ("x__vllm_fp8_block", r"to \{c\.refined\[(0|1)\]\}x\{c\.refined\[(0|1)\]\} to",
      "refined is [g, g]: both entries are the same number"),
-    ("x__vllm", r'(return scheme if spec\.get\("act_key"\) (==|!=) "(XXrequestedXX|REQUESTED)" else check_scheme|'
-                r'scheme_for\(None\))',
+    ("xǁ_VllmCallǁ*", r'(return self\.scheme if spec\.get\("act_key"\) (==|!=) "(XXrequestedXX|REQUESTED)" else '
+                        r'self\.check_scheme|self\.scheme_for\(None\))',
      "for the MXFP4 oracles check_scheme is the scheme itself (only the FP8 paths change it), and elsewhere scheme_for "
      "returns check_scheme whatever the name: every scheme_for(...) gives the same scheme"),
     ("x_*", r'(engine: str = "VLLM"|moe_backend: str = "AUTO")',
      "choice_for_layer lower-cases the engine name and _vllm/_sglang the moe_backend value before any use, and "
      "compare_plan/engine_choice pass both straight to it: \"VLLM\" is \"vllm\", \"AUTO\" is \"auto\""),
-    ("x__vllm", r'cdna4 = \(caps\.gfx or "XXXX"\) == "gfx950"',
+    ("x__vllm_allocation", r'cdna4 = \(c\.caps\.gfx or "XXXX"\) == "gfx950"',
      "only compared with \"gfx950\": a missing gfx reads as \"\" or \"XXXX\", neither of which is gfx950"),
     ("x_engine_runs", r'startswith\(eng\["backend_arg"\]\)\), "AUTO"\)$',
      "the default only reaches engine_allocation -> modelled_choice -> choice_for_layer, whose _vllm/_sglang "
      "lower-case the value: \"AUTO\" is \"auto\""),
-    ("x__try_backend", r'^_issue_reason\(row, "(XXfailedXX|FAILED|failed)" if (\(row\["severity"\] == "error"\) and '
+    ("x__layer_checks", r'^_issue_reason\(row, "(XXfailedXX|FAILED|failed)" if (\(row\["severity"\] == "error"\) and '
                        r'False|row\["severity"\] == "error") else "warning"\)\)$',
      "changes only the kind of an engine issue's refusal, which nobody reads: build_recipe re-wraps every refusal "
      "of _try_backend as a \"failed\" Reason and _name_after_what_runs tests only for none, lint reads text, "
@@ -242,11 +239,9 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x_modelled_choice", r'^if version not in ec\.ENGINES\.get\(engine, \):$',
      "every caller has passed engine_data, which accepts only recipes.ENGINES (vllm, sglang), and both are keys of "
      "choice.ENGINES: the default is never used"),
-    ("x_build_recipe", r'conv\.get\("(CONFIDENCE|XXconfidenceXX)", "confirmed"\)\)\)$',
+    ("x_*", r'conv\.get\("(CONFIDENCE|XXconfidenceXX)", "confirmed"\)\)\)$',
      "no [[<engine>.conversion]] row of capability_db/engines.toml sets confidence: the get() gives \"confirmed\" "
      "either way"),
-    ("x_converted_plan", r'quant_why=None\)$',
-     "LayerSpec.quant_why is written (here and by sources/models.py) but read by no rule, renderer or JSON output"),
     # -- the AITER dispatch model, moedispatch/aiter/*.py (tests/test_aiter_dispatch_mutants.py kills the rest) --
     ("x__dispatch_*", r"basis: str, ksplit: int = \d+,$",
      "every step() call in _dispatch_head/_dispatch_legacy passes ksplit, so its default is never used"),
@@ -318,8 +313,22 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "mutants"), dirs_exist_ok=True)
 
 
-def _env(work: Path) -> dict[str, str]:
+#: AITER's release data beside the repository (tests/conftest.py's SHARED_AITER): the scratch copy lives elsewhere, so
+#: the tests that read it (release-aware cost bars, reverted rows) are told where it is.
+SHARED_AITER = Path(os.environ.get("MOEDISPATCH_AITER_DATA") or ROOT.parent / "shared" / "aiter")
+
+
+def _clean_env() -> dict[str, str]:
+    """This process's environment without moedispatch's own settings (a user's MOEDISPATCH_TARGET would change the
+    tests' answers), except where AITER's release data lies."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MOEDISPATCH_", "MUTANT_", "PYTHONPATH"))}
+    if SHARED_AITER.is_dir():
+        env["MOEDISPATCH_AITER_DATA"] = str(SHARED_AITER)
+    return env
+
+
+def _env(work: Path) -> dict[str, str]:
+    env = _clean_env()
     env["PYTHONPATH"] = str(work)
     return env
 
@@ -333,14 +342,23 @@ def failing_tests(work: Path, tests: list[str]) -> list[str]:
     return [line.split()[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
 
 
+#: Folders copied beside the packages (and into mutmut's own copy) because tests read them at the repository's paths.
+_ALSO_COPY = ("docs", "capability_db", "scripts", "benchmarks", "README.md")
+
+
 def build_workspace(work: Path, only: list[str]) -> None:
     """The scratch copy: the packages as the wheel lays them out, the tests, docs, and a mutmut config."""
     _copy(ROOT / "moedispatch", work / "moedispatch")
     _copy(ROOT / "capability_db", work / "moedispatch" / "capability_db")
     _copy(ROOT / "plugins", work / "moedispatch_plugins")
     _copy(ROOT / "tests", work / "tests")
-    if (ROOT / "docs").is_dir():
-        _copy(ROOT / "docs", work / "docs")
+    # What tests read at the repository's own paths: the data files (tests/test_cost*.py check the shipped TOML), the
+    # build scripts and benchmarks they re-run, the docs they parse.
+    for extra in _ALSO_COPY:
+        if (ROOT / extra).is_dir():
+            _copy(ROOT / extra, work / extra)
+        elif (ROOT / extra).is_file():
+            shutil.copy2(ROOT / extra, work / extra)
     conftest = work / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + _CACHE_RESET)
     globs = only or MUTATE
@@ -355,7 +373,7 @@ def build_workspace(work: Path, only: list[str]) -> None:
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-o", "addopts="]
         + [arg for nodeid in broken for arg in ("--deselect", nodeid)],
-        "also_copy": ["docs"],
+        "also_copy": [d for d in _ALSO_COPY if (ROOT / d).exists()],
         "use_git_change_detection": False,
         "track_dependencies": False,
         "timeout_multiplier": 10.0,
@@ -365,9 +383,54 @@ def build_workspace(work: Path, only: list[str]) -> None:
     (work / "pyproject.toml").write_text("\n".join(lines))
 
 
-def run_mutmut(work: Path, jobs: int) -> int:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MOEDISPATCH_", "MUTANT_", "PYTHONPATH"))}
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
+_GENERATE = """
+import mutmut.__main__ as m
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+m.set_mutant_under_test("mutant_generation")
+copy_src_dir(); copy_also_copy_files(); setup_source_paths(); m.store_lines_covered_by_tests()
+stats = m.create_mutants({jobs})
+print(f"{{stats.mutated}} files mutated")
+"""
+
+
+def mutant_names(work: Path) -> dict[str, list[str]]:
+    """{source path: mutant names} of every mutant mutmut generates in ``work`` (generation only, no test run)."""
+    proc = subprocess.run([sys.executable, "-c", _GENERATE.format(jobs=1)], cwd=work, env=_clean_env(),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"mutmut could not generate the mutants:\n{proc.stderr[-2000:]}")
+    out: dict[str, list[str]] = {}
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        names = sorted(json.loads(meta.read_text())["exit_code_by_key"])
+        if names:
+            out[str(meta.relative_to(work / "mutants"))[:-len(".meta")]] = names
+    return out
+
+
+def sample_of(names_by_file: dict[str, list[str]], fraction: float, seed: int) -> list[str]:
+    """A seeded random sample stratified by file: ``fraction`` of each file's mutants (at least one), so every module
+    in scope is measured and the overall ratio is an unbiased estimate of the full run's."""
+    rng = random.Random(seed)
+    picked: list[str] = []
+    for path in sorted(names_by_file):
+        names = names_by_file[path]
+        picked += rng.sample(names, max(1, round(fraction * len(names))))
+    return picked
+
+
+def wilson(killed: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a kill ratio measured on ``n`` sampled mutants."""
+    if n == 0:
+        return 0.0, 1.0
+    p = killed / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def run_mutmut(work: Path, jobs: int, names: list[str] | None = None) -> int:
+    env = _clean_env()
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *(names or [])]
     if sys.stdout.isatty():
         return subprocess.run(cmd, cwd=work, env=env).returncode
     log = work / "mutmut.log"  # mutmut's progress spinner: kept out of a redirected report
@@ -434,6 +497,14 @@ _SURVIVED = {"survived", "no tests", "suspicious"}
 
 def report(work: Path, show_survivors: bool) -> float:
     results = collect(work)
+    sample_file = work / "sample.json"
+    sample = json.loads(sample_file.read_text()) if sample_file.is_file() else None
+    if sample is not None:
+        keep = set(sample["names"])
+        results = {m: {k: v for k, v in r.items() if k in keep} for m, r in results.items()}
+        results = {m: r for m, r in results.items() if r}
+        print(f"\nsample: {len(keep)} of {sample['population']} mutants ({100 * sample['fraction']:g}% of each file, "
+              f"seed {sample['seed']})")
     totals: Counter = Counter()
     survivors: list[tuple[str, str, str | None]] = []
     print(f"\n{'module':<36} {'mutants':>8} {'killed':>7} {'survived':>9} {'equiv.':>7} {'killed %':>9}")
@@ -460,6 +531,10 @@ def report(work: Path, show_survivors: bool) -> float:
           f"{raw:>8.1f}%")
     print(f"\nkilled {totals['killed']} of {n} mutants: {raw:.1f}%; {adjusted:.1f}% of the {n - totals['equivalent']} "
           f"that are not equivalent" + (f"; {totals['other']} not checked" if totals["other"] else ""))
+    if sample is not None:
+        lo, hi = wilson(totals["killed"], n - totals["equivalent"])
+        print(f"95% interval of the full run's non-equivalent kill ratio (Wilson, sampled): "
+              f"{100 * lo:.1f}%–{100 * hi:.1f}%")
     equivalents = [(name, why) for name, _, why in survivors if why]
     if equivalents:
         print("\nequivalent survivors (EQUIVALENT in benchmarks/mutation.py):")
@@ -487,7 +562,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only report the results already in --workdir")
     parser.add_argument("--survivors", action="store_true", help="print each surviving mutant's diff")
     parser.add_argument("--fail-under", type=float, default=None, help="exit 1 when under this kill percentage")
+    parser.add_argument("--sample", type=float, metavar="FRACTION",
+                        help="run only a seeded random FRACTION (0-1] of each file's mutants; the report gives the "
+                             "estimate's 95%% interval")
+    parser.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
     args = parser.parse_args(argv)
+    if args.sample is not None and not 0 < args.sample <= 1:
+        parser.error(f"--sample must be a fraction in (0, 1], got {args.sample}")
     try:
         import mutmut  # noqa: F401
     except ImportError:
@@ -501,7 +582,15 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
             build_workspace(work, args.only or (MUTATE_ROUND2 if args.scope == "round2" else None))
             start = time.monotonic()
-            rc = run_mutmut(work, args.jobs)
+            names = None
+            if args.sample is not None:
+                by_file = mutant_names(work)
+                names = sample_of(by_file, args.sample, args.seed)
+                population = sum(map(len, by_file.values()))
+                (work / "sample.json").write_text(json.dumps({"fraction": args.sample, "seed": args.seed,
+                                                              "population": population, "names": names}))
+                print(f"sampled {len(names)} of {population} mutants ({len(by_file)} files)", flush=True)
+            rc = run_mutmut(work, args.jobs, names)
             print(f"mutmut finished in {time.monotonic() - start:.0f} s (exit {rc}); scratch copy {work}")
             if rc != 0:
                 return rc

@@ -7,7 +7,6 @@ lock; ``select`` is a pure cached function of frozen inputs.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
@@ -19,7 +18,6 @@ from moedispatch.core.errors import UsageError
 from moedispatch.core.decision import NoBackendError
 from moedispatch.core.fields import layer_from_fields as _layer_from_fields
 from moedispatch.core.layers import MoELayer
-from moedispatch.core.reason import Reason
 from moedispatch.core.workload import Runtime
 from moedispatch.core.decision import Decision
 from moedispatch.selector.pure import select

@@ -219,9 +219,6 @@ class MoELayer:
             shared_experts=shared_experts, shared_intermediate=shared_intermediate,
         )
 
-    def with_index(self, index: int) -> "MoELayer":
-        return replace(self, index=index)
-
     # -- helpers ----------------------------------------------------------------------------------------------
     @property
     def moe_tp(self) -> int:

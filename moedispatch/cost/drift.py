@@ -90,7 +90,7 @@ def retunings(releases: Sequence[tuple[str, str, dict]], relation: str) -> list[
     the earlier release's row (a user newer than the rows), ``earlier`` = the reverse."""
     out = []
     for i in range(1, len(releases)):
-        (_ta, _ca, a), (tb, cb, b) = releases[i - 1], releases[i]
+        a, (tb, cb, b) = releases[i - 1][2], releases[i]
         for key, rb in b.items():
             ra = a.get(key)
             if ra is None or float(ra.us) == float(rb.us):

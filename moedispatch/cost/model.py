@@ -534,17 +534,6 @@ def _target_peaks(caps: Any) -> tuple[Mapping[str, Any] | None, str | None]:
 
 # -- tuned rows --------------------------------------------------------------------------------------------------
 
-_Q_TYPE = {"tensor": "QuantType.per_Tensor", "channel": "QuantType.per_Token", "token": "QuantType.per_Token"}
-_ACT_TYPE = {"silu": "ActivationType.Silu", "gelu": "ActivationType.Gelu", "swigluoai": "ActivationType.Swiglu",
-             "swigluoai_uninterleave": "ActivationType.Swiglu"}
-
-
-def _csv_dtype(label: str, fnuz: bool) -> str:
-    return {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp8": "torch.float8_e4m3fnuz" if fnuz else
-            "torch.float8_e4m3fn", "mxfp8": "torch.float8_e4m3fn", "int8": "torch.int8",
-            "mxfp4": "torch.float4_e2m1fn_x2", "int4": "torch.int4"}.get(label, label)
-
-
 def _plan(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...]) -> Any:
     """The AITER dispatch model's plan for the layer (no AITER environment: a library reads no env vars), or None
     when AITER cannot take the layer at all (then no tuned row can apply). Cached per layer signature."""

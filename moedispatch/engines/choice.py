@@ -250,7 +250,7 @@ def _vllm_wna16(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Cap
                                                             o.get("auto_confidence", "confirmed")),))
     if mb not in o["map"]:
         msg = (f"moe_backend='{mb}' is not supported for WNA16 MoE. Expected one of {list(o['map'])}."
-               + (f" (FlyDSL W4A16 needs --moe-backend flydsl, compressed-tensors INT4 group 32, gfx950)"
+               + (" (FlyDSL W4A16 needs --moe-backend flydsl, compressed-tensors INT4 group 32, gfx950)"
                   if mb != fly["value"] else " (FlyDSL W4A16 needs compressed-tensors INT4 group 32 on gfx950)"))
         return EngineChoice("vllm", version, mb, None, None, None, None, msg, "select", None, (), (Reason(
             f"vLLM {version} refuses the layer: {msg}", "failed", src),))

@@ -434,60 +434,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         findings.append(Finding("error", r.text, r.source, fix_line))
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
     if moe and all(d.backend for d in moe):
-        d0 = moe[0]
-        switch = eng["aiter_switch"]
-        on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
-        backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
-        try:
-            family = _family_run(launch, plan, version)
-        except _EngineRefuses as exc:
-            src = next((r.source for r in exc.choice.reasons if r.source), None)
-            findings.append(Finding("error", f"{engine} {version} refuses this launch for the MoE layers: "
-                                    f"{exc.choice.error}", src or eng["source"], fix_line))
-            family = None
-        conv = conversion(engine, version, d0.layer, caps.gfx)
-        if conv and family != "emulation":
-            family = conv["family"]
-        plan_aiter = d0.family in ("ck", "cktile", "flydsl", "asm")
-        env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
-        refused_flag = engine == "vllm" and backend_flag == "aiter" and not on  # said by _launch_findings
-        if not refused_flag and plan_aiter and not on and family != "aiter" and recipe.ok and (
-                recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS):
-            # (a recipe named after the family AITER runs at the engine's allocation is the same aiter.fused_moe launch)
-            state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
-            findings.append(Finding("warning", f"{state}: {engine} runs the MoE on {family} while the "
-                                    f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
-                                    env_src, f"export {switch}=1" + (f"; the full recipe: {fix_line}" if fix_line
-                                                                      else "")))
-        gate = _gate_fails(engine, version, plan) if on and family == "triton" and engine == "sglang" else None
-        if gate is not None and backend_flag == "auto":
-            findings.append(Finding("info", f"{engine} {version} runs this MoE on Triton itself with {switch}=1: "
-                                    f"{gate['what']}", gate["source"], None))
-        if family is not None:
-            candidates = [d0.backend] + [r.backend for r in d0.rejected if r.supported]
-            picked = next((b for b in candidates if _fam_of(b, plan) == family), None)
-            if picked is None:
-                why = next((r for r in d0.rejected if _fam_of(r.backend, plan) == family), None)
-                reason = "; ".join(why.reasons[i].text for i in range(min(2, len(why.reasons)))) if why else \
-                    "no backend of that family is registered"
-                findings.append(Finding("error", f"{engine} runs this MoE on {family}, which is wrong for the layer: "
-                                        f"{reason}", (why.reasons[0].source if why and why.reasons else None),
-                                        fix_line))
-            else:
-                decisions = _forced(plan, picked) or [d0]
-                refusals, _, warns = _try_backend(plan, engine, version, picked, decisions)
-                for r in refusals:
-                    if r.issue is None:  # engine issues are re-matched below with the launch's own env
-                        findings.append(Finding("error", r.text, r.source, fix_line))
-                for w in warns:
-                    if w.issue is None and w.confidence == "confirmed":
-                        findings.append(Finding("warning", w.text, w.source, fix_line))
-        runner = str(launch.flags.get("moe_backend", "auto")) if engine == "sglang" else None
-        for row in matching_issues(engine, version, d0.layer, caps.gfx, ep=ep, family=family, env=launch.env,
-                                   runner=runner):
-            findings.append(Finding(row["severity"], row["message"] + (" (unconfirmed)" if row.get("confidence") ==
-                                                                         "unconfirmed" else ""),
-                                    row["source"], row["fix"]))
+        findings += _moe_findings(launch, plan, recipe, version, eng, ep, fix_line)
     elif moe:
         findings.append(Finding("error", "some MoE layer has no correct backend on this target: no launch runs it "
                                 "correctly", None, "see `moedispatch explain`"))
@@ -499,6 +446,79 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         # The plan's other warnings (model facts, caveats the launch cannot change, a guessed target): said, as info.
         findings.append(Finding("info", w.text, w.source, None))
     return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+
+
+def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Mapping[str, Any], ep: int,
+                  fix_line: str | None) -> list[Finding]:
+    """The MoE layers of a launch whose every layer has a correct backend: what the engine runs under the launch's
+    flags and AITER switch against the plan (silently slower, wrong, refused), SGLang's own gate, the engine
+    issues the launch's env meets."""
+    engine, caps = launch.engine, plan.caps
+    findings: list[Finding] = []
+    d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
+    switch = eng["aiter_switch"]
+    on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
+    backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
+    try:
+        family = _family_run(launch, plan, version)
+    except _EngineRefuses as exc:
+        src = next((r.source for r in exc.choice.reasons if r.source), None)
+        findings.append(Finding("error", f"{engine} {version} refuses this launch for the MoE layers: "
+                                f"{exc.choice.error}", src or eng["source"], fix_line))
+        family = None
+    conv = conversion(engine, version, d0.layer, caps.gfx)
+    if conv and family != "emulation":
+        family = conv["family"]
+    plan_aiter = d0.family in ("ck", "cktile", "flydsl", "asm")
+    env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
+    refused_flag = engine == "vllm" and backend_flag == "aiter" and not on  # said by _launch_findings
+    if not refused_flag and plan_aiter and not on and family != "aiter" and recipe.ok and (
+            recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS):
+        # (a recipe named after the family AITER runs at the engine's allocation is the same aiter.fused_moe launch)
+        state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
+        findings.append(Finding("warning", f"{state}: {engine} runs the MoE on {family} while the "
+                                f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
+                                env_src, f"export {switch}=1" + (f"; the full recipe: {fix_line}" if fix_line
+                                                                  else "")))
+    gate = _gate_fails(engine, version, plan) if on and family == "triton" and engine == "sglang" else None
+    if gate is not None and backend_flag == "auto":
+        findings.append(Finding("info", f"{engine} {version} runs this MoE on Triton itself with {switch}=1: "
+                                f"{gate['what']}", gate["source"], None))
+    if family is not None:
+        findings += _family_findings(plan, engine, version, d0, family, fix_line)
+    runner = str(launch.flags.get("moe_backend", "auto")) if engine == "sglang" else None
+    for row in matching_issues(engine, version, d0.layer, caps.gfx, ep=ep, family=family, env=launch.env,
+                               runner=runner):
+        findings.append(Finding(row["severity"], row["message"] + (" (unconfirmed)" if row.get("confidence") ==
+                                                                     "unconfirmed" else ""),
+                                row["source"], row["fix"]))
+    return findings
+
+
+def _family_findings(plan: Any, engine: str, version: str, d0: Any, family: str,
+                     fix_line: str | None) -> list[Finding]:
+    """What is wrong with the engine running the MoE on ``family``: a family the plan rejects for the layer (with its
+    reasons), or the engine's own refusals and confirmed warnings of realizing it."""
+    findings: list[Finding] = []
+    candidates = [d0.backend] + [r.backend for r in d0.rejected if r.supported]
+    picked = next((b for b in candidates if _fam_of(b, plan) == family), None)
+    if picked is None:
+        why = next((r for r in d0.rejected if _fam_of(r.backend, plan) == family), None)
+        reason = "; ".join(why.reasons[i].text for i in range(min(2, len(why.reasons)))) if why else \
+            "no backend of that family is registered"
+        findings.append(Finding("error", f"{engine} runs this MoE on {family}, which is wrong for the layer: "
+                                f"{reason}", (why.reasons[0].source if why and why.reasons else None),
+                                fix_line))
+    else:
+        decisions = _forced(plan, picked) or [d0]
+        refusals, _, warns = _try_backend(plan, engine, version, picked, decisions)
+        for r in refusals:
+            if r.issue is None:  # engine issues are re-matched below with the launch's own env
+                findings.append(Finding("error", r.text, r.source, fix_line))
+        for w in warns:
+            if w.issue is None and w.confidence == "confirmed":
+                findings.append(Finding("warning", w.text, w.source, fix_line))
+    return findings
 
 
 def _launch_findings(launch: Launch, engine: str, version: str, eng: Mapping[str, Any]) -> list[Finding]:

@@ -143,7 +143,7 @@ def converted_plan(plan: Plan, engine: str, version: str | None = None) -> tuple
     to = conv["to"]
     weight = QuantSpec(to["weight"], to["weight_granularity"], scale_dtype="fp32")
     act = QuantSpec(to["act"], to["act_granularity"], scale_dtype="fp32", dynamic=True)
-    layers = tuple(replace(t, weight=weight, act=act, quant_why=f"{engine} {version}: {conv['what']}")
+    layers = tuple(replace(t, weight=weight, act=act)
                    if t.kind == "moe" else t for t in plan.model.layers)
     spec = replace(plan.model, layers=layers)
     force = conv["family"] if conv["family"] in ("triton", "emulation") else None
@@ -308,72 +308,100 @@ def _try_backend(plan: Plan, engine: str, version: str, backend: str,
     env = _engine_env(rows)
     runner = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, decisions[0].layer.weight.dtype)
                    if a["arg"].startswith("--moe-runner")), None)
-    gfx = plan.caps.gfx
     seen: set[str] = set()
     # Every distinct MoE layer shape: a model whose layers differ (quant, experts) is checked layer group by group.
     for d in {x.layer.signature(): x for x in decisions}.values():
-        layer, p = d.layer, d.padding
-        fam = path_family(engine, version, layer, gfx, d.family)
-        conv = conversion(engine, version, layer, gfx)
-        if conv and fam != _fam(d.family) and not (fam == "triton" and engine == "sglang"):
-            refusals.append(Reason(f"{engine} {version} does not run {backend} here: {conv['what']}", "failed",
-                                   conv["source"], None, conv.get("confidence", "confirmed")))
-        h, i, kh, ki = engine_padding(engine, layer, d.family, version)
-        forced = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, layer.weight.dtype)
-                       if a["arg"].startswith(eng["backend_arg"])), "auto")
-        choice = modelled_choice(engine, version, layer, plan.caps, env, forced, plan.model.quant_method)
-        if choice is not None:
-            src = next((r.source for r in choice.reasons if r.source), None) or eng["source"]
-            if not choice.ok:
-                refusals.append(Reason(f"{engine} {version} refuses {eng['backend_arg']} {forced} for this layer: "
-                                       f"{choice.error}", "failed", src))
-                continue
-            if _fam(_family_of(choice.family)) != fam:
-                refusals.append(Reason(f"with {eng['backend_arg']} {forced} {engine} {version} runs {choice.backend} "
-                                       f"({choice.family or 'no moedispatch backend'}), not {backend}", "failed", src))
-                continue
-            if choice.hidden and choice.intermediate_per_rank:
-                h, i = choice.hidden, choice.intermediate_per_rank
-        if h % p.hidden_multiple or i % p.intermediate_multiple:
-            src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
-                        and _match(r, version, layer)), eng["source"])
-            refusals.append(Reason(
-                f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; {backend} needs "
-                f"multiples of {p.hidden_multiple} × {p.intermediate_multiple} (the plan pads to {p.hidden} × "
-                f"{p.intermediate_per_rank}) — the engine's allocation does not meet the kernel's alignment",
-                "failed", src))
-        elif (h, i) != (p.hidden, p.intermediate_per_rank) and _fam(d.family) == "aiter":
-            warnings.append(Reason(
-                f"{engine} {version} allocates hidden {h} × intermediate/rank {i} (zero-filled); the plan's "
-                f"{p.hidden} × {p.intermediate_per_rank} is one valid choice of the kernel's alignment "
-                f"({p.hidden_multiple} × {p.intermediate_multiple}): both hold", "warning", None, None, "derived"))
-            # What the kernel meets is the engine's allocation, not the plan's: its known issues (and, with a
-            # runtime, AITER's dispatch of that shape) are checked again on it.
-            bad, said = _allocation_issues(plan, d, backend, h, i, kh, ki)
-            refusals += bad
-            warnings += said
-        if kh is not None and ki is not None and (h, i) == (p.hidden, p.intermediate_per_rank) \
-                and p.pad_semantics == "skip" and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad):
-            warnings.append(Reason(
-                f"{engine} {version} passes hidden_pad={kh}, intermediate_pad={ki} to aiter.fused_moe; the plan needs "
-                f"{p.kernel_hidden_pad}, {p.kernel_intermediate_pad} for {backend}", "warning",
-                "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py; "
-                "vllm-project/vllm#44679" if engine == "vllm" else
-                "sgl-project/sglang@v0.5.23:python/sglang/srt/layers/moe/moe_runner/aiter.py"))
-        for gate in eng.get("gate", []):
-            if _fam(d.family) in gate["families"] and _match(gate, version, layer, gfx) \
-                    and i % gate["intermediate_multiple"]:
-                refusals.append(Reason(f"{engine} {version} would not run {backend} for intermediate/rank {i}: "
-                                       f"{gate['what']}", "failed", gate["source"]))
-        for row in matching_issues(engine, version, layer, gfx, ep=plan.ep, family=fam, env=env, runner=runner):
-            if row["id"] in seen:
-                continue
-            seen.add(row["id"])
-            (refusals if row["severity"] == "error" else warnings).append(
-                _issue_reason(row, "failed" if row["severity"] == "error" else "warning"))
+        bad, said = _layer_checks(plan, engine, version, backend, d, rows, env, runner, seen)
+        refusals += bad
+        warnings += said
     refusals = list(dict.fromkeys(refusals))
     warnings = list(dict.fromkeys(warnings))
     return refusals, rows, warnings
+
+
+def _layer_checks(plan: Plan, engine: str, version: str, backend: str, d: Decision, rows: list[dict[str, Any]],
+                  env: dict[str, str], runner: str | None, seen: set[str]) -> tuple[list[Reason], list[Reason]]:
+    """(refusals, warnings) of realizing ``backend`` for one MoE layer group on this engine release: its load-time
+    conversion, the engine's own pick under the recipe's flags and env, the engine's allocation against the kernel's
+    alignment, the pads it passes, its gates and its known issues (``seen``: issues already said for another group)."""
+    eng = engine_data(engine)[engine]
+    gfx = plan.caps.gfx
+    layer = d.layer
+    refusals: list[Reason] = []
+    warnings: list[Reason] = []
+    fam = path_family(engine, version, layer, gfx, d.family)
+    conv = conversion(engine, version, layer, gfx)
+    if conv and fam != _fam(d.family) and not (fam == "triton" and engine == "sglang"):
+        refusals.append(Reason(f"{engine} {version} does not run {backend} here: {conv['what']}", "failed",
+                               conv["source"], None, conv.get("confidence", "confirmed")))
+    h, i, kh, ki = engine_padding(engine, layer, d.family, version)
+    forced = next((a["arg"].split()[-1] for r in rows for a in _row_args(r, layer.weight.dtype)
+                   if a["arg"].startswith(eng["backend_arg"])), "auto")
+    choice = modelled_choice(engine, version, layer, plan.caps, env, forced, plan.model.quant_method)
+    if choice is not None:
+        src = next((r.source for r in choice.reasons if r.source), None) or eng["source"]
+        if not choice.ok:
+            refusals.append(Reason(f"{engine} {version} refuses {eng['backend_arg']} {forced} for this layer: "
+                                   f"{choice.error}", "failed", src))
+            return refusals, warnings
+        if _fam(_family_of(choice.family)) != fam:
+            refusals.append(Reason(f"with {eng['backend_arg']} {forced} {engine} {version} runs {choice.backend} "
+                                   f"({choice.family or 'no moedispatch backend'}), not {backend}", "failed", src))
+            return refusals, warnings
+        if choice.hidden and choice.intermediate_per_rank:
+            h, i = choice.hidden, choice.intermediate_per_rank
+    bad, said = _allocation_check(plan, engine, version, backend, d, h, i, kh, ki)
+    refusals += bad
+    warnings += said
+    for gate in eng.get("gate", []):
+        if _fam(d.family) in gate["families"] and _match(gate, version, layer, gfx) \
+                and i % gate["intermediate_multiple"]:
+            refusals.append(Reason(f"{engine} {version} would not run {backend} for intermediate/rank {i}: "
+                                   f"{gate['what']}", "failed", gate["source"]))
+    for row in matching_issues(engine, version, layer, gfx, ep=plan.ep, family=fam, env=env, runner=runner):
+        if row["id"] in seen:
+            continue
+        seen.add(row["id"])
+        (refusals if row["severity"] == "error" else warnings).append(
+            _issue_reason(row, "failed" if row["severity"] == "error" else "warning"))
+    return refusals, warnings
+
+
+def _allocation_check(plan: Plan, engine: str, version: str, backend: str, d: Decision, h: int, i: int,
+                      kh: int | None, ki: int | None) -> tuple[list[Reason], list[Reason]]:
+    """(refusals, warnings) of the engine allocating ``h`` × ``i`` (and passing kernel pads ``kh``, ``ki``) where the
+    plan pads to its own: the kernel's alignment, the known issues that allocation meets, the pads it hands AITER."""
+    eng = engine_data(engine)[engine]
+    layer, p = d.layer, d.padding
+    refusals: list[Reason] = []
+    warnings: list[Reason] = []
+    if h % p.hidden_multiple or i % p.intermediate_multiple:
+        src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
+                    and _match(r, version, layer)), eng["source"])
+        refusals.append(Reason(
+            f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; {backend} needs "
+            f"multiples of {p.hidden_multiple} × {p.intermediate_multiple} (the plan pads to {p.hidden} × "
+            f"{p.intermediate_per_rank}) — the engine's allocation does not meet the kernel's alignment",
+            "failed", src))
+    elif (h, i) != (p.hidden, p.intermediate_per_rank) and _fam(d.family) == "aiter":
+        warnings.append(Reason(
+            f"{engine} {version} allocates hidden {h} × intermediate/rank {i} (zero-filled); the plan's "
+            f"{p.hidden} × {p.intermediate_per_rank} is one valid choice of the kernel's alignment "
+            f"({p.hidden_multiple} × {p.intermediate_multiple}): both hold", "warning", None, None, "derived"))
+        # What the kernel meets is the engine's allocation, not the plan's: its known issues (and, with a
+        # runtime, AITER's dispatch of that shape) are checked again on it.
+        bad, said = _allocation_issues(plan, d, backend, h, i, kh, ki)
+        refusals += bad
+        warnings += said
+    if kh is not None and ki is not None and (h, i) == (p.hidden, p.intermediate_per_rank) \
+            and p.pad_semantics == "skip" and (kh, ki) != (p.kernel_hidden_pad, p.kernel_intermediate_pad):
+        warnings.append(Reason(
+            f"{engine} {version} passes hidden_pad={kh}, intermediate_pad={ki} to aiter.fused_moe; the plan needs "
+            f"{p.kernel_hidden_pad}, {p.kernel_intermediate_pad} for {backend}", "warning",
+            "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py; "
+            "vllm-project/vllm#44679" if engine == "vllm" else
+            "sgl-project/sglang@v0.5.23:python/sglang/srt/layers/moe/moe_runner/aiter.py"))
+    return refusals, warnings
 
 
 def _allocation_issues(plan: Plan, d: Decision, backend: str, h: int, i: int, kh: int | None,
@@ -434,8 +462,7 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     if switches and plan.runtime is not None:
         first = build_recipe(plan, engine, version, alternatives=alternatives, switches=False)
         return _realized_with_switch(plan, engine, version, first) or first
-    data = engine_data(engine)
-    eng = data[engine]
+    eng = engine_data(engine)[engine]
     version = _version(engine, version, eng)
     recipe = Recipe(engine, version)
     recipe.warnings += list(plan.warnings)
@@ -447,77 +474,12 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     if missing:
         recipe.refusals.append(Reason(f"{len(missing)} MoE layer(s) have no correct backend: no launch realizes "
                                       "this plan", "failed"))
-    chosen, rows, extra_warnings = None, [], []
-    tried: list[Reason] = []
+    chosen, rows = None, []
     if moe and not missing:
-        for backend in _candidates(plan):
-            decisions = _forced(plan, backend)
-            if decisions is None:
-                continue
-            refusals, rows_b, warns = _try_backend(plan, engine, version, backend, decisions)
-            if not refusals:
-                chosen, rows, extra_warnings = backend, rows_b, warns
-                break
-            tried += [Reason(f"{backend}: {r.text}", "failed", r.source, r.issue, r.confidence) for r in refusals]
-        if chosen is not None and tried and _reference_only(chosen) and alternatives:
-            # Never print the slow reference path while a native launch of this model exists elsewhere (another
-            # TP/EP, engine release or engine): refuse and name those (issue 23 item 5).
-            native = [a for a in _alternatives(plan, engine, version) if not _reference_only(a["backend"])]
-            if native:
-                recipe.refusals += tried + [Reason(
-                    f"the only {engine} {version} launch left for this layout is {chosen}, the slow reference path "
-                    "(do not serve); the nearest native launches follow", "failed")]
-                recipe.alternatives = native
-                chosen = None
-        if chosen is None:
-            if not recipe.refusals:
-                recipe.refusals += tried
-        elif tried:
-            recipe.warnings += [Reason(f"{engine} {version} cannot carry out the plan's first choice — recipe uses "
-                                       f"{chosen} instead. Not realizable: {r.text}", "warning", r.source, r.issue,
-                                       r.confidence) for r in tried]
-    elif not moe:
-        chosen = None
+        chosen, rows = _pick_backend(plan, engine, version, recipe, alternatives)
     recipe.backend = chosen
-    recipe.warnings += extra_warnings
-    d0 = moe[0] if moe else None
-    alloc, bits, conv_what = None, None, None
-    if d0 is not None:
-        fam = None
-        if chosen is not None:
-            dd = (_forced(plan, chosen) or [d0])[0]
-            fam = dd.family
-            h, i, _, _ = engine_padding(engine, dd.layer, fam, version)
-            alloc = (h, i)
-        conv = conversion(engine, version, d0.layer, plan.caps.gfx)
-        if conv:
-            bits, conv_what = conv["holds_bits"], conv["what"]
-            recipe.caveats.append(Reason(conv["what"], "caveat", conv["source"], None,
-                                         conv.get("confidence", "confirmed")))
-    layout = realize_layout(plan, engine, eng, allocation=alloc, expert_bits=bits, conversion=conv_what)
-    recipe.layout = layout
-    recipe.refusals += layout.errors
-    recipe.warnings += layout.notes
-    env: dict[str, dict[str, str]] = {}
-    args: list[dict[str, str]] = []
-    for row in rows:
-        for e in row["env"]:
-            env[e["name"]] = dict(e)
-        by_weight = row.get("args_when_weight", {})
-        weights = {d.layer.weight.dtype for d in moe}
-        special = [w for w in sorted(weights) if w in by_weight]
-        args += [dict(a) for a in _row_args(row, special[0] if special else "")]
-    for cav in data.get("caveat", []):
-        if not _caveat_applies(cav, engine, plan, chosen, moe):
-            continue
-        for e in cav.get("env", []):
-            env[e["name"]] = dict(e)
-        args += [dict(a) for a in cav.get("args", [])]
-        if cav.get("note"):
-            recipe.caveats.append(Reason(cav["note"], "caveat", cav.get("source"), None,
-                                         cav.get("confidence", "confirmed")))
-    if chosen is not None and plan.runtime is not None:
-        _runtime_env(plan, chosen, env)
+    layout = _layout(plan, engine, version, recipe, moe)
+    env, args = _env_and_args(plan, engine, recipe, moe, rows)
     recipe.env = list(env.values())
     recipe.args = layout.args + args
     if recipe.refusals:
@@ -532,6 +494,94 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     recipe.runs = engine_runs(plan, engine, version, recipe)
     _name_after_what_runs(plan, engine, version, recipe, moe)
     return recipe
+
+
+def _pick_backend(plan: Plan, engine: str, version: str, recipe: Recipe,
+                  alternatives: bool) -> tuple[str | None, list[dict[str, Any]]]:
+    """(backend, its engine rows) of the first of the plan's candidates the engine realizes, or (None, []) with the
+    refusals added to ``recipe``; the slow reference path is refused while a native launch exists elsewhere."""
+    chosen, rows, extra_warnings = None, [], []
+    tried: list[Reason] = []
+    for backend in _candidates(plan):
+        decisions = _forced(plan, backend)
+        if decisions is None:
+            continue
+        refusals, rows_b, warns = _try_backend(plan, engine, version, backend, decisions)
+        if not refusals:
+            chosen, rows, extra_warnings = backend, rows_b, warns
+            break
+        tried += [Reason(f"{backend}: {r.text}", "failed", r.source, r.issue, r.confidence) for r in refusals]
+    if chosen is not None and tried and _reference_only(chosen) and alternatives:
+        # Never print the slow reference path while a native launch of this model exists elsewhere (another
+        # TP/EP, engine release or engine): refuse and name those (issue 23 item 5).
+        native = [a for a in _alternatives(plan, engine, version) if not _reference_only(a["backend"])]
+        if native:
+            recipe.refusals += tried + [Reason(
+                f"the only {engine} {version} launch left for this layout is {chosen}, the slow reference path "
+                "(do not serve); the nearest native launches follow", "failed")]
+            recipe.alternatives = native
+            chosen = None
+    if chosen is None:
+        if not recipe.refusals:
+            recipe.refusals += tried
+    elif tried:
+        recipe.warnings += [Reason(f"{engine} {version} cannot carry out the plan's first choice — recipe uses "
+                                   f"{chosen} instead. Not realizable: {r.text}", "warning", r.source, r.issue,
+                                   r.confidence) for r in tried]
+    recipe.warnings += extra_warnings
+    return chosen, rows
+
+
+def _layout(plan: Plan, engine: str, version: str, recipe: Recipe, moe: list[Decision]) -> Any:
+    """The engine's layout of the launch (TP/EP/DP flags) at the allocation of ``recipe.backend`` and after the
+    engine's load-time conversion; its errors and notes go to ``recipe``."""
+    eng = engine_data(engine)[engine]
+    alloc, bits, conv_what = None, None, None
+    if moe:
+        d0 = moe[0]
+        if recipe.backend is not None:
+            dd = (_forced(plan, recipe.backend) or [d0])[0]
+            h, i, _, _ = engine_padding(engine, dd.layer, dd.family, version)
+            alloc = (h, i)
+        conv = conversion(engine, version, d0.layer, plan.caps.gfx)
+        if conv:
+            bits, conv_what = conv["holds_bits"], conv["what"]
+            recipe.caveats.append(Reason(conv["what"], "caveat", conv["source"], None,
+                                         conv.get("confidence", "confirmed")))
+    layout = realize_layout(plan, engine, eng, allocation=alloc, expert_bits=bits, conversion=conv_what)
+    recipe.layout = layout
+    recipe.refusals += layout.errors
+    recipe.warnings += layout.notes
+    return layout
+
+
+def _env_and_args(plan: Plan, engine: str, recipe: Recipe, moe: list[Decision],
+                  rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, str]], list[dict[str, str]]]:
+    """({name: env entry}, args) of the launch: the chosen backend's rows (per weight dtype), the caveats that apply
+    (their notes go to ``recipe``) and, with a runtime, the AITER environment the plan was made under."""
+    data = engine_data(engine)
+    chosen = recipe.backend
+    env: dict[str, dict[str, str]] = {}
+    args: list[dict[str, str]] = []
+    weights = {d.layer.weight.dtype for d in moe}
+    for row in rows:
+        for e in row["env"]:
+            env[e["name"]] = dict(e)
+        by_weight = row.get("args_when_weight", {})
+        special = [w for w in sorted(weights) if w in by_weight]
+        args += [dict(a) for a in _row_args(row, special[0] if special else "")]
+    for cav in data.get("caveat", []):
+        if not _caveat_applies(cav, engine, plan, chosen, moe):
+            continue
+        for e in cav.get("env", []):
+            env[e["name"]] = dict(e)
+        args += [dict(a) for a in cav.get("args", [])]
+        if cav.get("note"):
+            recipe.caveats.append(Reason(cav["note"], "caveat", cav.get("source"), None,
+                                         cav.get("confidence", "confirmed")))
+    if chosen is not None and plan.runtime is not None:
+        _runtime_env(plan, chosen, env)
+    return env, args
 
 
 def _name_after_what_runs(plan: Plan, engine: str, version: str, recipe: "Recipe", moe: list[Decision]) -> None:

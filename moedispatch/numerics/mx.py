@@ -147,13 +147,6 @@ def element_values(fmt: str | MXFormat) -> torch.Tensor:
     return _LUT_CACHE[key]
 
 
-def _positive_table(f: MXFormat) -> torch.Tensor:
-    key = ("pos", f.name)
-    if key not in _LUT_CACHE:
-        _LUT_CACHE[key] = element_values(f)[: f.max_code + 1].clone()
-    return _LUT_CACHE[key]
-
-
 def _pair_table(f: MXFormat) -> torch.Tensor:
     """[256, 2] float32: both E2M1 values of every packed byte (low nibble first)."""
     key = ("pairs", f.name)

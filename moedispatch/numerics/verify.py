@@ -223,9 +223,8 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
         halves = (b13p[:, 0::2], b13p[:, 1::2]) if layout == "interleaved" else (b13p[:, :ip], b13p[:, ip:])
         bias_gate, bias_up = (t.clone(memory_format=torch.contiguous_format) for t in halves)
         bias2 = b2p.clone()
-    filled = []
     if padding.padded and not padding.zero_fill:
-        filled = fill_pad_garbage_(gate_p, up_p, w2f, hidden=h, intermediate=i,
+        fill_pad_garbage_(gate_p, up_p, w2f, hidden=h, intermediate=i,
                                    gen=torch.Generator().manual_seed(seed + 1), bias_gate=bias_gate,
                                    bias_up=bias_up, bias2=bias2)
     out_k = padded_kernel_moe(xp, gate_p, up_p, w2f, topk_weights, topk_ids, hidden=h, intermediate=i,

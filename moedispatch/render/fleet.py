@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from moedispatch._util.width import fit
 from moedispatch.plan.fleet import FleetReport, _moe_summary

@@ -24,7 +24,7 @@ import importlib
 import math
 import os
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 

@@ -55,7 +55,6 @@ class LayerTemplate:
     top_k: int
     weight: QuantSpec
     act: QuantSpec
-    quant_why: str = ""
 
 
 @dataclass(frozen=True)
@@ -396,16 +395,16 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
     for i, is_moe in enumerate(pattern):
         kind = "moe" if is_moe else "dense"
         if scheme is None:
-            weight, act, why = base, base, "unquantized checkpoint"
+            weight, act = base, base
         else:
             names = ck_names.get(i, ()) + _module_names(i, kind) if is_moe else _module_names(i, kind)
-            weight, act, why = scheme.for_module(names, kind)
+            weight, act, _why = scheme.for_module(names, kind)
             if not weight.quantized:
                 weight = act = base
             elif not act.quantized:
                 act = base
         layers.append(LayerTemplate(i, kind, moe_inter if is_moe else dense_inter, experts if is_moe else 0,
-                                    top_k if is_moe else 0, weight, act, why))
+                                    top_k if is_moe else 0, weight, act))
 
     layout: ExpertLayout | None = None
     if checkpoint is not None and checkpoint.tensors:
@@ -430,8 +429,7 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
                 # scales, fp8 activations (sgl-project/sglang scripts/quark/README.md; SGLang enables it with
                 # SGLANG_INT4_WEIGHT=1). Activations keep what the fp8 block prescribes.
                 int4 = QuantSpec("int4", "channel", scale_dtype="fp32")
-                why = "fp8 config with int32-packed int4 expert weights (Grok-style INT4-FP8)"
-                layers = [replace(t, weight=int4, quant_why=why) if t.kind == "moe" and t.weight.dtype == "fp8"
+                layers = [replace(t, weight=int4) if t.kind == "moe" and t.weight.dtype == "fp8"
                           else t for t in layers]
                 notes.append("experts are int4 (int32-packed) under an fp8 config: Grok-style INT4 weights with "
                              "FP8 activations (SGLang SGLANG_INT4_WEIGHT=1)")
