@@ -407,6 +407,24 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
     for key in ("snapshot", "commit", "date", "script"):
         if not isinstance(data["provenance"].get(key), str) or not data["provenance"][key]:
             raise CapabilityDBError(f"{where}: [provenance] needs a non-empty string {key!r}")
+    models, buckets = _parse_models(data, where)
+    bands, reference = _parse_bands(data, where)
+    decode, decode_pair = _parse_decode(data, where)
+    gen = data["generic"]
+    for key in ("efficiency", "low", "high"):
+        if key not in gen:
+            raise CapabilityDBError(f"{where}: [generic] lacks key {key!r}")
+    generic = (_num(gen["efficiency"], f"{where}: [generic]", "efficiency"),) + _band(gen, f"{where}: [generic]")
+    backend, heuristic = _parse_factors(data, where)
+    return Priors(models=models, buckets={k: tuple(sorted(v)) for k, v in buckets.items()}, bands=bands,
+                  reference=reference, decode=decode, tuned=_band(data["tuned"], f"{where}: [tuned]"),
+                  interpolated=_band(data["interpolated"], f"{where}: [interpolated]"), generic=generic,
+                  backend=backend, heuristic=heuristic, provenance=dict(data["provenance"]), decode_pair=decode_pair)
+
+
+def _parse_models(data: Mapping[str, Any], where: str) -> tuple[dict[tuple, tuple[str, tuple[float, ...]]],
+                                                                 dict[tuple[str, int], set[int]]]:
+    """The [[model]] entries: {(level, gfx, cu, bucket): (features, coefficients)} and each arch's fitted buckets."""
     models: dict[tuple, tuple[str, tuple[float, ...]]] = {}
     buckets: dict[tuple[str, int], set[int]] = {}
     for n, m in enumerate(data.get("model", [])):
@@ -431,6 +449,12 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
         models[(level, str(m["gfx"]), cu, b)] = (feats, coef_t)
         if level == "bucket":
             buckets.setdefault((str(m["gfx"]), cu), set()).add(b)
+    return models, buckets
+
+
+def _parse_bands(data: Mapping[str, Any], where: str) -> tuple[dict[tuple, tuple[float, float]],
+                                                                dict[tuple[str, int], str]]:
+    """The [[band]] entries per (level, gfx, cu) and the [[reference]] product of each (gfx, CU count)."""
     bands: dict[tuple, tuple[float, float]] = {}
     for n, entry in enumerate(data.get("band", [])):
         at = f"{where}: band[{n}]"
@@ -443,6 +467,12 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
         if not isinstance(entry, Mapping) or not {"gfx", "cu", "product"} <= set(entry):
             raise CapabilityDBError(f"{at} needs gfx, cu and product")
         reference[(str(entry["gfx"]), int(entry["cu"]))] = str(entry["product"])
+    return bands, reference
+
+
+def _parse_decode(data: Mapping[str, Any], where: str) -> tuple[dict[tuple[str, int], DecodeFit],
+                                                                 dict[tuple[str, int, str], DecodeFit]]:
+    """The [[decode]] fits per (gfx, cu), and per activation × weight bits pair (whose parent must exist)."""
     decode: dict[tuple[str, int], DecodeFit] = {}
     decode_pair: dict[tuple[str, int, str], DecodeFit] = {}
     for n, entry in enumerate(data.get("decode", [])):
@@ -469,11 +499,11 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
             raise CapabilityDBError(f"{where}: decode {g}/{c} pair {pair} needs a decode entry for {g}/{c} without a "
                                     "pair with the same efficiency and max_tokens (a pair has its own fixed term "
                                     "only)")
-    gen = data["generic"]
-    for key in ("efficiency", "low", "high"):
-        if key not in gen:
-            raise CapabilityDBError(f"{where}: [generic] lacks key {key!r}")
-    generic = (_num(gen["efficiency"], f"{where}: [generic]", "efficiency"),) + _band(gen, f"{where}: [generic]")
+    return decode, decode_pair
+
+
+def _parse_factors(data: Mapping[str, Any], where: str) -> tuple[dict[str, Mapping[str, Any]], dict[str, Any]]:
+    """The [backend.*] factor bands (triton, emulation and other required) and the [heuristic] band."""
     backend: dict[str, Mapping[str, Any]] = {}
     for name, entry in data["backend"].items():
         at = f"{where}: [backend.{name}]"
@@ -496,10 +526,7 @@ def parse_priors(data: Mapping[str, Any], where: str = f"capability_db/{_PRIORS_
     if not 1.0 <= low <= factor <= high:
         raise CapabilityDBError(f"{at}: needs 1 <= low <= factor <= high (untuned kernels are not faster than "
                                 f"tuned ones), got {low}, {factor}, {high}")
-    return Priors(models=models, buckets={k: tuple(sorted(v)) for k, v in buckets.items()}, bands=bands,
-                  reference=reference, decode=decode, tuned=_band(data["tuned"], f"{where}: [tuned]"),
-                  interpolated=_band(data["interpolated"], f"{where}: [interpolated]"), generic=generic,
-                  backend=backend, heuristic=heuristic, provenance=dict(data["provenance"]), decode_pair=decode_pair)
+    return backend, heuristic
 
 
 @memoize(maxsize=1)
@@ -981,8 +1008,44 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     if peaks is None:
         return ()   # no datasheet figures: no physical floor to stand on, so no honest prediction
 
-    # Tuned rows per token count: {m: rows of the shape AITER looks up for m}. One shape for every m, except where
-    # the dispatch model's activation-dtype policy changes q_dtype_a with M (then the geometry follows it too).
+    # Tuned rows per token count: {m: rows of the shape AITER looks up for m} (see _tuned_shapes).
+    shapes, geos, heuristic, ctx, geo = _tuned_shapes(layer, caps, padding, tokens, kind, geo, rows, dispatch)
+    tables: dict[int, tuple[dict[int, tuple[float, str]], list[str]]] = {}
+
+    def table_for(m: int) -> tuple[dict[int, tuple[float, str]], list[str]]:
+        found = [r for r in shapes.get(m, ()) if not _row_get(r, "tag")]
+        cache_key = id(shapes.get(m))
+        if cache_key not in tables:
+            clean, rejected = lint_rows(found, lambda r: peaks)
+            t: dict[int, tuple[float, str]] = {}
+            for r in clean:
+                t.setdefault(int(_row_get(r, "token")),
+                             (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "tuned row")))
+            tables[cache_key] = (t, [f"{_row_get(r, 'where', '?')}: {why}" for r, why in rejected])
+        return tables[cache_key]
+
+    out: list[Cost] = []
+    layer_geo = geo
+
+    def add(c: Cost, floor: float) -> None:
+        out.append(_heuristic_band(c, priors.heuristic, floor) if c.tokens in heuristic else c)
+
+    for m in tokens:
+        geo = geos.get(m, layer_geo)
+        table, skipped = table_for(m)
+        add(predict_one(geo, m, table, caps, priors, peaks, kind=kind, ctx=ctx, skipped=skipped),
+            max(roofline_us(geo, m, peaks)))
+    return _no_faster_than_the_whole_device(tuple(out), layer, caps, backend_family, padding, tokens, rows)
+
+
+def _tuned_shapes(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...], kind: str, geo: "Geometry",
+                  rows: Iterable[Any] | None, dispatch: Any) -> tuple[dict[int, list[Any]], dict[int, "Geometry"],
+                                                                   set[int], Any, "Geometry"]:
+    """Tuned rows per token count: (``{m: rows of the shape AITER looks up for m}``, the geometry per m where the
+    dispatch model's activation-dtype policy changes q_dtype_a with M, the token counts AITER runs untuned
+    (heuristic) kernels at, whose µs the tuned rows are and how the user's AITER relates to that release, the
+    layer's geometry as AITER's lookup key pads it). One shape for every m, except where the activation dtype
+    changes."""
     shapes: dict[int, list[Any]] = {}
     geos: dict[int, Geometry] = {}
     heuristic: set[int] = set()   # token counts the dispatch model says AITER runs untuned (heuristic) kernels at
@@ -1014,32 +1077,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
                     if step is not None and step.basis != "tuned":
                         heuristic.add(m)
                     shapes[m] = found
-    tables: dict[int, tuple[dict[int, tuple[float, str]], list[str]]] = {}
-
-    def table_for(m: int) -> tuple[dict[int, tuple[float, str]], list[str]]:
-        found = [r for r in shapes.get(m, ()) if not _row_get(r, "tag")]
-        cache_key = id(shapes.get(m))
-        if cache_key not in tables:
-            clean, rejected = lint_rows(found, lambda r: peaks)
-            t: dict[int, tuple[float, str]] = {}
-            for r in clean:
-                t.setdefault(int(_row_get(r, "token")),
-                             (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "tuned row")))
-            tables[cache_key] = (t, [f"{_row_get(r, 'where', '?')}: {why}" for r, why in rejected])
-        return tables[cache_key]
-
-    out: list[Cost] = []
-    layer_geo = geo
-
-    def add(c: Cost, floor: float) -> None:
-        out.append(_heuristic_band(c, priors.heuristic, floor) if c.tokens in heuristic else c)
-
-    for m in tokens:
-        geo = geos.get(m, layer_geo)
-        table, skipped = table_for(m)
-        add(predict_one(geo, m, table, caps, priors, peaks, kind=kind, ctx=ctx, skipped=skipped),
-            max(roofline_us(geo, m, peaks)))
-    return _no_faster_than_the_whole_device(tuple(out), layer, caps, backend_family, padding, tokens, rows)
+    return shapes, geos, heuristic, ctx, geo
 
 
 def _no_faster_than_the_whole_device(costs: tuple[Cost, ...], layer: Any, caps: Any, backend_family: str,
