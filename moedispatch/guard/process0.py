@@ -228,7 +228,7 @@ def guard_process0(engine: str, version: str, extra: Any, launch: Callable[[], t
 
     try:
         verdict = verdict_now()
-    except Exception as exc:
+    except Exception as exc:  # the guard never breaks an engine's start-up by its own failure: it says so
         say(f"{PREFIX} ({cfg.mode}): could not check this launch ({type(exc).__name__}: {exc}); it starts unchecked")
         return None
     for line in verdict.report:

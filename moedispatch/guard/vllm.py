@@ -207,7 +207,7 @@ def after_model(vllm_config: Any) -> None:
             _say(f"{_PREFIX}: per-layer check compared {state['observed']} of {n} MoE layer(s): "
                  + (f"{stale} STALE finding(s) above" if stale else "all as moedispatch predicted")
                  + f"; {state['cost']:.2f} s in all")
-    except Exception as exc:
+    except Exception as exc:  # the summary is informative: its failure is said, never raised into vLLM
         _say(f"{_PREFIX}: per-layer summary failed ({type(exc).__name__}: {exc})")
 
 
@@ -256,7 +256,7 @@ def _worker(vc: Any = None) -> dict[str, Any] | None:
             state = {"cfg": cfg, "verdict": verdict, "model": model, "observed": 0, "cost": 0.0}
     except UsageError as exc:
         raise ValueError(f"{_PREFIX}: {exc}") from None
-    except Exception as exc:
+    except Exception as exc:  # the guard's own failure never stops a worker (a refusal is raised above)
         _say(f"{_PREFIX}: cannot check this worker's MoE layers ({type(exc).__name__}: {exc}); they run unchecked")
     _STATE["worker"] = state
     if state is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
+from moedispatch.core.errors import UsageError
 from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import QuantSpec
 from moedispatch.core.reason import Reason
@@ -93,7 +94,7 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
     if caps.aiter_version and caps.aiter_version != newest and caps.gfx:
         try:
             newer = capdb.target_capabilities(capdb.target_spec(caps) or caps.gfx, newest)
-        except Exception:  # noqa: BLE001 - a target the DB cannot rebuild: no AITER what-if
+        except UsageError:  # a target the DB cannot rebuild at the newest AITER: no upgrade what-if
             newer = None
         if newer is not None:
             trials.append((f"upgrade AITER {caps.aiter_version} → {newest}", "https://github.com/ROCm/aiter/tags",

@@ -17,6 +17,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from moedispatch.core.errors import TargetError
 from moedispatch.data import capdb
 from moedispatch.data import aiter_install
 from moedispatch.data.aiter_install import DIST, dist_version
@@ -204,7 +205,7 @@ def reconcile(version: str | None, params: dict[str, str | None] | None, gate_en
     if version is not None:
         try:
             db_features = capdb.features_for_version(version)
-        except Exception as exc:  # noqa: BLE001 - TargetError on a non-PEP 440 version
+        except TargetError as exc:  # a non-PEP 440 version (a broken capability_db still raises)
             notes.append(f"AITER version {version!r} not comparable with capability_db ({describe(exc)}); "
                          "features from files only")
     from_files: dict[str, tuple[bool, str]] = {}
@@ -268,7 +269,7 @@ def flydsl_check(aiter_version: str | None, flydsl_version: str | None, notes: l
         return None
     try:
         pin = capdb.flydsl_pin(aiter_version)
-    except Exception:  # noqa: BLE001 - unparseable version or DB problem: no pin known
+    except TargetError:  # an unparseable version: no pin known (a broken capability_db still raises)
         return None
     if pin is None:
         return None

@@ -196,7 +196,7 @@ class _Collector:
                 self.fail(f"plugin {name!r}: {message}")
                 errors.append(message)
                 continue
-            except Exception as exc:
+            except Exception as exc:  # a plugin's own bug, of any kind: reported as that plugin's failure
                 message = f"register_backends raised {_fmt_exc(exc)}"
                 self.fail(f"plugin {name!r}: {message}")
                 errors.append(message)
@@ -304,7 +304,7 @@ def build_registry(
             except PluginTimeout as exc:
                 collector.record_failure(ep.name, package, version, str(exc), builtin)
                 continue
-            except Exception as exc:
+            except Exception as exc:  # whatever a plugin's import raises is that plugin's failure, not ours
                 collector.record_failure(ep.name, package, version, f"import failed: {_fmt_exc(exc)}", builtin)
                 continue
             collector.add_plugin(pm, ep.name, module, package=package, version=version, builtin=builtin)

@@ -88,7 +88,7 @@ def _check(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) 
         verdict = _call(backend, "check", layer, caps)
     except CapabilityDBError:
         raise  # the installation's data is broken, not the plugin: one clear line for every caller
-    except Exception as exc:
+    except Exception as exc:  # a plugin's own bug, of any kind: that backend fails with the reason (strict: raises)
         return Verdict(False, (_plugin_failure(backend, _failure_text("check", exc), strict, exc),))
     problem = None
     if not isinstance(verdict, Verdict):
@@ -110,7 +110,7 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
         padding = _call(backend, "plan_padding", layer, caps)
     except CapabilityDBError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # as in _check: the plugin's failure, said, never the selector's
         return _plugin_failure(backend, _failure_text("plan_padding", exc), strict, exc)
     problem = None
     if not isinstance(padding, Padding):
