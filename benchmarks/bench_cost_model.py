@@ -57,6 +57,7 @@ else:  # pragma: no cover
 from moedispatch.data import aiter_configs
 from moedispatch.data import capdb
 from moedispatch.cost import model as cost
+from moedispatch.cost import priors as cost_priors
 from moedispatch.cost import drift, release, reverted
 
 #: Product whose datasheet peaks the priors are fit against, per (gfx, cu_num) of the tuned rows.
@@ -358,7 +359,7 @@ def lofo(samples, peaks, full, base_doc, decode):
         held_decode = {k for s in held if s.m <= DECODE_MAX_TOKENS for k in ((s.gfx, s.cu), (s.gfx, 0))}
         fresh = priors_doc(models, {}, {}, {}, {}, decode_fits(train, peaks, reuse=decode, touched=held_decode))
         doc = dict(base_doc, model=fresh["model"], band=[], decode=fresh["decode"])
-        priors = cost.parse_priors(doc)
+        priors = cost_priors.parse_priors(doc)
         for s in held:
             tm, tc = cost.roofline_us(s.geo, s.m, peaks[(s.gfx, s.cu)])
             us, _lo, _hi, _detail, level = cost._roofline_cost(s.geo, s.m, _Caps(s.gfx, s.cu), priors,
@@ -594,7 +595,7 @@ def main(argv=None) -> int:
     bands = {k: band_of(v) for k, v in res.items() if len(v) >= 20}
     naive, careful = baselines(samples, peaks)
     doc = priors_doc(full, bands, interp_band, generic, provenance, decode)
-    fitted = cost.parse_priors(doc)
+    fitted = cost_priors.parse_priors(doc)
     slope = decode_slope(samples, preds)
     ratio = decode_roofline_ratio(samples, fitted)
     tbps = implied_tbps(samples, peaks)

@@ -19,6 +19,7 @@ import pytest
 from moedispatch.data import aiter_configs
 from moedispatch.data import capdb
 from moedispatch.cost import model as cost
+from moedispatch.cost.geometry import FEATURE_SIZES
 from moedispatch.core import hookspecs
 from moedispatch.core.backend import Padding
 from moedispatch.core.costs import Cost
@@ -290,7 +291,7 @@ def test_priors_load_with_provenance():
     assert p.provenance["commit"] == aiter_configs.aiter_index.release(p.provenance["snapshot"]).commit
     assert p.provenance["script"].startswith("benchmarks/bench_cost_model.py")
     assert ("bucket", "gfx950", 256, 64) in p.models
-    assert all(len(coef) == cost.FEATURE_SIZES[feats] for feats, coef in p.models.values())
+    assert all(len(coef) == FEATURE_SIZES[feats] for feats, coef in p.models.values())
     assert p.reference[("gfx950", 256)] == "MI355X"
 
 

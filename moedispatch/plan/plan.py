@@ -19,7 +19,7 @@ from moedispatch.sources.models import ModelSpec, expand_layers
 from moedispatch.core.reason import Reason, texts
 from moedispatch.selector.pure import select
 from moedispatch._util.deadline import collect_plugin_notices
-from moedispatch.cost.model import total
+from moedispatch.cost.ranking import total
 from moedispatch.data.aiter_configs import config_set_for
 from moedispatch.data.capdb import target_entry
 from moedispatch.kit.caveats import PAD_RATIO_MIN, ep_alternative_layer, pad_ratio_caveat

@@ -16,7 +16,8 @@ from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import QuantSpec
 from moedispatch.core.reason import Reason
 from moedispatch.core.families import FUSED_MOE_FAMILIES
-from moedispatch.cost.model import padding_overhead, tuning_worklist, untuned_csv
+from moedispatch.cost.model import padding_overhead
+from moedispatch.cost.worklist import tuning_worklist, untuned_csv
 from moedispatch.core.costs import format_cost
 from moedispatch.data import capdb
 from moedispatch.selector.pure import select

@@ -22,7 +22,7 @@ from moedispatch._util.caches import register
 from moedispatch._util import deadline
 from moedispatch._util.deadline import PluginTimeout
 from moedispatch.core.families import FUSED_MOE_FAMILIES
-from moedispatch.cost.model import rank, reason
+from moedispatch.cost.ranking import rank, reason
 from moedispatch.selector.plugins import plugin_manager_for
 from moedispatch.selector.runtime import blocking_reasons, costs_for, dispatch_for, dispatch_reasons, dispatched_family_issues, dispatched_padding
 
