@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
 from moedispatch._util.log import get_logger
 from moedispatch.core.backend import Backend, Padding, Verdict
@@ -181,6 +181,34 @@ def select_uncached(
         winner, padding = _by_runtime(layer, caps, [c for c in candidates if c.name in plans], plans, runtime,
                                       blocked, dispatch, costs, slower, replaced)
 
+    rejected = _rejections(ranked, winner, verdicts, force, blocked, failed_plans, slower, costs)
+    if winner is None or padding is None:
+        _no_backend(layer, caps, backends, verdicts, rejected, force, blocked, failed_plans)
+    head = _head(winner, candidates, force, failed_plans, blocked, slower, costs)
+    runtime_reasons: tuple[Reason, ...] = ()
+    if winner.name in dispatch:
+        runtime_reasons = dispatch_reasons(dispatch[winner.name], winner.name, winner.family)
+    verdict_reasons = verdicts[winner.name].reasons
+    if winner.name in replaced:  # the padded plan's known-issue notes no longer apply to the unpadded one
+        verdict_reasons = tuple(r for r in verdict_reasons if not (r.kind == "note" and r.issue is not None)) \
+            + replaced[winner.name]
+    reasons = ((Reason(head, "decision"),) + verdict_reasons + padding.notes + shard_caveats(layer)
+               + runtime_reasons)
+    warnings = tuple(r for r in reasons if r.kind == "warning")
+    decision = Decision(
+        layer, winner.name, padding, reasons, tuple(rejected), family=winner.family,
+        preference=winner.preference, forced=force is not None, warnings=warnings, caps=caps,
+        dispatch=dispatch.get(winner.name), cost=costs.get(winner.name, ()),
+    )
+    _log_decision(decision)
+    return decision
+
+
+def _rejections(ranked: Sequence[Backend], winner: Backend | None, verdicts: dict[str, Verdict], force: str | None,
+                blocked: dict[str, tuple[Reason, ...]], failed_plans: dict[str, Reason], slower: dict[str, str],
+                costs: dict[str, tuple]) -> list[Rejection]:
+    """Every backend but the winner, with why: blocked by AITER's dispatch, its plan failed, unsupported, not
+    considered or not chosen under --backend, slower, or outranked by preference."""
     rejected: list[Rejection] = []
     for b in ranked:
         if winner is not None and b is winner:
@@ -215,24 +243,35 @@ def select_uncached(
                 supported=True,
                 cost=costs.get(b.name, ()),
             ))
+    return rejected
 
-    if winner is None or padding is None:
-        # The reason names no layer index, so consecutive identical layers still group; the exception text does.
-        if force is not None:
-            why = "; ".join(texts(blocked.get(force) or ([failed_plans[force]] if force in failed_plans
-                                                         else verdicts[force].reasons)))
-            message = f"forced backend {force!r} cannot run this layer: {why}"
-        elif not backends:
-            message = ("no backends are registered (check MOEDISPATCH_LOAD_PLUGINS / MOEDISPATCH_DISABLE_PLUGINS, "
-                       "or that moedispatch is installed so its entry points exist)")
-        else:
-            message = f"no backend can run this layer correctly on {caps.arch_label}: " + "; ".join(
-                f"{r.backend}: {r.reasons[0]}" for r in rejected)
-        decision = Decision(layer, None, Padding.none(layer), (Reason(message, "failed"),), tuple(rejected),
-                            forced=force is not None, caps=caps)
-        _log_decision(decision)
-        raise NoBackendError(f"layer {layer.index}: {message}", decision)
 
+def _no_backend(layer: MoELayer, caps: Capabilities, backends: Sequence[Backend], verdicts: dict[str, Verdict],
+                rejected: list[Rejection], force: str | None, blocked: dict[str, tuple[Reason, ...]],
+                failed_plans: dict[str, Reason]) -> NoReturn:
+    """Raise NoBackendError, carrying the Decision with every rejection: the forced backend's own reasons, no
+    backend registered, or each backend's first reason."""
+    # The reason names no layer index, so consecutive identical layers still group; the exception text does.
+    if force is not None:
+        why = "; ".join(texts(blocked.get(force) or ([failed_plans[force]] if force in failed_plans
+                                                     else verdicts[force].reasons)))
+        message = f"forced backend {force!r} cannot run this layer: {why}"
+    elif not backends:
+        message = ("no backends are registered (check MOEDISPATCH_LOAD_PLUGINS / MOEDISPATCH_DISABLE_PLUGINS, "
+                   "or that moedispatch is installed so its entry points exist)")
+    else:
+        message = f"no backend can run this layer correctly on {caps.arch_label}: " + "; ".join(
+            f"{r.backend}: {r.reasons[0]}" for r in rejected)
+    decision = Decision(layer, None, Padding.none(layer), (Reason(message, "failed"),), tuple(rejected),
+                        forced=force is not None, caps=caps)
+    _log_decision(decision)
+    raise NoBackendError(f"layer {layer.index}: {message}", decision)
+
+
+def _head(winner: Backend, candidates: Sequence[Backend], force: str | None, failed_plans: dict[str, Reason],
+          blocked: dict[str, tuple[Reason, ...]], slower: dict[str, str], costs: dict[str, tuple]) -> str:
+    """The decision's first line: forced, named after the family AITER runs, faster than the higher preference,
+    the highest preference among the supported, or the only correct backend."""
     supported_names = [b.name for b in candidates if b.name not in failed_plans and b.name not in blocked]
     top = max((b for b in candidates if b.name in supported_names), key=lambda b: (b.preference, [-ord(c) for c in b.name]))
     if force is not None:
@@ -251,23 +290,7 @@ def select_uncached(
             head += f"; {_cost_reason(winner.name, costs, runner)}"
     else:
         head = f"{winner.name}: the only backend that is correct for this layer"
-    runtime_reasons: tuple[Reason, ...] = ()
-    if winner.name in dispatch:
-        runtime_reasons = dispatch_reasons(dispatch[winner.name], winner.name, winner.family)
-    verdict_reasons = verdicts[winner.name].reasons
-    if winner.name in replaced:  # the padded plan's known-issue notes no longer apply to the unpadded one
-        verdict_reasons = tuple(r for r in verdict_reasons if not (r.kind == "note" and r.issue is not None)) \
-            + replaced[winner.name]
-    reasons = ((Reason(head, "decision"),) + verdict_reasons + padding.notes + shard_caveats(layer)
-               + runtime_reasons)
-    warnings = tuple(r for r in reasons if r.kind == "warning")
-    decision = Decision(
-        layer, winner.name, padding, reasons, tuple(rejected), family=winner.family,
-        preference=winner.preference, forced=force is not None, warnings=warnings, caps=caps,
-        dispatch=dispatch.get(winner.name), cost=costs.get(winner.name, ()),
-    )
-    _log_decision(decision)
-    return decision
+    return head
 
 
 def _cost_reason(a: str, costs: dict[str, tuple], b: str) -> str:
