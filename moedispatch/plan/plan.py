@@ -197,8 +197,26 @@ def plan_model(
                 decisions.append(select(layer, caps, backends, force, strict=strict, runtime=runtime))
             except NoBackendError as exc:
                 decisions.append(exc.decision)
+    out_warnings = _plan_warnings(model, caps, decisions, backends, warnings, notices.texts(), runtime)
+    plan = Plan(model, caps, tp, ep, tuple(decisions), tuple(dict.fromkeys(out_warnings)), runtime)
+    counts: dict[str, int] = {}
+    for d in decisions:
+        if d.layer.kind == "moe":
+            key = d.backend or "none"
+            counts[key] = counts.get(key, 0) + 1
+    log.info("dispatch_planned", model=model.name, target=caps.gfx, aiter=caps.aiter_version, tp=tp, ep=ep,
+             backends=counts, fingerprint=plan.fingerprint)
+    return plan
+
+
+def _plan_warnings(model: ModelSpec, caps: Capabilities, decisions: Sequence[Decision], backends: Sequence[Backend],
+                   warnings: Sequence[Reason | str], notices: Sequence[str],
+                   runtime: "Runtime | None") -> list[Reason]:
+    """The plan's warnings: the caller's, what plugins printed, AITER's notes, the target's and the model's (and its
+    unconfirmed facts), each chosen backend's once with its layers, a pre-padded checkpoint, run-time caveats,
+    pad ratios, the installed tuned set, layers with no backend."""
     out_warnings: list[Reason] = [Reason.coerce(w, "warning").with_kind("warning") for w in warnings]
-    out_warnings += [Reason(text, "warning") for text in notices.texts()]
+    out_warnings += [Reason(text, "warning") for text in notices]
     out_warnings += [Reason(text, "warning", "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py") for text in
                      (runtime.notes if runtime is not None else ())]
     out_warnings += [Reason.coerce(n, "warning").with_kind("warning") for n in (*caps.notes, *model.notes)]
@@ -209,7 +227,21 @@ def plan_model(
             "published primary config found; check the checkpoint's own config.json before trusting this plan",
             "warning",
             None, None, "unconfirmed"))
-    # Warnings the chosen backends raise (e.g. a slow reference path), once per distinct warning with its layers.
+    out_warnings += _backend_warnings(decisions, caps)
+    out_warnings += _prepadded_warnings(model, decisions)
+    # Run-time caveats of the chosen paths (scale-tile splits, token-count dependent bugs) travel as warnings.
+    out_warnings += [r.with_kind("warning") for d in decisions if d.backend for r in d.of_kind("caveat")]
+    out_warnings += _pad_ratio_warnings(decisions, caps, backends, runtime)
+    out_warnings += _tuned_set_warnings(decisions, caps)
+    missing = [d.layer.index for d in decisions if not d.ok]
+    if missing:
+        out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))
+    return out_warnings
+
+
+def _backend_warnings(decisions: Sequence[Decision], caps: Capabilities) -> list[Reason]:
+    """Warnings the chosen backends raise (e.g. a slow reference path), once per distinct warning with its layers."""
+    out_warnings: list[Reason] = []
     by_warning: dict[tuple[str | None, Reason], list[int]] = {}
     for d in decisions:
         for w in d.warnings:
@@ -220,6 +252,12 @@ def plan_model(
         out_warnings.append(Reason(
             f"{len(indices)} MoE layer(s) ({_ranges(indices)}) run on {backend}{where}: {w.text}", "warning",
             w.source, w.issue, w.confidence))
+    return out_warnings
+
+
+def _prepadded_warnings(model: ModelSpec, decisions: Sequence[Decision]) -> list[Reason]:
+    """A checkpoint stored pre-padded: what the plan allocates against what is stored, and how to load it."""
+    out_warnings: list[Reason] = []
     if model.prepadded and model.stored_intermediate:
         moe = [d for d in decisions if d.layer.kind == "moe"]
         if moe:
@@ -233,22 +271,7 @@ def plan_model(
                    "_load_w13/_load_w2 narrow with the unpadded size) and keep the rest zero"
                    if stored != alloc else "the stored zeros fill the planned pad exactly"), "warning",
                 "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/routed_experts.py"))
-    # Run-time caveats of the chosen paths (scale-tile splits, token-count dependent bugs) travel as warnings.
-    out_warnings += [r.with_kind("warning") for d in decisions if d.backend for r in d.of_kind("caveat")]
-    out_warnings += _pad_ratio_warnings(decisions, caps, backends, runtime)
-    out_warnings += _tuned_set_warnings(decisions, caps)
-    missing = [d.layer.index for d in decisions if not d.ok]
-    if missing:
-        out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))
-    plan = Plan(model, caps, tp, ep, tuple(decisions), tuple(dict.fromkeys(out_warnings)), runtime)
-    counts: dict[str, int] = {}
-    for d in decisions:
-        if d.layer.kind == "moe":
-            key = d.backend or "none"
-            counts[key] = counts.get(key, 0) + 1
-    log.info("dispatch_planned", model=model.name, target=caps.gfx, aiter=caps.aiter_version, tp=tp, ep=ep,
-             backends=counts, fingerprint=plan.fingerprint)
-    return plan
+    return out_warnings
 
 
 # -- JSON ------------------------------------------------------------------------------------------------------
