@@ -122,31 +122,11 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     def wrapped(text: str, indent: str) -> list[str]:
         return _wrap(text, indent, width)
 
-    caps = plan.caps
     cite = _Sources()
     lines: list[str] = []
     if first_line:
         lines.append(first_line)
-    # Where the target and the AITER came from, in words, each right after what it qualifies (newcomer minor 7: a
-    # bracketed [flag] beside "(default: …)" was two notations on one line, neither in the legend).
-    target = f"{caps.arch_label}"
-    mode = partition_of(caps.gfx, caps.product, caps.compute_units)
-    if mode and caps.compute_units:
-        n = partitions_for(caps.gfx, caps.product)[mode]
-        target += f", {mode} partition: {caps.compute_units} CUs (1/{n} of {caps.compute_units * n}; derived)"
-    elif caps.compute_units:
-        target += f", {caps.compute_units} CUs"
-    target += f" ({TARGET_WHY.get(caps.source, caps.source)})"
-    target += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
-    target += f" ({_AITER_WHY.get(caps.source_of('aiter_version') or '', caps.source_of('aiter_version') or '?')})"
-    lines.append(f"model   {plan.model.name} ({plan.model.source}"
-                 + (f", {plan.model.architecture}" if plan.model.architecture else "") + ")")
-    lines.append(f"target  {target}")
-    lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
-                 f" plan fingerprint {plan.fingerprint}, decision fingerprint {plan.decision_fingerprint}")
-    for used in aiter_data(plan):
-        lines += wrapped(f"rows {used['rows']}; rules {used['rules']} ({used['rules_source']})", "aiter   ")
-    lines.append("")
+    lines += _header_lines(plan, width)
     for group in plan.groups():
         d = group[0]
         layer = d.layer
@@ -160,41 +140,7 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
             lines.append(f"{span} ({count}) → dense MLP, no MoE backend "
                          f"(hidden {layer.hidden}, intermediate {layer.intermediate})")
             continue
-        head = f"{span} ({count}) → {d.backend or 'NO BACKEND'}"
-        lines.append(head)
-        lines.append(f"    shape   hidden {layer.hidden}, intermediate {layer.intermediate} → "
-                     f"{layer.intermediate_per_rank}/rank, experts {layer.experts} → {layer.experts_per_rank}/rank, "
-                     f"top-{layer.top_k}, {layer.activation}")
-        lines.append(f"    quant   weights {layer.weight.describe()}, activations {layer.act.describe()}")
-        p = d.padding
-        if d.backend:
-            if p.padded:
-                _, extra = padded_bytes(layer, d)
-                lines += wrapped(
-                    f"hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
-                    f"{p.intermediate_per_rank}{_pad_ratio_text(layer, p)}; kernel pads hidden={p.kernel_hidden_pad} "
-                    f"intermediate={p.kernel_intermediate_pad} ({p.pad_semantics}); zero-fill {'yes' if p.zero_fill else 'no'}; "
-                    f"+{_human_bytes(extra)}/rank per layer", "    padding ")
-            else:
-                lines.append("    padding none needed")
-        if d.dispatch is not None:
-            for n, step in enumerate(d.dispatch.steps):
-                lines += wrapped(_step_line(step, layer.act.dtype), "    aiter   " if n == 0 else "            ")
-            for assumption in d.dispatch.assumptions:
-                lines += wrapped(f"assumes {assumption}", "            ")
-        if d.cost:
-            lines += wrapped(_costs_line(d.cost), "    cost    ")
-        for reason in plan.what_if_for(group):
-            lines += wrapped(cite(reason).removeprefix("what-if: "), "    what-if ")
-        why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
-        for n, reason in enumerate(why):
-            lines += wrapped(cite(reason), "    why     " if n == 0 else "            ")
-        for reason in d.of_kind("caveat"):  # the label says caveat once (texts from known issues open with it)
-            lines += wrapped(cite(reason).removeprefix("caveat "), "    caveat  ")
-        for reason in d.of_kind("warning"):
-            lines += wrapped(cite(reason), "    warning ")
-        for rej in d.rejected:
-            lines += wrapped(f"{rej.backend}: " + "; ".join(cite(r) for r in rej.reasons), "    not     ")
+        lines += _group_lines(plan, group, span, count, cite, width)
     totals = cost_total(plan)
     if totals and not brief:
         lines.append("")
@@ -218,6 +164,82 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
         lines.append(f"legend  {LEGEND}")
     # The header, dense-layer and legend lines are built whole; fit() keeps them inside the width too.
     return fit("\n".join(lines), width) + "\n"
+
+
+def _header_lines(plan: Plan, width: int | None) -> list[str]:
+    """model / target / layout / aiter lines: what was planned, where the target and the AITER came from."""
+    caps = plan.caps
+    lines: list[str] = []
+    # Where the target and the AITER came from, in words, each right after what it qualifies (newcomer minor 7: a
+    # bracketed [flag] beside "(default: …)" was two notations on one line, neither in the legend).
+    target = f"{caps.arch_label}"
+    mode = partition_of(caps.gfx, caps.product, caps.compute_units)
+    if mode and caps.compute_units:
+        n = partitions_for(caps.gfx, caps.product)[mode]
+        target += f", {mode} partition: {caps.compute_units} CUs (1/{n} of {caps.compute_units * n}; derived)"
+    elif caps.compute_units:
+        target += f", {caps.compute_units} CUs"
+    target += f" ({TARGET_WHY.get(caps.source, caps.source)})"
+    target += f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER"
+    target += f" ({_AITER_WHY.get(caps.source_of('aiter_version') or '', caps.source_of('aiter_version') or '?')})"
+    lines.append(f"model   {plan.model.name} ({plan.model.source}"
+                 + (f", {plan.model.architecture}" if plan.model.architecture else "") + ")")
+    lines.append(f"target  {target}")
+    lines.append(f"layout  tp={plan.tp} ep={plan.ep}; {plan.model.moe_layers} MoE of {len(plan.model.layers)} layers;"
+                 f" plan fingerprint {plan.fingerprint}, decision fingerprint {plan.decision_fingerprint}")
+    for used in aiter_data(plan):
+        lines += _wrap(f"rows {used['rows']}; rules {used['rules']} ({used['rules_source']})", "aiter   ", width)
+    lines.append("")
+    return lines
+
+
+def _group_lines(plan: Plan, group: Sequence[Decision], span: str, count: str, cite: "_Sources",
+                 width: int | None) -> list[str]:
+    """One MoE layer group: backend, shape, quant, padding, what AITER runs, cost, what-if, why, caveats, warnings
+    and the backends not chosen."""
+
+    def wrapped(text: str, indent: str) -> list[str]:
+        return _wrap(text, indent, width)
+
+    d = group[0]
+    layer = d.layer
+    lines: list[str] = []
+    head = f"{span} ({count}) → {d.backend or 'NO BACKEND'}"
+    lines.append(head)
+    lines.append(f"    shape   hidden {layer.hidden}, intermediate {layer.intermediate} → "
+                 f"{layer.intermediate_per_rank}/rank, experts {layer.experts} → {layer.experts_per_rank}/rank, "
+                 f"top-{layer.top_k}, {layer.activation}")
+    lines.append(f"    quant   weights {layer.weight.describe()}, activations {layer.act.describe()}")
+    p = d.padding
+    if d.backend:
+        if p.padded:
+            _, extra = padded_bytes(layer, d)
+            lines += wrapped(
+                f"hidden {layer.hidden}→{p.hidden}, intermediate/rank {layer.intermediate_per_rank}→"
+                f"{p.intermediate_per_rank}{_pad_ratio_text(layer, p)}; kernel pads hidden={p.kernel_hidden_pad} "
+                f"intermediate={p.kernel_intermediate_pad} ({p.pad_semantics}); zero-fill {'yes' if p.zero_fill else 'no'}; "
+                f"+{_human_bytes(extra)}/rank per layer", "    padding ")
+        else:
+            lines.append("    padding none needed")
+    if d.dispatch is not None:
+        for n, step in enumerate(d.dispatch.steps):
+            lines += wrapped(_step_line(step, layer.act.dtype), "    aiter   " if n == 0 else "            ")
+        for assumption in d.dispatch.assumptions:
+            lines += wrapped(f"assumes {assumption}", "            ")
+    if d.cost:
+        lines += wrapped(_costs_line(d.cost), "    cost    ")
+    for reason in plan.what_if_for(group):
+        lines += wrapped(cite(reason).removeprefix("what-if: "), "    what-if ")
+    why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]
+    for n, reason in enumerate(why):
+        lines += wrapped(cite(reason), "    why     " if n == 0 else "            ")
+    for reason in d.of_kind("caveat"):  # the label says caveat once (texts from known issues open with it)
+        lines += wrapped(cite(reason).removeprefix("caveat "), "    caveat  ")
+    for reason in d.of_kind("warning"):
+        lines += wrapped(cite(reason), "    warning ")
+    for rej in d.rejected:
+        lines += wrapped(f"{rej.backend}: " + "; ".join(cite(r) for r in rej.reasons), "    not     ")
+    return lines
 
 
 def _all_reasons(plan: Plan) -> list[Reason]:

@@ -20,7 +20,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from moedispatch.core.errors import ModelError
 
@@ -308,20 +308,10 @@ def _logical(info: TensorInfo, label: str, blocks: bool) -> tuple[int, ...]:
     return shape[:-1] + (shape[-1] * _pack_factor(info.name, info.dtype, label, blocks),)
 
 
-def analyse_experts(
-    tensors: dict[str, TensorInfo], *, hidden: int, intermediate: int, experts: int, n_layers: int,
-    moe_layers: Iterable[int], weight_label: dict[int, str], where: str, complete: bool = True,
-) -> ExpertLayout | None:
-    """Cross-check expert tensors with the config; None when no expert tensor is recognised.
-
-    ``weight_label[i]`` is the weight quant label the config prescribes for layer i's experts; ``where`` names the
-    config (for messages). Raises ModelError naming the tensor, its file and the config key on a mismatch.
-    ``complete=False`` (some shards absent) skips the checks that need every tensor: layer coverage, expert count.
-    """
-    moe_set = set(moe_layers)
+def _collect_experts(tensors: dict[str, TensorInfo], n_layers: int) -> tuple[dict[int, dict[str, Any]], bool]:
+    """(layer -> its expert tensors by role and expert ids, whether any expert bias exists) from the tensor names."""
     per_layer: dict[int, dict[str, Any]] = {}
     bias = False
-    dtypes: set[str] = set()
     for name, info in tensors.items():
         m = _EXPERT_RE.match(name)
         if m is None:
@@ -337,9 +327,11 @@ def analyse_experts(
         entry["roles"].setdefault(role, []).append((info, m.group("blocks") is not None, m.group("expert")))
         if m.group("expert") is not None:
             entry["experts"].add(int(m.group("expert")))
-    if not per_layer:
-        return None
+    return per_layer, bias
 
+
+def _check_coverage(per_layer: dict[int, dict[str, Any]], moe_set: set[int], where: str, complete: bool) -> None:
+    """Raise when experts sit in a dense layer, or (``complete``) a MoE layer has no expert tensors."""
     for layer in sorted(per_layer):
         if layer not in moe_set:
             name = next(iter(per_layer[layer]["roles"].values()))[0][0]
@@ -352,102 +344,169 @@ def analyse_experts(
             raise ModelError(f"{where} makes layer {layer} a MoE layer but the checkpoint has no expert tensors for "
                              f"it (layer {any_layer} has, e.g. {sample.name} in {sample.file})")
 
+
+def _check_projections(layer: int, roles: dict[str, Any]) -> bool:
+    """Whether the layer's experts fuse gate and up; raises when gate, up or down is missing."""
+    fused = "gate_up" in roles
+    if not fused and ("gate" in roles) != ("up" in roles):
+        present = "gate" if "gate" in roles else "up"
+        sample = roles[present][0][0]
+        raise ModelError(f"{sample.file}: layer {layer} has expert {present} weights ({sample.name}) but no "
+                         f"{'up' if present == 'gate' else 'gate'} weights")
+    if "down" not in roles:
+        sample = next(iter(roles.values()))[0][0]
+        raise ModelError(f"{sample.file}: layer {layer} has expert weights ({sample.name}) but no down "
+                         "projection")
+    return fused
+
+
+def _check_dtype(info: TensorInfo, label: str, layer: int, where: str) -> str:
+    """The quant label to unpack the tensor with; raises when its dtype is not one the config's label allows."""
+    allowed = _DTYPES_FOR.get(label, set())
+    if info.dtype not in allowed and not (label == "fp8" and info.dtype in ("I32", "U32")):
+        scheme = "no quantization" if label in ("bf16", "fp16") else f"{label} weights"
+        raise ModelError(f"{info.file}: tensor {info.name} is {info.dtype} but {where} prescribes "
+                         f"{scheme} for layer {layer}'s experts")
+    return "int4" if label == "fp8" and info.dtype in ("I32", "U32") else label
+
+
+def _weight_dims(info: TensorInfo, shape: tuple[int, ...], is_stacked: bool, experts: int,
+                 where: str) -> tuple[int, ...]:
+    """The two [N, K] dims of an expert weight (after a stacked tensor's expert dim), shape-checked."""
+    if is_stacked:
+        if len(shape) != 3:
+            raise ModelError(f"{info.file}: stacked expert tensor {info.name} has shape "
+                             f"{list(info.shape)}; expected [experts, N, K]")
+        if shape[0] != experts:
+            raise ModelError(f"{info.file}: tensor {info.name} stacks {shape[0]} experts but {where} "
+                             f"says {experts} experts")
+        return shape[1:]
+    if len(shape) != 2:
+        raise ModelError(f"{info.file}: expert tensor {info.name} has shape {list(info.shape)}; "
+                         "expected a 2-D [N, K] weight")
+    return shape
+
+
+def _measure_layer(layer: int, roles: dict[str, Any], label: str, hidden: int, experts: int,
+                   where: str) -> Iterator[tuple[int, int, TensorInfo, bool]]:
+    """(hidden, intermediate, tensor, stacked) of each expert weight of one layer, checked one tensor at a time."""
+    for role, items in roles.items():
+        for info, blocks, expert in items:
+            is_stacked = expert is None
+            shape = _logical(info, _check_dtype(info, label, layer, where), blocks)
+            dims = _weight_dims(info, shape, is_stacked, experts, where)
+            h_dim, i_dim = _split_dims(info, dims, role, hidden, blocks or not is_stacked, where)
+            if role == "gate_up":
+                if i_dim % 2:
+                    raise ModelError(f"{info.file}: fused gate-up tensor {info.name} {list(info.shape)} has an "
+                                     f"odd width {i_dim}")
+                i_dim //= 2
+            yield h_dim, i_dim, info, is_stacked
+
+
+def _same_size(stored: tuple[int, TensorInfo] | None, dim: int, info: TensorInfo,
+               what: str) -> tuple[int, TensorInfo]:
+    """The (size, first tensor) stored so far; raises when this tensor stores another ``what`` size."""
+    if stored is None:
+        return dim, info
+    if stored[0] != dim:
+        raise ModelError(f"{info.file}: tensor {info.name} {list(info.shape)} stores {what} {dim} "
+                         f"but {stored[1].name} in {stored[1].file} stores {stored[0]}")
+    return stored
+
+
+def _check_expert_count(layer: int, entry: dict[str, Any], experts: int, where: str, complete: bool) -> None:
+    """Raise when a layer's per-expert tensors name an expert past the config's count, or (``complete``) miss some."""
+    if entry["experts"]:
+        top = max(entry["experts"])
+        if top >= experts:
+            raise ModelError(f"layer {layer} has tensors for expert {top} but {where} says {experts} experts")
+        if complete and len(entry["experts"]) != experts:
+            sample = next(iter(entry["roles"].values()))[0][0]
+            raise ModelError(f"{sample.file}: layer {layer} has tensors for {len(entry['experts'])} of the "
+                             f"{experts} experts {where} declares")
+
+
+def _measure_experts(
+    per_layer: dict[int, dict[str, Any]], weight_label: dict[int, str], hidden: int, experts: int, where: str,
+    complete: bool,
+) -> tuple[tuple[int, TensorInfo], tuple[int, TensorInfo], bool, bool, set[str]]:
+    """(stored intermediate, stored hidden, fused, stacked, dtypes) of every layer's experts, checked layer by layer."""
     stored_i: tuple[int, TensorInfo] | None = None
     stored_h: tuple[int, TensorInfo] | None = None
     fused = stacked_any = False
+    dtypes: set[str] = set()
     for layer in sorted(per_layer):
         entry = per_layer[layer]
+        fused = _check_projections(layer, entry["roles"]) or fused
         label = weight_label.get(layer, "bf16")
-        roles = entry["roles"]
-        if "gate_up" in roles:
-            fused = True
-        elif ("gate" in roles) != ("up" in roles):
-            present = "gate" if "gate" in roles else "up"
-            sample = roles[present][0][0]
-            raise ModelError(f"{sample.file}: layer {layer} has expert {present} weights ({sample.name}) but no "
-                             f"{'up' if present == 'gate' else 'gate'} weights")
-        if "down" not in roles:
-            sample = next(iter(roles.values()))[0][0]
-            raise ModelError(f"{sample.file}: layer {layer} has expert weights ({sample.name}) but no down "
-                             "projection")
-        for role, items in roles.items():
-            for info, blocks, expert in items:
-                dtypes.add(info.dtype)
-                allowed = _DTYPES_FOR.get(label, set())
-                if info.dtype not in allowed and not (label == "fp8" and info.dtype in ("I32", "U32")):
-                    scheme = "no quantization" if label in ("bf16", "fp16") else f"{label} weights"
-                    raise ModelError(f"{info.file}: tensor {info.name} is {info.dtype} but {where} prescribes "
-                                     f"{scheme} for layer {layer}'s experts")
-                eff = "int4" if label == "fp8" and info.dtype in ("I32", "U32") else label
-                shape = _logical(info, eff, blocks)
-                is_stacked = expert is None
-                stacked_any = stacked_any or is_stacked
-                if is_stacked:
-                    if len(shape) != 3:
-                        raise ModelError(f"{info.file}: stacked expert tensor {info.name} has shape "
-                                         f"{list(info.shape)}; expected [experts, N, K]")
-                    if shape[0] != experts:
-                        raise ModelError(f"{info.file}: tensor {info.name} stacks {shape[0]} experts but {where} "
-                                         f"says {experts} experts")
-                    dims = shape[1:]
-                else:
-                    if len(shape) != 2:
-                        raise ModelError(f"{info.file}: expert tensor {info.name} has shape {list(info.shape)}; "
-                                         "expected a 2-D [N, K] weight")
-                    dims = shape
-                h_dim, i_dim = _split_dims(info, dims, role, hidden, blocks or not is_stacked, where)
-                if role == "gate_up":
-                    if i_dim % 2:
-                        raise ModelError(f"{info.file}: fused gate-up tensor {info.name} {list(info.shape)} has an "
-                                         f"odd width {i_dim}")
-                    i_dim //= 2
-                if stored_i is None:
-                    stored_i = (i_dim, info)
-                elif stored_i[0] != i_dim:
-                    raise ModelError(f"{info.file}: tensor {info.name} {list(info.shape)} stores intermediate "
-                                     f"{i_dim} but {stored_i[1].name} in {stored_i[1].file} stores {stored_i[0]}")
-                if stored_h is None:
-                    stored_h = (h_dim, info)
-                elif stored_h[0] != h_dim:
-                    raise ModelError(f"{info.file}: tensor {info.name} {list(info.shape)} stores hidden {h_dim} "
-                                     f"but {stored_h[1].name} in {stored_h[1].file} stores {stored_h[0]}")
-        if entry["experts"]:
-            top = max(entry["experts"])
-            if top >= experts:
-                raise ModelError(f"layer {layer} has tensors for expert {top} but {where} says {experts} experts")
-            if complete and len(entry["experts"]) != experts:
-                sample = next(iter(roles.values()))[0][0]
-                raise ModelError(f"{sample.file}: layer {layer} has tensors for {len(entry['experts'])} of the "
-                                 f"{experts} experts {where} declares")
-
+        for h_dim, i_dim, info, is_stacked in _measure_layer(layer, entry["roles"], label, hidden, experts, where):
+            dtypes.add(info.dtype)
+            stacked_any = stacked_any or is_stacked
+            stored_i = _same_size(stored_i, i_dim, info, "intermediate")
+            stored_h = _same_size(stored_h, h_dim, info, "hidden")
+        _check_expert_count(layer, entry, experts, where, complete)
     assert stored_i is not None and stored_h is not None
-    notes = []
+    return stored_i, stored_h, fused, stacked_any, dtypes
+
+
+def _check_stored_hidden(stored_h: tuple[int, TensorInfo], hidden: int, where: str) -> None:
+    """Raise when the experts store another hidden size than the config's (it is never pre-padded)."""
+    info = stored_h[1]
+    if stored_h[0] < hidden:
+        raise ModelError(f"{where} says hidden_size is {hidden} but {info.file}: tensor {info.name} "
+                         f"{list(info.shape)} stores {stored_h[0]}")
+    if stored_h[0] != hidden:
+        raise ModelError(f"{where} says hidden_size is {hidden} but {info.file}: tensor {info.name} "
+                         f"{list(info.shape)} stores {stored_h[0]}; expert weights keep the model's hidden size "
+                         "(only the intermediate size can be pre-padded)")
+
+
+def _prepad_note(stored_i: tuple[int, TensorInfo], intermediate: int, where: str) -> str:
+    """The note for a stored intermediate larger than the config's; raises when it is no pre-padding of it."""
+    multiple = prepad_multiple(intermediate, stored_i[0])
+    if multiple is None:
+        info = stored_i[1]
+        hint = (f" ({stored_i[0] // intermediate}× the config: gate and up fused under one name, or another "
+                "model's weights?)" if stored_i[0] % intermediate == 0 else "")
+        raise ModelError(f"{where} says the expert intermediate size is {intermediate} but {info.file}: tensor "
+                         f"{info.name} {list(info.shape)} stores {stored_i[0]}, which is no pre-padding of "
+                         f"{intermediate} (a pre-pad rounds it up to a multiple of at most "
+                         f"{PREPAD_MAX_MULTIPLE}: {_round_up(intermediate, PREPAD_MAX_MULTIPLE)} at most){hint}")
+    return (f"checkpoint experts are pre-padded: intermediate stored as {stored_i[0]} "
+            f"(config {intermediate}, +{stored_i[0] - intermediate}, rounded up to a multiple of "
+            f"{multiple}); {stored_i[1].name}")
+
+
+def _stored_size_notes(stored_i: tuple[int, TensorInfo], stored_h: tuple[int, TensorInfo], intermediate: int,
+                       hidden: int, where: str) -> list[str]:
+    """Notes on the stored expert sizes; raises when they are smaller than the config's or no pre-padding of it."""
     if stored_i[0] < intermediate:
         info = stored_i[1]
         raise ModelError(f"{where} says the expert intermediate size is {intermediate} but {info.file}: tensor "
                          f"{info.name} {list(info.shape)} stores {stored_i[0]}")
-    if stored_h[0] < hidden:
-        info = stored_h[1]
-        raise ModelError(f"{where} says hidden_size is {hidden} but {info.file}: tensor {info.name} "
-                         f"{list(info.shape)} stores {stored_h[0]}")
-    if stored_h[0] != hidden:
-        info = stored_h[1]
-        raise ModelError(f"{where} says hidden_size is {hidden} but {info.file}: tensor {info.name} "
-                         f"{list(info.shape)} stores {stored_h[0]}; expert weights keep the model's hidden size "
-                         "(only the intermediate size can be pre-padded)")
-    if stored_i[0] > intermediate:
-        multiple = prepad_multiple(intermediate, stored_i[0])
-        if multiple is None:
-            info = stored_i[1]
-            hint = (f" ({stored_i[0] // intermediate}× the config: gate and up fused under one name, or another "
-                    "model's weights?)" if stored_i[0] % intermediate == 0 else "")
-            raise ModelError(f"{where} says the expert intermediate size is {intermediate} but {info.file}: tensor "
-                             f"{info.name} {list(info.shape)} stores {stored_i[0]}, which is no pre-padding of "
-                             f"{intermediate} (a pre-pad rounds it up to a multiple of at most "
-                             f"{PREPAD_MAX_MULTIPLE}: {_round_up(intermediate, PREPAD_MAX_MULTIPLE)} at most){hint}")
-        notes.append(f"checkpoint experts are pre-padded: intermediate stored as {stored_i[0]} "
-                     f"(config {intermediate}, +{stored_i[0] - intermediate}, rounded up to a multiple of "
-                     f"{multiple}); {stored_i[1].name}")
+    _check_stored_hidden(stored_h, hidden, where)
+    return [_prepad_note(stored_i, intermediate, where)] if stored_i[0] > intermediate else []
+
+
+def analyse_experts(
+    tensors: dict[str, TensorInfo], *, hidden: int, intermediate: int, experts: int, n_layers: int,
+    moe_layers: Iterable[int], weight_label: dict[int, str], where: str, complete: bool = True,
+) -> ExpertLayout | None:
+    """Cross-check expert tensors with the config; None when no expert tensor is recognised.
+
+    ``weight_label[i]`` is the weight quant label the config prescribes for layer i's experts; ``where`` names the
+    config (for messages). Raises ModelError naming the tensor, its file and the config key on a mismatch.
+    ``complete=False`` (some shards absent) skips the checks that need every tensor: layer coverage, expert count.
+    """
+    moe_set = set(moe_layers)
+    per_layer, bias = _collect_experts(tensors, n_layers)
+    if not per_layer:
+        return None
+    _check_coverage(per_layer, moe_set, where, complete)
+    stored_i, stored_h, fused, stacked_any, dtypes = _measure_experts(per_layer, weight_label, hidden, experts,
+                                                                      where, complete)
+    notes = _stored_size_notes(stored_i, stored_h, intermediate, hidden, where)
     return ExpertLayout(stored_intermediate=stored_i[0], stored_hidden=stored_h[0], fused_gate_up=fused,
                         stacked=stacked_any, has_bias=bias, weight_dtypes=tuple(sorted(dtypes)),
                         moe_layers=tuple(sorted(per_layer)), notes=tuple(notes))

@@ -283,17 +283,35 @@ def parse_config(config: Any, *, name: str, source: str, path: str | None = None
         raise ModelError(f"{where}: nests too deeply") from None
 
 
-def _parse_config(config: Any, *, name: str, source: str, path: str | None, where: str,
-                  checkpoint: CheckpointInfo | None, quant_config: tuple[Any, str] | None) -> ModelSpec:
+@dataclass(frozen=True)
+class _Sizes:
+    """The sizes a config declares, with the keys they were read from (for messages)."""
+
+    hidden: int
+    n_layers: int
+    experts: int
+    top_k: int
+    moe_inter: int
+    dense_inter: int
+    ekey: str
+    kkey: str | None
+    ikey: str
+
+
+def _text_section(config: Any, where: str) -> tuple[dict[str, Any], str]:
+    """The (text config, its where) of a config: the nested text_config of a multimodal wrapper, else the config."""
     if not isinstance(config, dict):
         raise ModelError(f"{where}: top level must be a JSON object, got {type(config).__name__}")
-    text, twhere = config, where
     for key in _TEXT_KEYS:
         if config.get(key) is not None:
             if not isinstance(config[key], dict):
                 raise ModelError(f"{where}.{key} must be an object, got {type(config[key]).__name__}")
-            text, twhere = config[key], f"{where}: {key}"
-            break
+            return config[key], f"{where}: {key}"
+    return config, where
+
+
+def _family(config: dict[str, Any], text: dict[str, Any], where: str) -> tuple[str, Any, str | None]:
+    """(model_type, the text config's model_type, architecture) of a config, type-checked."""
     # The family is the top-level model_type: multimodal wrappers name the real model there while the nested
     # text_config may reuse another family's type (MiniMax-M3's text_config says "minimax_m2": SGLang
     # configs/minimax_vl.py, NeMo Automodel minimax_m3_vl/config.py — capability_db/models/MiniMax-M3.json).
@@ -305,8 +323,11 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
     archs = config.get("architectures")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         raise ModelError(f"{where}.architectures must be a list of strings, got {_short(archs)}")
-    architecture = archs[0] if archs else None
+    return model_type, text_type, archs[0] if archs else None
 
+
+def _hidden_and_layers(text: dict[str, Any], twhere: str) -> tuple[int, int]:
+    """(hidden size, number of decoder layers) of the text config."""
     key, hidden = _first(text, ("hidden_size", "d_model", "n_embd"))
     if key is None:
         raise ModelError(f"{twhere}: no hidden_size")
@@ -314,8 +335,11 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
     key, n_layers = _first(text, ("num_hidden_layers", "n_layer", "num_layers"))
     if key is None:
         raise ModelError(f"{twhere}: no num_hidden_layers")
-    n_layers = _pos_int(n_layers, f"{twhere}.{key}", limit=_MAX_LAYERS)
+    return hidden, _pos_int(n_layers, f"{twhere}.{key}", limit=_MAX_LAYERS)
 
+
+def _routing(text: dict[str, Any], twhere: str) -> tuple[str, int, str | None, int]:
+    """(experts key, routed experts, top-k key, top-k) of the text config."""
     ekey, experts = _first(text, _EXPERTS)
     if ekey is None:
         raise ModelError(f"{twhere}: not a MoE model (none of {', '.join(_EXPERTS)} is set)")
@@ -326,7 +350,11 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
     top_k = _pos_int(top_k, f"{twhere}.{kkey}") if experts else 0
     if top_k > experts:
         raise ModelError(f"{twhere}.{kkey} = {top_k} exceeds the {experts} experts ({ekey})")
+    return ekey, experts, kkey, top_k
 
+
+def _intermediates(text: dict[str, Any], twhere: str) -> tuple[str, int, int]:
+    """(expert intermediate key, expert intermediate size, dense MLP intermediate size) of the text config."""
     if text.get("moe_intermediate_size") is not None:
         moe_inter = _pos_int(text["moe_intermediate_size"], f"{twhere}.moe_intermediate_size")
         dkey, dense_inter = _first(text, ("dense_intermediate_size", "intermediate_size", "intermediate_size_mlp"))
@@ -337,16 +365,20 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
         moe_inter = _pos_int(text["intermediate_size"], f"{twhere}.intermediate_size")
         dkey, dense_inter = _first(text, ("dense_intermediate_size", "intermediate_size_mlp"))
         ikey = "intermediate_size"
-    dense_inter = _pos_int(dense_inter, f"{twhere}.{dkey}") if dkey else moe_inter
+    return ikey, moe_inter, _pos_int(dense_inter, f"{twhere}.{dkey}") if dkey else moe_inter
 
-    pattern = _moe_pattern(text, n_layers, experts, twhere)
-    if not any(pattern):
-        raise ModelError(f"{twhere}: no layer is a MoE layer")
 
-    activation, params = _activation(text, model_type, twhere)
-    # gpt-oss experts carry biases (vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py)
-    has_bias = model_type in _SWIGLUOAI
+def _sizes(text: dict[str, Any], twhere: str) -> _Sizes:
+    """Hidden size, layer count, routing and intermediate sizes of the text config, validated."""
+    hidden, n_layers = _hidden_and_layers(text, twhere)
+    ekey, experts, kkey, top_k = _routing(text, twhere)
+    ikey, moe_inter, dense_inter = _intermediates(text, twhere)
+    return _Sizes(hidden, n_layers, experts, top_k, moe_inter, dense_inter, ekey, kkey, ikey)
 
+
+def _shared_experts(text: dict[str, Any], model_type: str, text_type: Any, moe_inter: int,
+                    twhere: str) -> tuple[int, int]:
+    """(shared expert count, their total intermediate size) from the family's keys and defaults."""
     shared = text.get("n_shared_experts")
     if shared is None:
         shared = text.get("num_shared_experts")
@@ -364,17 +396,25 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
         shared = 1
     if not shared_inter:
         shared = 0
+    return shared, shared_inter
 
+
+def _quant_scheme(config: dict[str, Any], text: dict[str, Any], where: str, quant_config: tuple[Any, str] | None,
+                  notes: list[str]) -> QuantScheme | None:
+    """The config's quantization scheme (its own block, else the sidecar file's); notes an ignored sidecar."""
     qwhere = f"{where}: quantization_config"
     qcfg = config.get("quantization_config")
     if qcfg is None:
         qcfg = text.get("quantization_config")
-    notes: list[str] = []
     if qcfg is None and quant_config is not None:
         qcfg, qwhere = quant_config
     elif qcfg is not None and quant_config is not None:
         notes.append(f"{quant_config[1]} ignored: {where} carries its own quantization_config")
-    scheme: QuantScheme | None = parse_quantization_config(qcfg, qwhere)
+    return parse_quantization_config(qcfg, qwhere)
+
+
+def _base_dtype(config: dict[str, Any], text: dict[str, Any], where: str, notes: list[str]) -> QuantSpec:
+    """The unquantized weight type (bf16 or fp16) from torch_dtype / dtype; notes a dtype moedispatch does not know."""
     dtype = text.get("torch_dtype") or config.get("torch_dtype") or text.get("dtype") or config.get("dtype") \
         or "bfloat16"
     if not isinstance(dtype, str):
@@ -382,14 +422,22 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
     if dtype.lower().removeprefix("torch.") not in _DTYPES:
         notes.append(f"{where}: torch_dtype {_short(dtype, 40)} is no dtype moedispatch knows "
                      f"({', '.join(sorted(_DTYPES))}); the unquantized weights are planned as bf16")
-    if model_type not in _known_model_types():
-        named = f"model_type {model_type!r}" if model_type else "no model_type"
-        notes.append(f"{where}: {named} is no family moedispatch has a config of; read from the generic keys "
-                     f"({ekey}, {kkey or 'top-k'}, {ikey}, hidden_act) with that family's defaults unknown — check "
-                     f"activation {activation}, {shared} shared expert(s), expert bias "
-                     f"{'yes' if has_bias else 'no'} against the model's code")
-    base = QuantSpec("fp16" if dtype.lower() in ("float16", "fp16", "half", "torch.float16") else "bf16")
+    return QuantSpec("fp16" if dtype.lower() in ("float16", "fp16", "half", "torch.float16") else "bf16")
 
+
+def _unknown_family_note(model_type: str, where: str, sizes: _Sizes, activation: str, shared: int,
+                         has_bias: bool) -> str:
+    """The note for a model_type capability_db has no config of: which generic keys and defaults were read."""
+    named = f"model_type {model_type!r}" if model_type else "no model_type"
+    return (f"{where}: {named} is no family moedispatch has a config of; read from the generic keys "
+            f"({sizes.ekey}, {sizes.kkey or 'top-k'}, {sizes.ikey}, hidden_act) with that family's defaults unknown "
+            f"— check activation {activation}, {shared} shared expert(s), expert bias "
+            f"{'yes' if has_bias else 'no'} against the model's code")
+
+
+def _layer_templates(pattern: list[bool], sizes: _Sizes, scheme: QuantScheme | None, base: QuantSpec,
+                     checkpoint: CheckpointInfo | None) -> list[LayerTemplate]:
+    """One LayerTemplate per decoder layer, with the weight / activation types the quantization scheme gives it."""
     ck_names = _checkpoint_names(checkpoint)
     layers = []
     for i, is_moe in enumerate(pattern):
@@ -403,54 +451,98 @@ def _parse_config(config: Any, *, name: str, source: str, path: str | None, wher
                 weight = act = base
             elif not act.quantized:
                 act = base
-        layers.append(LayerTemplate(i, kind, moe_inter if is_moe else dense_inter, experts if is_moe else 0,
-                                    top_k if is_moe else 0, weight, act))
+        layers.append(LayerTemplate(i, kind, sizes.moe_inter if is_moe else sizes.dense_inter,
+                                    sizes.experts if is_moe else 0, sizes.top_k if is_moe else 0, weight, act))
+    return layers
 
-    layout: ExpertLayout | None = None
-    if checkpoint is not None and checkpoint.tensors:
-        layout = analyse_experts(
-            checkpoint.tensors, hidden=hidden, intermediate=moe_inter, experts=experts, n_layers=n_layers,
-            moe_layers=[t.index for t in layers if t.kind == "moe"],
-            weight_label={t.index: t.weight.dtype for t in layers if t.kind == "moe"},
-            where=f"{twhere} ({ekey}={experts}, {ikey}={moe_inter}, hidden_size={hidden})",
-            complete=not checkpoint.missing_shards,
-        )
-        if checkpoint.missing_shards:
-            total = len(checkpoint.shards) + len(checkpoint.missing_shards)
-            notes.append(f"{len(checkpoint.missing_shards)} of {total} safetensors shards listed by the index are "
-                         "not present; checked the ones that are")
-        if layout is None:
-            notes.append("no routed-expert tensors recognised in the safetensors headers; shapes from config only")
-        else:
-            notes.extend(layout.notes)
-            has_bias = has_bias or layout.has_bias
-            if scheme is not None and scheme.method == "fp8" and {"I32", "U32"} & set(layout.weight_dtypes):
-                # Grok INT4-FP8: an fp8 quantization_config with int32-packed int4 expert weights, per-channel
-                # scales, fp8 activations (sgl-project/sglang scripts/quark/README.md; SGLang enables it with
-                # SGLANG_INT4_WEIGHT=1). Activations keep what the fp8 block prescribes.
-                int4 = QuantSpec("int4", "channel", scale_dtype="fp32")
-                layers = [replace(t, weight=int4) if t.kind == "moe" and t.weight.dtype == "fp8"
-                          else t for t in layers]
-                notes.append("experts are int4 (int32-packed) under an fp8 config: Grok-style INT4 weights with "
-                             "FP8 activations (SGLang SGLANG_INT4_WEIGHT=1)")
-    elif checkpoint is not None and checkpoint.index_names:
-        notes.append(f"safetensors shards not present ({len(checkpoint.missing_shards)} listed by the index); "
-                     "shapes from config only")
 
+def _checkpoint_layout(checkpoint: CheckpointInfo | None, layers: list[LayerTemplate], sizes: _Sizes, twhere: str,
+                       notes: list[str]) -> ExpertLayout | None:
+    """Cross-check the experts with the checkpoint's safetensors headers; notes what could not be checked."""
+    if checkpoint is None or not checkpoint.tensors:
+        if checkpoint is not None and checkpoint.index_names:
+            notes.append(f"safetensors shards not present ({len(checkpoint.missing_shards)} listed by the index); "
+                         "shapes from config only")
+        return None
+    layout = analyse_experts(
+        checkpoint.tensors, hidden=sizes.hidden, intermediate=sizes.moe_inter, experts=sizes.experts,
+        n_layers=sizes.n_layers, moe_layers=[t.index for t in layers if t.kind == "moe"],
+        weight_label={t.index: t.weight.dtype for t in layers if t.kind == "moe"},
+        where=f"{twhere} ({sizes.ekey}={sizes.experts}, {sizes.ikey}={sizes.moe_inter}, hidden_size={sizes.hidden})",
+        complete=not checkpoint.missing_shards,
+    )
+    if checkpoint.missing_shards:
+        total = len(checkpoint.shards) + len(checkpoint.missing_shards)
+        notes.append(f"{len(checkpoint.missing_shards)} of {total} safetensors shards listed by the index are "
+                     "not present; checked the ones that are")
+    if layout is None:
+        notes.append("no routed-expert tensors recognised in the safetensors headers; shapes from config only")
+    else:
+        notes.extend(layout.notes)
+    return layout
+
+
+def _grok_int4(layers: list[LayerTemplate], scheme: QuantScheme | None, layout: ExpertLayout,
+               notes: list[str]) -> list[LayerTemplate]:
+    """The layers with int4 expert weights when int32-packed experts sit under an fp8 config (Grok INT4-FP8)."""
+    if scheme is not None and scheme.method == "fp8" and {"I32", "U32"} & set(layout.weight_dtypes):
+        # Grok INT4-FP8: an fp8 quantization_config with int32-packed int4 expert weights, per-channel
+        # scales, fp8 activations (sgl-project/sglang scripts/quark/README.md; SGLang enables it with
+        # SGLANG_INT4_WEIGHT=1). Activations keep what the fp8 block prescribes.
+        int4 = QuantSpec("int4", "channel", scale_dtype="fp32")
+        layers = [replace(t, weight=int4) if t.kind == "moe" and t.weight.dtype == "fp8"
+                  else t for t in layers]
+        notes.append("experts are int4 (int32-packed) under an fp8 config: Grok-style INT4 weights with "
+                     "FP8 activations (SGLang SGLANG_INT4_WEIGHT=1)")
+    return layers
+
+
+def _checkpoint_fields(layout: ExpertLayout | None, checkpoint: CheckpointInfo | None,
+                       sizes: _Sizes) -> dict[str, Any]:
+    """The ModelSpec fields the safetensors headers give (None / empty when no weight file was read)."""
     stored_i = layout.stored_intermediate if layout else None
     stored_h = layout.stored_hidden if layout else None
+    return {
+        "stored_intermediate": stored_i, "stored_hidden": stored_h,
+        "fused_gate_up": layout.fused_gate_up if layout else None,
+        "prepadded": bool(layout and ((stored_i or 0) > sizes.moe_inter or (stored_h or 0) > sizes.hidden)),
+        "stacked_experts": layout.stacked if layout else None,
+        "tensor_dtypes": layout.weight_dtypes if layout else (),
+        "shards": len(checkpoint.shards) if checkpoint is not None else 0,
+    }
+
+
+def _parse_config(config: Any, *, name: str, source: str, path: str | None, where: str,
+                  checkpoint: CheckpointInfo | None, quant_config: tuple[Any, str] | None) -> ModelSpec:
+    """:func:`parse_config` without its error translation: read the config step by step into a ModelSpec."""
+    text, twhere = _text_section(config, where)
+    model_type, text_type, architecture = _family(config, text, where)
+    sizes = _sizes(text, twhere)
+    pattern = _moe_pattern(text, sizes.n_layers, sizes.experts, twhere)
+    if not any(pattern):
+        raise ModelError(f"{twhere}: no layer is a MoE layer")
+    activation, params = _activation(text, model_type, twhere)
+    # gpt-oss experts carry biases (vllm-project/vllm@017e9f4448:vllm/model_executor/models/gpt_oss.py)
+    has_bias = model_type in _SWIGLUOAI
+    shared, shared_inter = _shared_experts(text, model_type, text_type, sizes.moe_inter, twhere)
+
+    notes: list[str] = []
+    scheme = _quant_scheme(config, text, where, quant_config, notes)
+    base = _base_dtype(config, text, where, notes)
+    if model_type not in _known_model_types():
+        notes.append(_unknown_family_note(model_type, where, sizes, activation, shared, has_bias))
+    layers = _layer_templates(pattern, sizes, scheme, base, checkpoint)
+    layout = _checkpoint_layout(checkpoint, layers, sizes, twhere, notes)
+    if layout is not None:
+        has_bias = has_bias or layout.has_bias
+        layers = _grok_int4(layers, scheme, layout, notes)
+
     return ModelSpec(
-        name=name, source=source, architecture=architecture, model_type=model_type, hidden=hidden,
+        name=name, source=source, architecture=architecture, model_type=model_type, hidden=sizes.hidden,
         layers=tuple(layers), activation=activation, activation_params=params, has_bias=has_bias,
         shared_experts=shared, shared_intermediate=shared_inter,
         quant_method=scheme.method if scheme else None, path=path, notes=tuple(notes),
-        stored_intermediate=stored_i, stored_hidden=stored_h,
-        fused_gate_up=layout.fused_gate_up if layout else None,
-        prepadded=bool(layout and ((stored_i or 0) > moe_inter or (stored_h or 0) > hidden)),
-        stacked_experts=layout.stacked if layout else None,
-        tensor_dtypes=layout.weight_dtypes if layout else (),
-        shards=len(checkpoint.shards) if checkpoint is not None else 0,
-        text_model_type=text_type if text is not config else None,
+        text_model_type=text_type if text is not config else None, **_checkpoint_fields(layout, checkpoint, sizes),
     )
 
 
