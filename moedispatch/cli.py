@@ -72,25 +72,40 @@ def _build_parser() -> _Parser:
                         help="log rendering on stderr (default: console on a TTY, else JSON)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    def common(p: argparse.ArgumentParser, *, target: bool = True) -> None:
-        # The logging options work before or after the subcommand (SUPPRESS keeps the top-level value otherwise).
-        p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        p.add_argument("--log-format", choices=["console", "json"], default=argparse.SUPPRESS,
-                       help=argparse.SUPPRESS)
-        p.add_argument("--format", choices=["table", "json"], default="table",
-                       help="table for people (default), json for programs (only JSON on stdout)")
-        if target:
-            p.add_argument("--target", help="GPU arch or product, optionally one compute partition: gfx942, "
-                                            "gfx950, MI300X, MI355X, MI355X:CPX, …")
-            p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3; 'installed' for the AITER in this Python; 'none')")
-            p.add_argument("--aiter-configs", metavar="DIR",
-                           help="read AITER's tuned CSVs from this folder (a ROCm/aiter checkout, an aiter package or "
-                                "its configs/) instead of the installed or bundled ones; env MOEDISPATCH_AITER_CONFIGS")
+    _add_explain(sub)
+    _add_compare(sub)
+    _add_simple(sub)
+    _add_verify(sub)
+    _add_lint(sub)
+    _add_fleet(sub)
+    _add_exec(sub)
+    _add_aiter_configs(sub)
+    return parser
 
+
+def _common(p: argparse.ArgumentParser, *, target: bool = True) -> None:
+    """The options every subcommand takes: logging before or after it, --format, and the target ones."""
+    # The logging options work before or after the subcommand (SUPPRESS keeps the top-level value otherwise).
+    p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("--log-format", choices=["console", "json"], default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--format", choices=["table", "json"], default="table",
+                   help="table for people (default), json for programs (only JSON on stdout)")
+    if target:
+        p.add_argument("--target", help="GPU arch or product, optionally one compute partition: gfx942, "
+                                        "gfx950, MI300X, MI355X, MI355X:CPX, …")
+        p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3; 'installed' for the AITER in this Python; 'none')")
+        p.add_argument("--aiter-configs", metavar="DIR",
+                       help="read AITER's tuned CSVs from this folder (a ROCm/aiter checkout, an aiter package or "
+                            "its configs/) instead of the installed or bundled ones; env MOEDISPATCH_AITER_CONFIGS")
+
+
+def _add_explain(sub: Any) -> None:
+    """explain: plan every layer of a model and say why."""
     explain = sub.add_parser("explain", help="plan every layer of a model and say why")
     explain.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
-    common(explain)
+    _common(explain)
     explain.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
     explain.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
     explain.add_argument("--backend", help="force one backend (exit 3 with its reasons if it cannot run)")
@@ -129,13 +144,16 @@ def _build_parser() -> _Parser:
     explain.add_argument("--html", metavar="FILE", help="also write the plan as one self-contained HTML page (layer "
                          "map, dispatch, predicted time, rejected backends, warnings)")
 
+
+def _add_compare(sub: Any) -> None:
+    """compare: one model under several targets, AITER versions or TP/EP."""
     compare = sub.add_parser("compare", help="one model under several targets, AITER versions or TP/EP, side by side",
                              description="Plan one model per variant and show, per group of layers, each variant's "
                              "backend, padding, AITER dispatch and predicted time, and why they differ. Give two or "
                              "more comma-separated values to at least one of --target, --aiter-version, --tp, --ep "
                              "(several lists: every combination).")
     compare.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
-    common(compare, target=False)
+    _common(compare, target=False)
     compare.add_argument("--target", help="GPU archs or products to compare, comma-separated (e.g. MI300X,MI355X "
                                           "or MI355X,MI355X:CPX)")
     compare.add_argument("--aiter-version", help="AITER versions to compare, comma-separated (e.g. 0.1.10,0.1.15.post3)")
@@ -146,18 +164,24 @@ def _build_parser() -> _Parser:
                          help="AITER environment to assume (repeatable)")
     compare.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
 
+
+def _add_simple(sub: Any) -> None:
+    """probe, backends, models: what this machine, the registry and the built-ins hold."""
     probe = sub.add_parser("probe", help="what this machine has: GPUs, AITER, packages (with provenance)")
-    common(probe, target=False)
+    _common(probe, target=False)
 
     backends = sub.add_parser("backends", help="registered backends and plugins")
-    common(backends, target=False)
+    _common(backends, target=False)
 
     models = sub.add_parser("models", help="built-in models")
-    common(models, target=False)
+    _common(models, target=False)
 
+
+def _add_verify(sub: Any) -> None:
+    """verify: a layer's plan checked numerically through emulation."""
     verify = sub.add_parser("verify", help="check a layer's plan numerically through emulation (needs torch)")
     verify.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
-    common(verify)
+    _common(verify)
     verify.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
     verify.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
     verify.add_argument("--layer", type=int, default=None, help="layer index (default: first MoE layer)")
@@ -168,20 +192,26 @@ def _build_parser() -> _Parser:
     verify.add_argument("--backend", help="verify this backend's plan (forced, as explain's --backend; exit 3 with "
                                           "its reasons if it cannot run the layer)")
 
+
+def _add_lint(sub: Any) -> None:
+    """lint: a vLLM/SGLang launch checked for known-wrong or risky combinations."""
     lint = sub.add_parser("lint", help="check a vLLM/SGLang launch (script or `-- vllm serve …`) for known-wrong or "
                                        "risky combinations; exit 3 on an error finding")
     lint.add_argument("file", nargs="?", help="a shell script with the launch (read, never executed); - reads it "
                                               "from stdin")
-    common(lint)
+    _common(lint)
     lint.add_argument("--model", help="the model when the launch names a local path (built-in name, folder, config.json)")
     lint.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                       help="environment of the launch (repeatable; wins over the script and this shell)")
     lint.add_argument("--engine-version", help="engine release of the launch (default: newest known)")
     lint.set_defaults(engine_args=[])
 
+
+def _add_fleet(sub: Any) -> None:
+    """fleet: every node of a deployment planned per role."""
     fleet = sub.add_parser("fleet", help="plan every node of a deployment (probe files or a Ray cluster) for each "
                                          "role and check that the nodes of a role agree (exit 3 when not)")
-    common(fleet, target=False)
+    _common(fleet, target=False)
     where = fleet.add_mutually_exclusive_group(required=True)
     where.add_argument("--from", dest="probes", metavar="GLOB",
                        help="probe files, one per node: `moedispatch probe --format json > probes/$(hostname).json`")
@@ -206,10 +236,13 @@ def _build_parser() -> _Parser:
     fleet.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree without --role (default 1)")
     fleet.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree without --role (default 1)")
 
+
+def _add_exec(sub: Any) -> None:
+    """exec: lint a launch, then run it in this process."""
     exec_ = sub.add_parser("exec", help="check a vLLM/SGLang launch as lint does, then run it in this process "
                                         "(`-- vllm serve …`); --guard refuse stops a known-wrong launch (exit 3), "
                                         "fix runs the corrected one")
-    common(exec_)
+    _common(exec_)
     exec_.add_argument("--guard", choices=None, metavar="MODE",
                        help="warn (default: report, launch as given), refuse, fix or off; env MOEDISPATCH_GUARD")
     exec_.add_argument("--model", help="the model when the launch names a local path (built-in name, folder, "
@@ -217,14 +250,16 @@ def _build_parser() -> _Parser:
     exec_.add_argument("--engine-version", help="engine release of the launch (default: newest known)")
     exec_.set_defaults(engine_args=[])
 
+
+def _add_aiter_configs(sub: Any) -> None:
+    """aiter-configs: lint AITER's tuned fused-MoE CSVs."""
     aiter_cfg = sub.add_parser("aiter-configs", help="lint AITER's tuned fused-MoE CSVs (installed AITER by default)")
-    common(aiter_cfg, target=False)
+    _common(aiter_cfg, target=False)
     aiter_cfg.add_argument("--aiter-version", help="'installed' (default when AITER is installed), an AITER version "
                            "(bundled snapshot) or a snapshot name")
     aiter_cfg.add_argument("--configs", help="a folder of tuned CSVs (an aiter package or its configs/ folder)")
     aiter_cfg.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
                            help="AITER environment to assume (repeatable), e.g. AITER_CONFIG_FMOE=/a.csv")
-    return parser
 
 
 def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> None:
@@ -322,13 +357,14 @@ def _print(text: str) -> None:
 # -- commands --------------------------------------------------------------------------------------------------
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from moedispatch.probe.targets import resolve_capabilities
-    from moedispatch.render.explain import plan_model, render_json, render_table
-    from moedispatch.sources.models import load_model
+    from moedispatch.core.workload import Runtime, parse_tokens
+    from moedispatch.probe.targets import (cli_aiter_version, default_target_warning, installed_aiter_warning,
+                                           resolve_capabilities)
+    from moedispatch.render.explain import plan_model
     from moedispatch.selector.plugins import get_registry
+    from moedispatch.sources.models import load_model
 
     model = load_model(args.model)
-    from moedispatch.probe.targets import cli_aiter_version
 
     # Accepted (as before) but never silently: say what a flag without its partner does — nothing.
     if getattr(args, "engine_version", None) and not getattr(args, "recipe", None):
@@ -340,15 +376,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     caps, first_line = resolve_capabilities(args.target, cli_aiter_version(args.aiter_version))
     registry = get_registry(strict=args.strict_plugins)
     _check_backend(args.backend, registry)
-    from moedispatch.probe.targets import installed_aiter_warning
-
-    from moedispatch.probe.targets import default_target_warning
-
     # The same default-target warning plan_model() carries (the engine API and the CLI JSON agree word for word).
     warnings = (list(default_target_warning(caps)) + [f"plugin error: {e}" for e in registry.errors]
                 + list(registry.warnings) + list(installed_aiter_warning(caps)))
-    from moedispatch.core.workload import Runtime, parse_tokens
-
     if getattr(args, "role", None):
         return _explain_roles(args, model, caps, registry, warnings, first_line)
     runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens is not None else None,
@@ -362,23 +392,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         plan, _pins = pin_plan(plan, args.pin_file, backends=registry.backends, force=args.backend,
                                strict=args.strict_plugins, warnings=warnings)
     if args.tuning_list:
-        from moedispatch.plan.whatif import tuning_list
-
-        text, count = tuning_list(plan)
-        if args.format == "json":
-            import csv as _csv
-            import io as _io
-
-            rows = list(_csv.DictReader(_io.StringIO(text)))
-            _print(json.dumps({"schema": "moedispatch.tuning-list/1", "model": plan.model.name,
-                               "target": _target_entry(plan.caps), "tokens": list(runtime.tokens), "rows": rows,
-                               "untuned_csv": text}, indent=2))
-        else:
-            _print(text)
-        sys.stderr.write(f"moedispatch: {count} shape(s) of {plan.model.name} run on AITER heuristics at the planned "
-                         f"token counts ({', '.join(map(str, runtime.tokens))}), highest predicted time first; this "
-                         "is AITER's untuned fused-MoE CSV format\n")
-        return EXIT_OK
+        return _explain_tuning_list(args, plan, runtime)
     if args.what_if:
         from dataclasses import replace as _replace
 
@@ -391,21 +405,62 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
         recipe = build_recipe(plan, args.recipe, args.engine_version)
     if args.html is not None:
-        if not args.html.strip():
-            raise UsageError("--html needs a file name, got ''")
-        from moedispatch.render.html import write_html
-
-        launch = None
-        if recipe is not None and recipe.command:  # the recipe's environment, then its command (as the text shows)
-            launch = "".join(f"export {e['name']}={e['value']}\n" for e in recipe.env) + recipe.command
-        write_html(plan, args.html, first_line=first_line, launch=launch)
+        _explain_html(args, plan, recipe, first_line)
     if recipe is not None:
         _print(fit(render_recipe(plan, args.recipe, fmt=args.format, recipe=recipe), args.width, shell=True))
         if plan.ok and not recipe.ok:  # no safe launch: exit 3 with the reasons (never a command known to be wrong)
             sys.stderr.write(f"moedispatch: no safe {args.recipe} {recipe.version} launch for this plan: "
                              f"{recipe.refusals[0].text}\n")
             return EXIT_NO_BACKEND
-    elif args.engine:  # what the engine does on its own, only when asked (moedispatch.engines.choice)
+    else:
+        _print_explain(args, plan, first_line)
+    if not plan.ok:
+        missing = [d for d in plan.decisions if not d.ok]
+        first = missing[0]
+        sys.stderr.write(f"moedispatch: {len(missing)} MoE layer(s) have no correct backend; layer "
+                         f"{first.layer.index}: {first.reasons[0]}\n")
+        return EXIT_NO_BACKEND
+    return EXIT_OK
+
+
+def _explain_tuning_list(args: argparse.Namespace, plan: Any, runtime: Any) -> int:
+    """explain --tuning-list: the shapes AITER runs on heuristics, as AITER's untuned CSV (or its JSON document)."""
+    from moedispatch.plan.whatif import tuning_list
+
+    text, count = tuning_list(plan)
+    if args.format == "json":
+        import csv as _csv
+        import io as _io
+
+        rows = list(_csv.DictReader(_io.StringIO(text)))
+        _print(json.dumps({"schema": "moedispatch.tuning-list/1", "model": plan.model.name,
+                           "target": _target_entry(plan.caps), "tokens": list(runtime.tokens), "rows": rows,
+                           "untuned_csv": text}, indent=2))
+    else:
+        _print(text)
+    sys.stderr.write(f"moedispatch: {count} shape(s) of {plan.model.name} run on AITER heuristics at the planned "
+                     f"token counts ({', '.join(map(str, runtime.tokens))}), highest predicted time first; this "
+                     "is AITER's untuned fused-MoE CSV format\n")
+    return EXIT_OK
+
+
+def _explain_html(args: argparse.Namespace, plan: Any, recipe: Any, first_line: str | None) -> None:
+    """explain --html FILE: the plan as one page, with the recipe's environment and command when there is one."""
+    if not args.html.strip():
+        raise UsageError("--html needs a file name, got ''")
+    from moedispatch.render.html import write_html
+
+    launch = None
+    if recipe is not None and recipe.command:  # the recipe's environment, then its command (as the text shows)
+        launch = "".join(f"export {e['name']}={e['value']}\n" for e in recipe.env) + recipe.command
+    write_html(plan, args.html, first_line=first_line, launch=launch)
+
+
+def _print_explain(args: argparse.Namespace, plan: Any, first_line: str | None) -> None:
+    """The plan on stdout: with --engine, beside what the engine does on its own; else table, JSON or brief JSON."""
+    from moedispatch.render.explain import render_json, render_table
+
+    if args.engine:  # what the engine does on its own, only when asked (moedispatch.engines.choice)
         from moedispatch.engines.choice import compare_plan, parse_engine_spec, render_comparison
         from moedispatch.plan.plan import plan_to_json
 
@@ -431,13 +486,6 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         _print(render_json(plan))
     else:
         _print(render_table(plan, first_line=first_line, brief=args.brief, width=args.width))
-    if not plan.ok:
-        missing = [d for d in plan.decisions if not d.ok]
-        first = missing[0]
-        sys.stderr.write(f"moedispatch: {len(missing)} MoE layer(s) have no correct backend; layer "
-                         f"{first.layer.index}: {first.reasons[0]}\n")
-        return EXIT_NO_BACKEND
-    return EXIT_OK
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
