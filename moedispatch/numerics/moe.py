@@ -443,81 +443,32 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
     ``intermediates``, when a dict, receives ``a1`` (QDQ'd input), ``h`` (activation output per slot, before its
     QDQ), ``a2`` (after) and ``experts`` (the routed experts, in the order they are processed).
     """
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
-    wspec = resolve_scheme(weight_scheme)
-    aspec = resolve_scheme(activation_scheme, activation=True)
-    layout = gate_up_layout or activation_layout(activation)
-    if layout not in ("halves", "interleaved"):
-        raise ValueError(f"gate_up_layout must be 'halves' or 'interleaved', got {layout!r}")
+    wspec, aspec, layout = _forward_schemes(weight_scheme, activation_scheme, activation, gate_up_layout)
     w13 = _wrap_raw(w13, w13_scale, wspec, "w13")
     w2 = _wrap_raw(w2, w2_scale, wspec, "w2")
     n_exp, h, i, hp, ip = _sizes(w13, w2, padding)
+    x, width = _logical_hidden_states(hidden_states, h, hp)
+    ids, weights = _routing_tensors(topk_ids, topk_weights, x.shape[0], n_exp)
+    t_count, k = x.shape[0], ids.shape[1]
 
-    x = hidden_states
-    if x.ndim != 2 or x.shape[1] not in (h, hp):
-        raise ValueError(f"hidden_states must be [T, {h}] or [T, {hp}], got {tuple(x.shape)}")
-    width = x.shape[1]
-    if width > h:
-        _check_zero(x[:, h:], f"hidden_states columns {h}..{width - 1}")
-    x = x[:, :h].to(torch.float32)
-    t_count = x.shape[0]
-    ids = topk_ids.to(torch.int64)
-    weights = topk_weights.to(torch.float32)
-    if ids.shape != weights.shape or ids.ndim != 2 or ids.shape[0] != t_count:
-        raise ValueError(f"topk_ids {tuple(ids.shape)} / topk_weights {tuple(weights.shape)} must both be [T, k]")
-    if ids.numel() and int(ids.max()) >= n_exp:
-        raise ValueError(f"topk_ids has expert {int(ids.max())} but only {n_exp} experts are given")
-    k = ids.shape[1]
-
+    # first pass: gate-up GEMMs and the activation per routed slot, one expert's w13 at a time
     a1 = qdq_activation(x, aspec, scale=a13_scale, scale_rounding=scale_rounding)
-    flat = ids.reshape(-1)
-    experts = [int(e) for e in torch.unique(flat[flat >= 0]).tolist()]
-    slots_of = {e: torch.nonzero(flat == e).reshape(-1) for e in experts}
-
+    experts, slots_of = _routed_slots(ids)
     src13 = _W13(w13, wspec, layout, i, ip, h, hp, scale_rounding, tracker)
     hbuf = torch.zeros(t_count * k, i, dtype=torch.float32, device=x.device)
     for e in experts:
         slots = slots_of[e]
-        rows = a1.index_select(0, slots // k)
-        gate, up, parts = src13.get(e)
-        g = _linear(rows, gate)
-        u = _linear(rows, up)
-        del gate, up
-        src13.drop(e, parts)
-        del parts
-        if bias13 is not None:
-            bg, bu = _bias_halves(bias13[e].to(torch.float32), layout, i, ip)
-            g = g + bg
-            u = u + bu
+        g, u = _gate_up_proj(src13, e, a1.index_select(0, slots // k), bias13)
         hbuf.index_copy_(0, slots, apply_activation(g, u, activation, activation_params))
 
+    # second pass: down GEMMs, weighted and accumulated per token, one expert's w2 at a time
     a2 = qdq_activation(hbuf, aspec, scale=a2_scale, scale_rounding=scale_rounding)
     src2 = _Source(w2, wspec, scale_rounding, tracker, "w2")
     out = torch.zeros(t_count, h, dtype=torch.float32, device=x.device)
     flat_w = weights.reshape(-1)
     for e in experts:
         slots = slots_of[e]
-        full = src2.get(e)
-        _check_zero(full[h:], f"w2[{e}] hidden rows {h}..{hp - 1}")
-        _check_zero(full[:, i:], f"w2[{e}] intermediate columns {i}..{ip - 1}")
-        w2e = full[:h, :i]
-        if not w2e.is_contiguous():  # padded: copy the logical block, release the padded tensor
-            w2e = w2e.contiguous()
-            if tracker is not None:
-                tracker.acquire("w2:logical-copy", e, w2e.numel() * 4)
-            src2.drop(e, full)
-            full = None
-        y = _linear(a2.index_select(0, slots), w2e)
-        if full is not None:
-            src2.drop(e, full)
-        elif tracker is not None:
-            tracker.release("w2:logical-copy", e, w2e.numel() * 4)
-        del full, w2e
-        if bias2 is not None:
-            b2 = bias2[e].to(torch.float32)
-            _check_zero(b2[h:], f"bias2[{e}] pad entries")
-            y = y + b2[:h]
+        y = _down_proj(src2, e, a2, slots, bias2, h=h, i=i, hp=hp, ip=ip)
         # a token meets each expert at most once, so one index_add_ per expert never adds twice to a row
         out.index_add_(0, slots // k, y * flat_w.index_select(0, slots).unsqueeze(-1))
 
@@ -529,6 +480,92 @@ def fused_moe(hidden_states: torch.Tensor, w13: Any, w2: Any, topk_weights: torc
     if width > h:
         out = torch.nn.functional.pad(out, (0, width - h))
     return out
+
+
+def _forward_schemes(weight_scheme: Any, activation_scheme: Any, activation: str,
+                     gate_up_layout: str | None) -> tuple[QuantSpec, QuantSpec, str]:
+    """Check ``activation`` and the gate/up layout; return the weight scheme, activation scheme and layout."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
+    wspec = resolve_scheme(weight_scheme)
+    aspec = resolve_scheme(activation_scheme, activation=True)
+    layout = gate_up_layout or activation_layout(activation)
+    if layout not in ("halves", "interleaved"):
+        raise ValueError(f"gate_up_layout must be 'halves' or 'interleaved', got {layout!r}")
+    return wspec, aspec, layout
+
+
+def _logical_hidden_states(hidden_states: torch.Tensor, h: int, hp: int) -> tuple[torch.Tensor, int]:
+    """float32 logical ``[T, h]`` hidden states and the input width (``h`` or ``hp``; pad columns must be zero)."""
+    x = hidden_states
+    if x.ndim != 2 or x.shape[1] not in (h, hp):
+        raise ValueError(f"hidden_states must be [T, {h}] or [T, {hp}], got {tuple(x.shape)}")
+    width = x.shape[1]
+    if width > h:
+        _check_zero(x[:, h:], f"hidden_states columns {h}..{width - 1}")
+    return x[:, :h].to(torch.float32), width
+
+
+def _routing_tensors(topk_ids: torch.Tensor, topk_weights: torch.Tensor, t_count: int,
+                     n_exp: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """int64 ``topk_ids`` and float32 ``topk_weights``, checked to be ``[T, k]`` and within the ``n_exp`` experts."""
+    ids = topk_ids.to(torch.int64)
+    weights = topk_weights.to(torch.float32)
+    if ids.shape != weights.shape or ids.ndim != 2 or ids.shape[0] != t_count:
+        raise ValueError(f"topk_ids {tuple(ids.shape)} / topk_weights {tuple(weights.shape)} must both be [T, k]")
+    if ids.numel() and int(ids.max()) >= n_exp:
+        raise ValueError(f"topk_ids has expert {int(ids.max())} but only {n_exp} experts are given")
+    return ids, weights
+
+
+def _routed_slots(ids: torch.Tensor) -> tuple[list[int], dict[int, torch.Tensor]]:
+    """The routed experts in ascending id order (ids ``< 0`` are off this rank) and each one's flat slot indices."""
+    flat = ids.reshape(-1)
+    experts = [int(e) for e in torch.unique(flat[flat >= 0]).tolist()]
+    return experts, {e: torch.nonzero(flat == e).reshape(-1) for e in experts}
+
+
+def _gate_up_proj(src13: _W13, e: int, rows: torch.Tensor,
+                  bias13: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` through expert ``e``'s gate and up projections (plus bias), its w13 released right after the GEMMs."""
+    gate, up, parts = src13.get(e)
+    g = _linear(rows, gate)
+    u = _linear(rows, up)
+    del gate, up
+    src13.drop(e, parts)
+    del parts
+    if bias13 is not None:
+        bg, bu = _bias_halves(bias13[e].to(torch.float32), src13.layout, src13.i, src13.ip)
+        g = g + bg
+        u = u + bu
+    return g, u
+
+
+def _down_proj(src2: _Source, e: int, a2: torch.Tensor, slots: torch.Tensor, bias2: torch.Tensor | None, *,
+               h: int, i: int, hp: int, ip: int) -> torch.Tensor:
+    """``a2[slots]`` through expert ``e``'s logical ``[h, i]`` w2 block (zero pads checked) plus bias, w2 released."""
+    tracker = src2.tracker
+    full = src2.get(e)
+    _check_zero(full[h:], f"w2[{e}] hidden rows {h}..{hp - 1}")
+    _check_zero(full[:, i:], f"w2[{e}] intermediate columns {i}..{ip - 1}")
+    w2e = full[:h, :i]
+    if not w2e.is_contiguous():  # padded: copy the logical block, release the padded tensor
+        w2e = w2e.contiguous()
+        if tracker is not None:
+            tracker.acquire("w2:logical-copy", e, w2e.numel() * 4)
+        src2.drop(e, full)
+        full = None
+    y = _linear(a2.index_select(0, slots), w2e)
+    if full is not None:
+        src2.drop(e, full)
+    elif tracker is not None:
+        tracker.release("w2:logical-copy", e, w2e.numel() * 4)
+    del full, w2e
+    if bias2 is not None:
+        b2 = bias2[e].to(torch.float32)
+        _check_zero(b2[h:], f"bias2[{e}] pad entries")
+        y = y + b2[:h]
+    return y
 
 
 def _shared_expert(x, w13, w2, b13, b2, wspec, aspec, activation, activation_params, layout, rounding, tracker):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from moedispatch.core.errors import UsageError
@@ -134,6 +135,62 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     if getattr(layer, "kind", "moe") != "moe":
         return [_check(n, None, f"skipped: layer {layer.index} is a dense MLP; verify checks routed-expert layers")
                 for n in CHECK_NAMES]
+    n_exp, top_k = _verify_sizes(layer, padding, experts, tokens)
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
+
+    from moedispatch.numerics.moe import activation_layout
+    from moedispatch.numerics.runner import EmulationRunner
+
+    h, i = layer.hidden, layer.intermediate_per_rank
+    layout = activation_layout(layer.activation)
+    shape_txt = (f"{tokens} tokens, {n_exp} of {layer.experts_per_rank} experts (top-{top_k}), hidden {h}, "
+                 f"intermediate/rank {i}")
+    t0 = time.perf_counter()
+    say(f"verify layer {layer.index}: random data, seed {seed}: {shape_txt}"
+        + (f", padded to {padding.hidden}x{padding.intermediate_per_rank}" if padding.padded else ""))
+    raw, x, routing = _random_data(layer, n_exp, top_k, tokens, seed)
+    padded, xp = _padded_data(raw, x, layout, padding)
+
+    say(f"verify layer {layer.index}: quantizing weights ({layer.weight.describe()}), unpadded and padded")
+    q, qp = _quantized(raw, layer.weight, layout), _quantized(padded, layer.weight, layout)
+
+    say(f"verify layer {layer.index}: emulation of the unpadded layer (activations {layer.act.describe()})")
+    unpadded = EmulationRunner(layer).prepare(q.runner_weights(), None)
+    inter: dict = {}
+    out_u = unpadded.run(x, *routing, intermediates=inter)
+
+    # (a) the padded plan as the kernel reads it vs the unpadded layer, bitwise; (b) the allocation's alignment
+    out_k = _padded_kernel_output(layer, padding, qp, xp, routing, layout, seed, say)
+    checks = [_padding_exact_check(layer, padding, out_k, out_u, shape_txt, seed), _alignment_check(layer, padding)]
+
+    # (c) the backend vs the reference: the reference path is whichever backend declares the emulation family
+    if getattr(plugins.get_registry().get(backend), "family", None) == "emulation":
+        checks.append(_emulation_vs_reference_check(layer, q, routing, out_u, inter, layout, say))
+    else:
+        checks.append(_backend_vs_emulation_check(layer, backend, padding, qp, xp, routing, out_u, say))
+
+    # (d) quantization error, information
+    checks.append(_quantization_error_check(layer, raw, x, routing, out_u, layout, t0, say))
+    return checks
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """One set of expert weights for verify: gate-up ``w13``, down ``w2`` (float or quantized) and the biases."""
+
+    w13: Any
+    w2: Any
+    b13: Any = None
+    b2: Any = None
+
+    def runner_weights(self) -> dict:
+        """The weights as :meth:`moedispatch.numerics.runner.EmulationRunner.prepare` and other runners take them."""
+        return {"w13": self.w13, "w2": self.w2, "bias13": self.b13, "bias2": self.b2}
+
+
+def _verify_sizes(layer: Any, padding: Any, experts: int | None, tokens: int) -> tuple[int, int]:
+    """Check the arguments against the layer; return the ``(experts, top_k)`` to build (default: within budget)."""
     h, i = layer.hidden, layer.intermediate_per_rank
     if padding.hidden - padding.hidden_pad != h or padding.intermediate_per_rank - padding.intermediate_pad != i:
         raise UsageError(f"padding {padding.hidden}x{padding.intermediate_per_rank} (pads {padding.hidden_pad}, "
@@ -149,28 +206,16 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     n_exp = min(experts, layer.experts_per_rank)
     if n_exp < 1:
         raise UsageError(f"experts must be at least 1, got {experts}")
-    top_k = min(layer.top_k, n_exp)
-    if seed is None:
-        seed = int.from_bytes(os.urandom(4), "little")
+    return n_exp, min(layer.top_k, n_exp)
 
+
+def _random_data(layer: Any, n_exp: int, top_k: int, tokens: int, seed: int) -> tuple[_Weights, Any, tuple]:
+    """Random float weights (and biases), hidden states and softmax top-k ``(weights, ids)`` routing from ``seed``."""
     import torch  # noqa: PLC0415 - verify is the only command that needs torch
 
-    from moedispatch.numerics.moe import activation_layout, dequantize_weight, quantize_w13, quantize_weight
-    from moedispatch.numerics.padded import fill_pad_garbage_, padded_kernel_moe, split_gate_up
-    from moedispatch.numerics.reference import reference_moe, rel_err, staged_compare
     from moedispatch.numerics.routing import softmax_topk
-    from moedispatch.numerics.runner import EmulationRunner, RunnerUnavailable, get_runner
 
-    hp, ip = padding.hidden, padding.intermediate_per_rank
-    semantics = getattr(padding, "pad_semantics", "compute")
-    layout = activation_layout(layer.activation)
-    wdesc, adesc = layer.weight.describe(), layer.act.describe()
-    shape_txt = (f"{tokens} tokens, {n_exp} of {layer.experts_per_rank} experts (top-{top_k}), hidden {h}, "
-                 f"intermediate/rank {i}")
-    t0 = time.perf_counter()
-    say(f"verify layer {layer.index}: random data, seed {seed}: {shape_txt}"
-        + (f", padded to {hp}x{ip}" if padding.padded else ""))
-
+    h, i = layer.hidden, layer.intermediate_per_rank
     gen = torch.Generator().manual_seed(seed)
     w13 = torch.randn(n_exp, 2 * i, h, generator=gen) * (2.0 / h ** 0.5)
     w2 = torch.randn(n_exp, h, i, generator=gen) * (1.0 / i ** 0.5)
@@ -179,59 +224,91 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     x = torch.randn(tokens, h, generator=gen)
     logits = torch.randn(tokens, n_exp, generator=gen)
     topk_weights, topk_ids = softmax_topk(logits, top_k)
+    return _Weights(w13, w2, b13, b2), x, (topk_weights, topk_ids)
 
-    # Padded allocation with zero pads, each gate/up half padded at its end (or pad rows at the end, interleaved),
-    # quantized at that size as a loader fills a padded buffer; pads the plan does not zero-fill get garbage below.
+
+def _padded_data(raw: _Weights, x: Any, layout: str, padding: Any) -> tuple[_Weights, Any]:
+    """The layer and hidden states copied into the padded allocation with zero pads, as a loader fills one."""
+    # each gate/up half padded at its end (or pad rows at the end, interleaved); the layer is quantized at that size
+    # later, and pads the plan does not zero-fill get garbage in _padded_kernel_output
+    import torch  # noqa: PLC0415 - verify is the only command that needs torch
+
+    n_exp, tokens, h, i = raw.w13.shape[0], x.shape[0], x.shape[1], raw.w2.shape[2]
+    hp, ip = padding.hidden, padding.intermediate_per_rank
     w13p = torch.zeros(n_exp, 2 * ip, hp)
     if layout == "interleaved":
-        w13p[:, :2 * i, :h] = w13
+        w13p[:, :2 * i, :h] = raw.w13
     else:
-        w13p[:, :i, :h] = w13[:, :i]
-        w13p[:, ip:ip + i, :h] = w13[:, i:]
+        w13p[:, :i, :h] = raw.w13[:, :i]
+        w13p[:, ip:ip + i, :h] = raw.w13[:, i:]
     w2p = torch.zeros(n_exp, hp, ip)
-    w2p[:, :h, :i] = w2
+    w2p[:, :h, :i] = raw.w2
     xp = torch.zeros(tokens, hp)  # hidden-state pads are zeros: engines pad activations with F.pad
     xp[:, :h] = x
     b13p = b2p = None
-    if b13 is not None:
+    if raw.b13 is not None:
         b13p = torch.zeros(n_exp, 2 * ip)
         if layout == "interleaved":
-            b13p[:, :2 * i] = b13
+            b13p[:, :2 * i] = raw.b13
         else:
-            b13p[:, :i], b13p[:, ip:ip + i] = b13[:, :i], b13[:, i:]
+            b13p[:, :i], b13p[:, ip:ip + i] = raw.b13[:, :i], raw.b13[:, i:]
         b2p = torch.zeros(n_exp, hp)
-        b2p[:, :h] = b2
+        b2p[:, :h] = raw.b2
+    return _Weights(w13p, w2p, b13p, b2p), xp
 
-    say(f"verify layer {layer.index}: quantizing weights ({wdesc}), unpadded and padded")
-    q13, q2 = quantize_w13(w13, layer.weight, layout=layout), quantize_weight(w2, layer.weight)
-    q13p, q2p = quantize_w13(w13p, layer.weight, layout=layout), quantize_weight(w2p, layer.weight)
 
-    say(f"verify layer {layer.index}: emulation of the unpadded layer (activations {adesc})")
-    unpadded = EmulationRunner(layer).prepare({"w13": q13, "w2": q2, "bias13": b13, "bias2": b2}, None)
-    inter: dict = {}
-    out_u = unpadded.run(x, topk_weights, topk_ids, intermediates=inter)
-    checks = []
+def _quantized(weights: _Weights, scheme: Any, layout: str) -> _Weights:
+    """``weights`` quantized with the checkpoint's weight ``scheme`` (gate and up separately); biases unchanged."""
+    from moedispatch.numerics.moe import quantize_w13, quantize_weight
 
-    # (a) the padded plan as the kernel reads it vs the unpadded layer, bitwise
+    return _Weights(quantize_w13(weights.w13, scheme, layout=layout), quantize_weight(weights.w2, scheme),
+                    weights.b13, weights.b2)
+
+
+def _padded_biases(qp: _Weights, layout: str, ip: int) -> tuple[Any, Any, Any]:
+    """Contiguous ``(bias_gate, bias_up, bias2)`` copies of the padded biases, or three ``None`` without biases."""
+    import torch  # noqa: PLC0415 - verify is the only command that needs torch
+
+    if qp.b13 is None:
+        return None, None, None
+    halves = (qp.b13[:, 0::2], qp.b13[:, 1::2]) if layout == "interleaved" else (qp.b13[:, :ip], qp.b13[:, ip:])
+    bias_gate, bias_up = (t.clone(memory_format=torch.contiguous_format) for t in halves)
+    return bias_gate, bias_up, qp.b2.clone()
+
+
+def _padded_kernel_output(layer: Any, padding: Any, qp: _Weights, xp: Any, routing: tuple, layout: str, seed: int,
+                          say: Callable[[str], None]) -> Any:
+    """The padded plan's output read as its ``pad_semantics`` says, with garbage in the pads it does not zero-fill."""
+    import torch  # noqa: PLC0415 - verify is the only command that needs torch
+
+    from moedispatch.numerics.moe import dequantize_weight
+    from moedispatch.numerics.padded import fill_pad_garbage_, padded_kernel_moe, split_gate_up
+
+    h, i = layer.hidden, layer.intermediate_per_rank
+    hp, ip = padding.hidden, padding.intermediate_per_rank
+    semantics = getattr(padding, "pad_semantics", "compute")
     hk, ik = pad_extents(padding)
     say(f"verify layer {layer.index}: padded plan read as '{semantics}' (hidden 0..{hk - 1}, intermediate "
         f"0..{ik - 1} of {hp}x{ip})")
-    gate_p, up_p = split_gate_up(q13p, layout)
-    w2f = dequantize_weight(q2p).clone()
-    bias_gate = bias_up = bias2 = None
-    if b13p is not None:
-        halves = (b13p[:, 0::2], b13p[:, 1::2]) if layout == "interleaved" else (b13p[:, :ip], b13p[:, ip:])
-        bias_gate, bias_up = (t.clone(memory_format=torch.contiguous_format) for t in halves)
-        bias2 = b2p.clone()
+    gate_p, up_p = split_gate_up(qp.w13, layout)
+    w2f = dequantize_weight(qp.w2).clone()
+    bias_gate, bias_up, bias2 = _padded_biases(qp, layout, ip)
     if padding.padded and not padding.zero_fill:
-        fill_pad_garbage_(gate_p, up_p, w2f, hidden=h, intermediate=i,
-                                   gen=torch.Generator().manual_seed(seed + 1), bias_gate=bias_gate,
-                                   bias_up=bias_up, bias2=bias2)
-    out_k = padded_kernel_moe(xp, gate_p, up_p, w2f, topk_weights, topk_ids, hidden=h, intermediate=i,
-                              hidden_extent=hk, intermediate_extent=ik, activation_scheme=layer.act,
-                              activation=layer.activation, activation_params=layer.activation_params,
-                              bias_gate=bias_gate, bias_up=bias_up, bias2=bias2)
-    del gate_p, up_p, w2f
+        fill_pad_garbage_(gate_p, up_p, w2f, hidden=h, intermediate=i, gen=torch.Generator().manual_seed(seed + 1),
+                          bias_gate=bias_gate, bias_up=bias_up, bias2=bias2)
+    topk_weights, topk_ids = routing
+    return padded_kernel_moe(xp, gate_p, up_p, w2f, topk_weights, topk_ids, hidden=h, intermediate=i,
+                             hidden_extent=hk, intermediate_extent=ik, activation_scheme=layer.act,
+                             activation=layer.activation, activation_params=layer.activation_params,
+                             bias_gate=bias_gate, bias_up=bias_up, bias2=bias2)
+
+
+def _pad_read_text(layer: Any, padding: Any) -> str:
+    """How the padded plan is allocated and read, the opening of the ``padding_exact`` detail."""
+    h, i = layer.hidden, layer.intermediate_per_rank
+    hp, ip = padding.hidden, padding.intermediate_per_rank
+    semantics = getattr(padding, "pad_semantics", "compute")
+    hk, ik = pad_extents(padding)
     if semantics == "compute":
         reads = f"'compute': the kernel computes over the whole padded extent {hp}x{ip}"
     else:
@@ -239,69 +316,98 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
                  f"{padding.kernel_intermediate_pad}, so the kernel reads hidden {hk}, intermediate {ik} of {hp}x{ip}")
     fill_txt = ("pads zero-filled" if padding.zero_fill or not padding.padded
                 else "pads not zero-filled, so they hold garbage (random values and NaN) here")
-    pad_txt = (f"padded plan (hidden {h}->{hp}, intermediate/rank {i}->{ip}; {fill_txt}) read as {reads}"
-               if padding.padded else f"plan has no padding (allocated and original sizes agree) read as {reads}")
-    problems = pad_read_problems(h, i, padding)
+    return (f"padded plan (hidden {h}->{hp}, intermediate/rank {i}->{ip}; {fill_txt}) read as {reads}"
+            if padding.padded else f"plan has no padding (allocated and original sizes agree) read as {reads}")
+
+
+def _padding_exact_check(layer: Any, padding: Any, out_k: Any, out_u: Any, shape_txt: str, seed: int) -> dict:
+    """The ``padding_exact`` check: the padded plan's output ``out_k`` against the unpadded ``out_u``, bitwise."""
+    import torch  # noqa: PLC0415 - verify is the only command that needs torch
+
+    from moedispatch.numerics.reference import rel_err
+
+    pad_txt = _pad_read_text(layer, padding)
+    problems = pad_read_problems(layer.hidden, layer.intermediate_per_rank, padding)
     same = bool(torch.equal(out_k, out_u))
     if same and not problems:
-        checks.append(_check("padding_exact", True, f"{pad_txt}: agrees bitwise with the unpadded layer through the "
-                                                    f"emulation on {shape_txt}; seed {seed}"))
+        return _check("padding_exact", True, f"{pad_txt}: agrees bitwise with the unpadded layer through the "
+                                             f"emulation on {shape_txt}; seed {seed}")
+    diff = (out_k - out_u).abs()
+    if same:
+        numeric = "the random data happened to hide it this time (outputs agree bitwise)"
+    elif bool(torch.isnan(out_k).any()):
+        numeric = f"the output differs from the unpadded layer: NaN in {int(torch.isnan(out_k).sum())} values"
     else:
-        diff = (out_k - out_u).abs()
-        if same:
-            numeric = "the random data happened to hide it this time (outputs agree bitwise)"
-        elif bool(torch.isnan(out_k).any()):
-            numeric = f"the output differs from the unpadded layer: NaN in {int(torch.isnan(out_k).sum())} values"
-        else:
-            numeric = (f"the output differs from the unpadded layer: max |diff| {float(diff.max()):.3e}, relative "
-                       f"error {rel_err(out_k, out_u):.2e}")
-        what = "; ".join(problems) if problems else "the padded plan does not reproduce the unpadded layer"
-        checks.append(_check("padding_exact", False, f"{what}. {pad_txt}; {numeric}; seed {seed}"))
+        numeric = (f"the output differs from the unpadded layer: max |diff| {float(diff.max()):.3e}, relative "
+                   f"error {rel_err(out_k, out_u):.2e}")
+    what = "; ".join(problems) if problems else "the padded plan does not reproduce the unpadded layer"
+    return _check("padding_exact", False, f"{what}. {pad_txt}; {numeric}; seed {seed}")
 
-    # (b) the allocation against the declared alignment
-    misaligned, summary = alignment_problems(h, i, padding)
-    checks.append(_check("padding_alignment", not misaligned,
-                         "; ".join(misaligned) if misaligned
-                         else f"{summary}: within one multiple of the minimal round-up"))
 
-    # (c) the backend vs the reference: the reference path is whichever backend declares the emulation family
-    declared = plugins.get_registry().get(backend)
-    if getattr(declared, "family", None) == "emulation":
-        say(f"verify layer {layer.index}: float64 reference of the same quantized operands")
-        d13, d2 = dequantize_weight(q13), dequantize_weight(q2)
-        res = staged_compare(out_u, inter, d13, d2, topk_weights, topk_ids, activation=layer.activation,
-                             activation_params=layer.activation_params, layout=layout, bias13=b13, bias2=b2,
-                             activation_scheme=layer.act)
-        del d13, d2
-        ok = res["a2_exact"] and res["h_err"] <= EMULATION_TOLERANCE and res["out_err"] <= EMULATION_TOLERANCE
-        checks.append(_check(
-            "backend_vs_reference", ok,
-            f"emulation vs an independent float64 MoE on the same quantized operands: relative error "
-            f"{res['out_err']:.2e} at the output, {res['h_err']:.2e} after the activation (tolerance "
-            f"{EMULATION_TOLERANCE:.0e}); intermediate activation QDQ "
-            + ("reproduced exactly" if res["a2_exact"] else "NOT reproduced")))
-    else:
-        try:
-            runner = get_runner(backend, layer)
-        except RunnerUnavailable as exc:
-            checks.append(_check("backend_vs_reference", None,
-                                 f"skipped: {backend} cannot run here: {exc}. The emulation results above are the "
-                                 f"reference it would be compared with (tolerance {BACKEND_TOLERANCE:.0e})"))
-        else:
-            say(f"verify layer {layer.index}: running {backend}")
-            runner.prepare({"w13": q13p, "w2": q2p, "bias13": b13p, "bias2": b2p}, padding)
-            got = runner.run(xp, topk_weights, topk_ids)
-            err = rel_err(got.detach().to("cpu", torch.float32)[:, :h], out_u)
-            checks.append(_check("backend_vs_reference", err <= BACKEND_TOLERANCE,
-                                 f"{backend} vs emulation on the padded plan: relative error {err:.2e} "
-                                 f"(tolerance {BACKEND_TOLERANCE:.0e})"))
+def _alignment_check(layer: Any, padding: Any) -> dict:
+    """The ``padding_alignment`` check: the allocation against the alignment the plan declares."""
+    misaligned, summary = alignment_problems(layer.hidden, layer.intermediate_per_rank, padding)
+    return _check("padding_alignment", not misaligned,
+                  "; ".join(misaligned) if misaligned else f"{summary}: within one multiple of the minimal round-up")
 
-    # (d) quantization error, information
+
+def _emulation_vs_reference_check(layer: Any, q: _Weights, routing: tuple, out_u: Any, inter: dict, layout: str,
+                                  say: Callable[[str], None]) -> dict:
+    """``backend_vs_reference`` for the emulation: the unpadded run against a float64 MoE of the same operands."""
+    from moedispatch.numerics.moe import dequantize_weight
+    from moedispatch.numerics.reference import staged_compare
+
+    say(f"verify layer {layer.index}: float64 reference of the same quantized operands")
+    d13, d2 = dequantize_weight(q.w13), dequantize_weight(q.w2)
+    topk_weights, topk_ids = routing
+    res = staged_compare(out_u, inter, d13, d2, topk_weights, topk_ids, activation=layer.activation,
+                         activation_params=layer.activation_params, layout=layout, bias13=q.b13, bias2=q.b2,
+                         activation_scheme=layer.act)
+    del d13, d2
+    ok = res["a2_exact"] and res["h_err"] <= EMULATION_TOLERANCE and res["out_err"] <= EMULATION_TOLERANCE
+    return _check(
+        "backend_vs_reference", ok,
+        f"emulation vs an independent float64 MoE on the same quantized operands: relative error "
+        f"{res['out_err']:.2e} at the output, {res['h_err']:.2e} after the activation (tolerance "
+        f"{EMULATION_TOLERANCE:.0e}); intermediate activation QDQ "
+        + ("reproduced exactly" if res["a2_exact"] else "NOT reproduced"))
+
+
+def _backend_vs_emulation_check(layer: Any, backend: str, padding: Any, qp: _Weights, xp: Any, routing: tuple,
+                                out_u: Any, say: Callable[[str], None]) -> dict:
+    """``backend_vs_reference`` for another backend: its padded plan against the emulation, or skipped here."""
+    import torch  # noqa: PLC0415 - verify is the only command that needs torch
+
+    from moedispatch.numerics.reference import rel_err
+    from moedispatch.numerics.runner import RunnerUnavailable, get_runner
+
+    try:
+        runner = get_runner(backend, layer)
+    except RunnerUnavailable as exc:
+        return _check("backend_vs_reference", None,
+                      f"skipped: {backend} cannot run here: {exc}. The emulation results above are the "
+                      f"reference it would be compared with (tolerance {BACKEND_TOLERANCE:.0e})")
+    say(f"verify layer {layer.index}: running {backend}")
+    runner.prepare(qp.runner_weights(), padding)
+    topk_weights, topk_ids = routing
+    got = runner.run(xp, topk_weights, topk_ids)
+    err = rel_err(got.detach().to("cpu", torch.float32)[:, :layer.hidden], out_u)
+    return _check("backend_vs_reference", err <= BACKEND_TOLERANCE,
+                  f"{backend} vs emulation on the padded plan: relative error {err:.2e} "
+                  f"(tolerance {BACKEND_TOLERANCE:.0e})")
+
+
+def _quantization_error_check(layer: Any, raw: _Weights, x: Any, routing: tuple, out_u: Any, layout: str,
+                              t0: float, say: Callable[[str], None]) -> dict:
+    """The ``quantization_error`` check (information): the quantized layer against float64 without quantization."""
+    from moedispatch.numerics.reference import reference_moe, rel_err
+
     say(f"verify layer {layer.index}: float64 unquantized reference")
-    ref, _ = reference_moe(x, w13, w2, topk_weights, topk_ids, activation=layer.activation,
-                           activation_params=layer.activation_params, layout=layout, bias13=b13, bias2=b2)
+    topk_weights, topk_ids = routing
+    ref, _ = reference_moe(x, raw.w13, raw.w2, topk_weights, topk_ids, activation=layer.activation,
+                           activation_params=layer.activation_params, layout=layout, bias13=raw.b13, bias2=raw.b2)
     qerr = rel_err(out_u, ref)
-    checks.append(_check("quantization_error", True,
-                         f"weights {wdesc}, activations {adesc}: relative error {qerr:.3e} of the quantized layer vs "
-                         f"float64 without quantization (information; {time.perf_counter() - t0:.1f} s in all)"))
-    return checks
+    return _check("quantization_error", True,
+                  f"weights {layer.weight.describe()}, activations {layer.act.describe()}: relative error "
+                  f"{qerr:.3e} of the quantized layer vs float64 without quantization (information; "
+                  f"{time.perf_counter() - t0:.1f} s in all)")
