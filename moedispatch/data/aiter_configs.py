@@ -69,6 +69,10 @@ _LEGACY_CU_NUM_TO_GFX = {256: "gfx950", 80: "gfx942", 304: "gfx942"}
 #: ``update_config_files`` de-duplicates on untuned_fmoe.csv's columns (+ cu_num, gfx, _tag at HEAD).
 _UNTUNED_COLUMNS = ("token", "model_dim", "inter_dim", "expert", "topk", "act_type", "dtype", "q_dtype_a",
                     "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1")
+#: The string key columns of a row, in :class:`TunedRow` order (each must be non-empty).
+_STR_KEYS = ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type")
+#: Informational columns read leniently (a shifted row still loads in AITER), with the type each should hold.
+_INFO_COLUMNS = (("xbf16", int), ("flat", int), ("tflops", float), ("bw", float))
 
 _HEAD_SRC = "https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879"
 SOURCE_MERGE = f"{_HEAD_SRC}/aiter/jit/core.py"
@@ -159,110 +163,143 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head",
     lines that mention one of these model_dim values as a field (a fast pre-filter for a planner that needs one
     shape; line numbers are kept; the full lint passes None).
     """
-    rows: list[TunedRow] = []
-    problems: list[str] = []
     try:
         fh = open(path, newline="", encoding="utf-8", errors="replace")
     except OSError as exc:
         return [], [f"{display}: cannot read: {exc.strerror or exc}"]
     with fh:
-        lines: Any = fh
-        if model_dims:
-            needles = tuple(f",{d}," for d in sorted(model_dims))
+        reader = csv.reader(_prefiltered(fh, model_dims) if model_dims else fh)
+        header, problems = _read_header(reader, display)
+        if header is None:
+            return [], problems
+        return _read_rows(reader, header, display, dispatch)
 
-            def _filtered(source: Any) -> Any:
-                for n, text in enumerate(source):
-                    # the header and lines naming a wanted model_dim pass; others become blank (line numbers kept)
-                    yield text if n == 0 or any(x in text for x in needles) else "\n"
-            lines = _filtered(fh)
-        reader = csv.reader(lines)
+
+def _prefiltered(lines: Any, model_dims: frozenset[int]) -> Any:
+    """The lines, with each data line that names none of ``model_dims`` as a field blanked (line numbers kept)."""
+    needles = tuple(f",{d}," for d in sorted(model_dims))
+    for n, text in enumerate(lines):
+        # the header and lines naming a wanted model_dim pass; others become blank (line numbers kept)
+        yield text if n == 0 or any(x in text for x in needles) else "\n"
+
+
+def _read_header(reader: Any, display: str) -> tuple[list[str] | None, list[str]]:
+    """The stripped header and no problem, or None and the one problem that makes the file unusable."""
+    try:
+        header = next(reader)
+    except StopIteration:
+        return None, [f"{display}:1: empty file (no header)"]
+    except csv.Error as exc:
+        return None, [f"{display}:1: not CSV: {exc}"]
+    header = [h.strip() for h in header]
+    missing = [c for c in _REQUIRED if c not in header]
+    if missing:
+        return None, [f"{display}:1: header lacks column(s) {', '.join(missing)}"]
+    return header, []
+
+
+def _read_rows(reader: Any, header: list[str], display: str, dispatch: str) -> tuple[list[TunedRow], list[str]]:
+    """Parse the data lines after the header: (rows, problems); a line that is not CSV ends the file."""
+    col = {name: i for i, name in enumerate(header)}
+    rows: list[TunedRow] = []
+    problems: list[str] = []
+    while True:
         try:
-            header = next(reader)
+            values = next(reader)
         except StopIteration:
-            return [], [f"{display}:1: empty file (no header)"]
+            break
         except csv.Error as exc:
-            return [], [f"{display}:1: not CSV: {exc}"]
-        header = [h.strip() for h in header]
-        missing = [c for c in _REQUIRED if c not in header]
-        if missing:
-            return [], [f"{display}:1: header lacks column(s) {', '.join(missing)}"]
-        col = {name: i for i, name in enumerate(header)}
-        i_gfx, i_ksplit, i_run1, i_us1, i_us2, i_us, i_k1, i_k2, i_err1, i_err2, i_tag, i_xbf16, i_flat, \
-            i_tflops, i_bw = (col.get(n, -1) for n in ("gfx", "ksplit", "run_1stage", "us1", "us2", "us",
-                                                       "kernelName1", "kernelName2", "err1", "err2", "_tag", "xbf16",
-                                                       "flat", "tflops", "bw"))
-        int_cols = [(col[n], n) for n in _INT_KEYS]
-        info_cols = (("xbf16", int, i_xbf16), ("flat", int, i_flat), ("tflops", float, i_tflops), ("bw", float, i_bw))
-        while True:
-            try:
-                values = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                problems.append(f"{display}:{reader.line_num}: not CSV: {exc}")
-                break
-            line = reader.line_num
-            if not values or all(not v.strip() for v in values):
-                continue
-            if len(values) > len(header):
-                # pandas.read_csv (what AITER uses) fails on a row with more fields than the header
-                # ("Error tokenizing data ... Expected N fields in line L, saw M"); fewer fields are NaN-filled.
-                problems.append(f"{display}:{line}: {len(values)} fields, the header has {len(header)}")
-                continue
-            short = len(values) if len(values) < len(header) else 0
-            if short:
-                values = values + [""] * (len(header) - len(values))
-            values = [v.strip() for v in values]
-            try:
-                ints = dict(zip(_INT_KEYS, [_int(values[i], n) for i, n in int_cols]))
-                block_m = _int(values[col["block_m"]], "block_m")
-                ksplit = _int(values[i_ksplit], None) or 0 if i_ksplit >= 0 else 0
-                run_1stage = _int(values[i_run1], None) or 0 if i_run1 >= 0 else 0
-                us1 = _flt(values[i_us1]) if i_us1 >= 0 else None
-                us2 = _flt(values[i_us2]) if i_us2 >= 0 else None
-                us = _flt(values[i_us]) if i_us >= 0 else None
-            except ValueError as exc:
-                problems.append(f"{display}:{line}: bad number ({exc})")
-                continue
-            # Informational columns: AITER only int()s xbf16/flat on 1-stage rows, so a row whose trailing columns
-            # are shifted (a column missing, e.g. flat) still loads there; keep it and record the defect for lint.
-            defects: list[str] = []
-            lenient: dict[str, Any] = {}
-            for name, kind, i in info_cols:
-                raw = values[i] if i >= 0 else ("0" if kind is int else "")
-                if kind is int and raw in ("0", "1", ""):
-                    lenient[name] = int(raw or 0)
-                    continue
-                try:
-                    lenient[name] = _num(raw, kind)
-                except ValueError:
-                    try:
-                        lenient[name] = int(float(raw)) if kind is int else None
-                    except ValueError:
-                        lenient[name] = None
-                    defects.append(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'} "
-                                   f"(columns shifted?)")
-            if short:
-                defects.append(f"{short} field(s) for {len(header)} columns (pandas fills the rest with NaN)")
-            strs = [values[col[n]] for n in ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type")]
-            if not all(strs):
-                names = ("act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type")
-                problems.append(f"{display}:{line}: empty {names[[bool(x) for x in strs].index(False)]}")
-                continue
-            gfx = values[i_gfx] if i_gfx >= 0 else ""
-            backfilled = False
-            if gfx in ("", "0", "nan", "None"):
-                gfx = gfx_from_cu_num(ints["cu_num"]) if dispatch == "head" else None
-                backfilled = dispatch == "head"
-            rows.append(TunedRow(
-                display, line, gfx or None, ints["cu_num"], ints["token"], ints["model_dim"], ints["inter_dim"],
-                ints["expert"], ints["topk"], strs[0], strs[1], strs[2], strs[3], strs[4], ints["use_g1u1"],
-                ints["doweight_stage1"], block_m, ksplit, us1, values[i_k1], values[i_err1] if i_err1 >= 0 else "",
-                us2, values[i_k2] if i_k2 >= 0 else "", values[i_err2] if i_err2 >= 0 else "", us, run_1stage,
-                lenient["xbf16"] or 0, lenient["flat"] or 0, lenient["tflops"], lenient["bw"],
-                values[i_tag] if i_tag >= 0 else "", backfilled, tuple(defects),
-            ))
+            problems.append(f"{display}:{reader.line_num}: not CSV: {exc}")
+            break
+        parsed = _parse_line(values, len(header), col, display, reader.line_num, dispatch)
+        if isinstance(parsed, str):
+            problems.append(parsed)
+        elif parsed is not None:
+            rows.append(parsed)
     return rows, problems
+
+
+def _parse_line(values: list[str], width: int, col: dict[str, int], display: str, line: int,
+                dispatch: str) -> TunedRow | str | None:
+    """One data line: its row, or the problem (``display:line: what``) that skips it; None for a blank line."""
+    if not values or all(not v.strip() for v in values):
+        return None
+    if len(values) > width:
+        # pandas.read_csv (what AITER uses) fails on a row with more fields than the header
+        # ("Error tokenizing data ... Expected N fields in line L, saw M"); fewer fields are NaN-filled.
+        return f"{display}:{line}: {len(values)} fields, the header has {width}"
+    short = len(values) if len(values) < width else 0
+    if short:
+        values = values + [""] * (width - len(values))
+    values = [v.strip() for v in values]
+    try:
+        num = _row_numbers(values, col)
+    except ValueError as exc:
+        return f"{display}:{line}: bad number ({exc})"
+    lenient, defects = _informational(values, col)
+    if short:
+        defects.append(f"{short} field(s) for {width} columns (pandas fills the rest with NaN)")
+    strs = [values[col[n]] for n in _STR_KEYS]
+    if not all(strs):
+        return f"{display}:{line}: empty {_STR_KEYS[[bool(x) for x in strs].index(False)]}"
+    gfx, backfilled = _row_gfx(_field(values, col, "gfx"), num["cu_num"], dispatch)
+    return TunedRow(
+        display, line, gfx, num["cu_num"], num["token"], num["model_dim"], num["inter_dim"],
+        num["expert"], num["topk"], strs[0], strs[1], strs[2], strs[3], strs[4], num["use_g1u1"],
+        num["doweight_stage1"], num["block_m"], num["ksplit"], num["us1"], values[col["kernelName1"]],
+        _field(values, col, "err1"), num["us2"], _field(values, col, "kernelName2"), _field(values, col, "err2"),
+        num["us"], num["run_1stage"], lenient["xbf16"] or 0, lenient["flat"] or 0, lenient["tflops"], lenient["bw"],
+        _field(values, col, "_tag"), backfilled, tuple(defects),
+    )
+
+
+def _field(values: list[str], col: dict[str, int], name: str) -> str:
+    """The row's value in column ``name``; "" when the file has no such column."""
+    i = col.get(name, -1)
+    return values[i] if i >= 0 else ""
+
+
+def _row_numbers(values: list[str], col: dict[str, int]) -> dict[str, Any]:
+    """The row's key integers, block_m, ksplit, run_1stage and timings; ValueError names a bad one."""
+    num: dict[str, Any] = {n: _int(values[col[n]], n) for n in _INT_KEYS}
+    num["block_m"] = _int(values[col["block_m"]], "block_m")
+    num["ksplit"] = _int(values[col["ksplit"]], None) or 0 if "ksplit" in col else 0
+    num["run_1stage"] = _int(values[col["run_1stage"]], None) or 0 if "run_1stage" in col else 0
+    for name in ("us1", "us2", "us"):
+        num[name] = _flt(values[col[name]]) if name in col else None
+    return num
+
+
+def _informational(values: list[str], col: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+    """The row's xbf16, flat, tflops and bw, read leniently, and the defects found in them."""
+    # Informational columns: AITER only int()s xbf16/flat on 1-stage rows, so a row whose trailing columns
+    # are shifted (a column missing, e.g. flat) still loads there; keep it and record the defect for lint.
+    defects: list[str] = []
+    lenient: dict[str, Any] = {}
+    for name, kind in _INFO_COLUMNS:
+        raw = values[col[name]] if name in col else ("0" if kind is int else "")
+        if kind is int and raw in ("0", "1", ""):
+            lenient[name] = int(raw or 0)
+            continue
+        try:
+            lenient[name] = _num(raw, kind)
+        except ValueError:
+            try:
+                lenient[name] = int(float(raw)) if kind is int else None
+            except ValueError:
+                lenient[name] = None
+            defects.append(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'} "
+                           f"(columns shifted?)")
+    return lenient, defects
+
+
+def _row_gfx(gfx: str, cu_num: int, dispatch: str) -> tuple[str | None, bool]:
+    """The row's gfx, backfilled from cu_num when empty (HEAD dispatch only), and whether it was backfilled."""
+    backfilled = False
+    if gfx in ("", "0", "nan", "None"):
+        gfx = gfx_from_cu_num(cu_num) if dispatch == "head" else None
+        backfilled = dispatch == "head"
+    return gfx or None, backfilled
 
 
 # -- where the files are -------------------------------------------------------------------------------------------

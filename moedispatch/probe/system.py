@@ -115,41 +115,59 @@ class ProbeReport:
 # -- GPU discovery ----------------------------------------------------------------------------------------------
 
 def _discover(allow_torch: bool, timeout: float) -> tuple[list[RawGpu], list[SourceResult], list[str], str | None]:
+    """Find the GPUs (first source that answers), apply the env filters and return (gpus, sources, notes, hip)."""
     sources: list[SourceResult] = []
-    notes: list[str] = []
-    chosen: list[RawGpu] = []
+    chosen, hip = _gpu_sources(allow_torch, timeout, sources)
+    env_notes: list[str] = []
+    chosen, hip_var = _apply_visible_env(chosen, env_notes)
+    _note_unapplied_env(chosen, hip_var, env_notes)
+    env_ok = _note_target_env(env_notes)
+    sources.append(SourceResult("env", env_ok, "; ".join(env_notes) or "no GPU-selection variables set"))
+    return chosen, sources, _aiter_env_notes(), hip
+
+
+def _step(name: str, fn: Any, sources: list[SourceResult], chosen: list[RawGpu]) -> list[RawGpu]:
+    """Run one GPU source in isolation, record its result in ``sources``; its GPUs, or [] when it failed."""
+    try:
+        gpus, detail = fn()
+    except SourceFailed as exc:
+        sources.append(SourceResult(name, False, str(exc)))
+    except ProbeTimeout as exc:
+        sources.append(SourceResult(name, False, f"timed out: {exc}"))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a probe step must never take the caller down
+        sources.append(SourceResult(name, False, f"failed: {describe(exc)}"))
+    else:
+        if chosen:
+            detail += f" (not used: {chosen[0].source} answered first)"
+        sources.append(SourceResult(name, True, detail))
+        return list(gpus)
+    return []
+
+
+def _torch_source(timeout: float, sources: list[SourceResult], chosen: list[RawGpu]) -> tuple[list[RawGpu], str | None]:
+    """Ask torch (a subprocess with a longer limit) for GPUs; its GPUs and ``torch.version.hip``."""
     hip: str | None = None
 
-    def step(name: str, fn: Any) -> list[RawGpu]:
-        try:
-            gpus, detail = fn()
-        except SourceFailed as exc:
-            sources.append(SourceResult(name, False, str(exc)))
-        except ProbeTimeout as exc:
-            sources.append(SourceResult(name, False, f"timed out: {exc}"))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - a probe step must never take the caller down
-            sources.append(SourceResult(name, False, f"failed: {describe(exc)}"))
-        else:
-            if chosen:
-                detail += f" (not used: {chosen[0].source} answered first)"
-            sources.append(SourceResult(name, True, detail))
-            return list(gpus)
-        return []
+    def torch_step() -> tuple[list[RawGpu], str]:
+        nonlocal hip
+        gpus, detail, hip = probe_torch(max(timeout * 6, 30.0))
+        if not gpus:
+            raise SourceFailed(detail)
+        return gpus, detail
 
-    chosen = step("amdsmi", lambda: probe_amdsmi(timeout))
+    return _step("torch", torch_step, sources, chosen), hip
+
+
+def _gpu_sources(allow_torch: bool, timeout: float, sources: list[SourceResult]) -> tuple[list[RawGpu], str | None]:
+    """Ask each GPU source in order (amdsmi, torch, rocminfo, enumerator); the first that finds GPUs is chosen."""
+    hip: str | None = None
+    chosen = _step("amdsmi", lambda: probe_amdsmi(timeout), sources, [])
     if allow_torch:
         # Runs even when amdsmi answered: torch.version.hip is worth recording. A subprocess; importing torch takes
         # seconds, so it gets a longer limit.
-        def torch_step() -> tuple[list[RawGpu], str]:
-            nonlocal hip
-            gpus, detail, hip = probe_torch(max(timeout * 6, 30.0))
-            if not gpus:
-                raise SourceFailed(detail)
-            return gpus, detail
-
-        found = step("torch", torch_step)
+        found, hip = _torch_source(timeout, sources, chosen)
         chosen = chosen or found
     else:
         sources.append(SourceResult("torch", False, "not run: allow_torch=False (it would initialize HIP)"))
@@ -157,17 +175,25 @@ def _discover(allow_torch: bool, timeout: float) -> tuple[list[RawGpu], list[Sou
         if chosen:
             sources.append(SourceResult(name, False, f"not run: {chosen[0].source} already found GPUs"))
         else:
-            chosen = step(name, lambda fn=fn: fn(timeout))
+            chosen = _step(name, lambda fn=fn: fn(timeout), sources, chosen)
+    return chosen, hip
 
+
+def _apply_visible_env(chosen: list[RawGpu], env_notes: list[str]) -> tuple[list[RawGpu], str]:
+    """Filter the GPUs by ROCR/HIP_VISIBLE_DEVICES where the source has not; the GPUs and the HIP variable used."""
     # Env filters. amdsmi sees physical devices regardless of the variables; ROCr-level tools (rocminfo,
     # enumerator) are already ROCR-filtered; torch is filtered by both (unconfirmed; see the gpu-isolation page).
     # HIP indices are relative to what ROCr exposes.
-    env_notes: list[str] = []
     if chosen and chosen[0].source == "probe:amdsmi":
         chosen = apply_visible(chosen, "ROCR_VISIBLE_DEVICES", env_notes)
     hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in os.environ else "CUDA_VISIBLE_DEVICES"
     if chosen and chosen[0].source != "probe:torch":
         chosen = apply_visible(chosen, hip_var, env_notes)
+    return chosen, hip_var
+
+
+def _note_unapplied_env(chosen: list[RawGpu], hip_var: str, env_notes: list[str]) -> None:
+    """Name each set GPU-selection variable that was not applied, and why."""
     # Every GPU-selection variable that is set is named, applied or not (a probe that finds no GPU still says what
     # would have filtered it).
     for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
@@ -181,16 +207,25 @@ def _discover(allow_torch: bool, timeout: float) -> tuple[list[RawGpu], list[Sou
         else:
             why = f"{chosen[0].source.removeprefix('probe:')} already applies it"
         env_notes.append(f"{var}={value} is set (not applied here: {why})")
+
+
+def _note_target_env(env_notes: list[str]) -> bool:
+    """Note the MOEDISPATCH_TARGET override, if set; False when it names no known target."""
     target = os.environ.get(TARGET_ENV)
-    env_ok = True
-    if target:
-        try:
-            gfx, product, _ = capdb.resolve_target(target)
-            env_notes.append(f"{TARGET_ENV}={target} overrides the target ({gfx}, {product})")
-        except Exception as exc:  # noqa: BLE001 - TargetError; capabilities_from_probe raises it for the caller
-            env_notes.append(f"{TARGET_ENV}={target} is not a known target: {exc}")
-            env_ok = False
-    sources.append(SourceResult("env", env_ok, "; ".join(env_notes) or "no GPU-selection variables set"))
+    if not target:
+        return True
+    try:
+        gfx, product, _ = capdb.resolve_target(target)
+        env_notes.append(f"{TARGET_ENV}={target} overrides the target ({gfx}, {product})")
+    except Exception as exc:  # noqa: BLE001 - TargetError; capabilities_from_probe raises it for the caller
+        env_notes.append(f"{TARGET_ENV}={target} is not a known target: {exc}")
+        return False
+    return True
+
+
+def _aiter_env_notes() -> list[str]:
+    """Notes for the env variables that change which tuned configs AITER reads (CU_NUM, AITER_CONFIG_FMOE)."""
+    notes: list[str] = []
     if os.environ.get("CU_NUM", "").strip() not in ("", "0"):
         notes.append(f"CU_NUM={os.environ['CU_NUM']} is set: AITER uses it instead of the probed CU count for "
                      "tuned-config lookup (ROCm/aiter@v0.1.15.post3:aiter/jit/utils/chip_info.py get_cu_num)")
@@ -198,7 +233,7 @@ def _discover(allow_torch: bool, timeout: float) -> tuple[list[RawGpu], list[Sou
         notes.append("AITER_CONFIG_FMOE is set: AITER reads those tuned files instead of the packaged ones "
                      "(ROCm/aiter@v0.1.15.post3:aiter/jit/core.py get_config_file); tuned cu_num coverage shown "
                      "is of the packaged files")
-    return chosen, sources, notes, hip
+    return notes
 
 
 def _finish_gpu(raw: RawGpu) -> tuple[GpuInfo, GpuDetail]:
@@ -353,77 +388,114 @@ def capabilities_from_probe(report: ProbeReport, aiter_version: str | None = Non
     unknown: list[tuple[str, str]] = []
     notes: list[str] = list(report.notes)
     if report.target_override:
-        gfx, product, cus = capdb.resolve_target(report.target_override)
-        is_gfx = report.target_override.strip().lower().startswith(("gfx", "amdgcn"))
-        provenance += [("gfx", "probe:env"), ("product", "db" if is_gfx else "probe:env"), ("compute_units", "db")]
-        if report.gpus and set(report.archs) != {gfx}:
-            notes.append(f"{TARGET_ENV}={report.target_override} overrides the probed GPUs "
-                         f"({', '.join(report.archs)})")
+        gfx, product, cus = _target_from_override(report.target_override, report, provenance, notes)
     elif not report.gpus:
         return None
     else:
-        if report.mixed_arch:
-            listing = ", ".join(f"GPU {g.index} {g.gfx}" for g in report.gpus)
-            raise TargetError(f"mixed GPU archs on this node ({listing}); choose one with --target or "
-                              f"{TARGET_ENV}, or restrict with HIP_VISIBLE_DEVICES")
-        gfx = report.gpus[0].gfx
-        src = report.gpus[0].source
-        provenance.append(("gfx", src))
-        product = _single([g.product for g in report.gpus])
-        if product is not None:
-            detail = dict(report.gpu_details[0].provenance) if report.gpu_details else {}
-            provenance.append(("product", "db" if detail.get("product", "db").startswith("db") else "derived"))
-        else:
-            reasons = dict(report.gpu_details[0].unknown).get("product") if report.gpu_details else None
-            unknown.append(("product", reasons or "GPUs map to different products: "
-                            + ", ".join(sorted({str(g.product) for g in report.gpus}))))
-        cus = _single([g.compute_units for g in report.gpus])
-        if cus is not None:
-            provenance.append(("compute_units", src))
-        else:
-            unknown.append(("compute_units", "not reported by " + src if all(g.compute_units is None for g in
-                            report.gpus) else "GPUs report different CU counts"))
+        gfx, product, cus = _target_from_gpus(report, provenance, unknown)
+    facts = _arch_facts(gfx, provenance, unknown)
+    info = report.aiter
+    version, features, use_files = _aiter_identity(report, aiter_version, provenance, unknown, notes)
+    catalog, tuned = _aiter_coverage(info if use_files else None, version, provenance, unknown)
+    provenance.append(("packages", "files:<distribution> (importlib.metadata)"))
+    return Capabilities(
+        gfx=gfx, product=product, compute_units=cus, family=facts.get("family"), cdna=int(facts.get("cdna", 0)),
+        fp8_format=facts.get("fp8") or None, native_mx=bool(facts.get("native_mx", False)), aiter_version=version,
+        aiter_features=features, aiter_catalog=catalog, tuned_cu_nums=tuned, packages=report.packages,
+        gpus=report.gpus, provenance=tuple(provenance), unknown=tuple(unknown), source="probe", notes=tuple(notes),
+    )
+
+
+def _target_from_override(target: str, report: ProbeReport, provenance: list[tuple[str, str]],
+                          notes: list[str]) -> tuple[str, str | None, int | None]:
+    """(gfx, product, CUs) from MOEDISPATCH_TARGET (``target``), noting when it overrides the probed GPUs."""
+    gfx, product, cus = capdb.resolve_target(target)
+    is_gfx = target.strip().lower().startswith(("gfx", "amdgcn"))
+    provenance += [("gfx", "probe:env"), ("product", "db" if is_gfx else "probe:env"), ("compute_units", "db")]
+    if report.gpus and set(report.archs) != {gfx}:
+        notes.append(f"{TARGET_ENV}={target} overrides the probed GPUs "
+                     f"({', '.join(report.archs)})")
+    return gfx, product, cus
+
+
+def _target_from_gpus(report: ProbeReport, provenance: list[tuple[str, str]],
+                      unknown: list[tuple[str, str]]) -> tuple[str, str | None, int | None]:
+    """(gfx, product, CUs) from the probed GPUs; raises TargetError when their archs are mixed."""
+    if report.mixed_arch:
+        listing = ", ".join(f"GPU {g.index} {g.gfx}" for g in report.gpus)
+        raise TargetError(f"mixed GPU archs on this node ({listing}); choose one with --target or "
+                          f"{TARGET_ENV}, or restrict with HIP_VISIBLE_DEVICES")
+    gfx = report.gpus[0].gfx
+    src = report.gpus[0].source
+    provenance.append(("gfx", src))
+    product = _single([g.product for g in report.gpus])
+    if product is not None:
+        detail = dict(report.gpu_details[0].provenance) if report.gpu_details else {}
+        provenance.append(("product", "db" if detail.get("product", "db").startswith("db") else "derived"))
+    else:
+        reasons = dict(report.gpu_details[0].unknown).get("product") if report.gpu_details else None
+        unknown.append(("product", reasons or "GPUs map to different products: "
+                        + ", ".join(sorted({str(g.product) for g in report.gpus}))))
+    cus = _single([g.compute_units for g in report.gpus])
+    if cus is not None:
+        provenance.append(("compute_units", src))
+    else:
+        unknown.append(("compute_units", "not reported by " + src if all(g.compute_units is None for g in
+                        report.gpus) else "GPUs report different CU counts"))
+    return gfx, product, cus
+
+
+def _arch_facts(gfx: str, provenance: list[tuple[str, str]], unknown: list[tuple[str, str]]) -> dict[str, Any]:
+    """capability_db's facts for ``gfx`` ({} when it is not listed), with their provenance."""
     facts = capdb.arch_facts(gfx)
     if facts is None:
         unknown += [(f, f"{gfx} is not in capability_db/gpus.toml") for f in ("family", "fp8_format", "native_mx")]
     else:
         provenance += [("family", "db"), ("cdna", "db"), ("fp8_format", "db"), ("native_mx", "db")]
-    facts = facts or {}
+    return facts or {}
 
+
+def _aiter_identity(report: ProbeReport, aiter_version: str | None, provenance: list[tuple[str, str]],
+                    unknown: list[tuple[str, str]], notes: list[str]) -> tuple[str | None, frozenset[str], bool]:
+    """(AITER version, features, whether the installed files describe it) from the flag or the probe."""
     info = report.aiter
     probed_version = info.version if info is not None else None
+    if aiter_version is not None:
+        return _aiter_from_flag(aiter_version, info, provenance, unknown, notes)
+    if info is not None and probed_version is not None:
+        provenance += [("aiter_version", "files:amd-aiter"), ("aiter_features", "files:amd-aiter")]
+        return probed_version, info.feature_names, True
+    why = next((s.detail for s in report.sources if s.name == "files:amd-aiter"), "amd-aiter not installed")
+    unknown.append(("aiter_version", why if info is None else "amd-aiter installed but its version is unknown"))
+    return None, frozenset(), False
+
+
+def _aiter_from_flag(aiter_version: str, info: AiterInfo | None, provenance: list[tuple[str, str]],
+                     unknown: list[tuple[str, str]], notes: list[str]) -> tuple[str | None, frozenset[str], bool]:
+    """(AITER version, features, whether the installed files describe it) as ``--aiter-version`` sets them."""
+    probed_version = info.version if info is not None else None
+    if aiter_version.strip().lower() in ("none", "absent", "no"):
+        provenance.append(("aiter_version", "flag"))
+        unknown.append(("aiter_version", "AITER absent by --aiter-version none"))
+        return None, frozenset(), False
+    version = str(capdb.parse_aiter_version(aiter_version))
+    provenance.append(("aiter_version", "flag"))
+    if probed_version is not None and version == probed_version:
+        provenance.append(("aiter_features", "files:amd-aiter"))
+        return version, info.feature_names if info else frozenset(), True
+    provenance.append(("aiter_features", "db"))
+    if probed_version is not None:
+        notes.append(f"--aiter-version {version} overrides the installed AITER {probed_version}; "
+                     "kernel catalog and tuned coverage of the installed files not used")
+    return version, capdb.features_for_version(version), False
+
+
+def _aiter_coverage(info: AiterInfo | None, version: str | None, provenance: list[tuple[str, str]],
+                    unknown: list[tuple[str, str]]) -> tuple[frozenset[str] | None, frozenset[int] | None]:
+    """(asm kernel catalog, tuned cu_nums) from the installed files ``info`` (None: not used for this version)."""
     catalog: frozenset[str] | None = None
     tuned: frozenset[int] | None = None
-    use_files = True
-    if aiter_version is not None:
-        if aiter_version.strip().lower() in ("none", "absent", "no"):
-            version: str | None = None
-            features: frozenset[str] = frozenset()
-            provenance.append(("aiter_version", "flag"))
-            unknown.append(("aiter_version", "AITER absent by --aiter-version none"))
-            use_files = False
-        else:
-            version = str(capdb.parse_aiter_version(aiter_version))
-            provenance.append(("aiter_version", "flag"))
-            use_files = probed_version is not None and version == probed_version
-            if use_files:
-                features = info.feature_names if info else frozenset()
-                provenance.append(("aiter_features", "files:amd-aiter"))
-            else:
-                features = capdb.features_for_version(version)
-                provenance.append(("aiter_features", "db"))
-                if probed_version is not None:
-                    notes.append(f"--aiter-version {version} overrides the installed AITER {probed_version}; "
-                                 "kernel catalog and tuned coverage of the installed files not used")
-    elif info is not None and probed_version is not None:
-        version = probed_version
-        features = info.feature_names
-        provenance += [("aiter_version", "files:amd-aiter"), ("aiter_features", "files:amd-aiter")]
-    else:
-        version, features, use_files = None, frozenset(), False
-        why = next((s.detail for s in report.sources if s.name == "files:amd-aiter"), "amd-aiter not installed")
-        unknown.append(("aiter_version", why if info is None else "amd-aiter installed but its version is unknown"))
-    if use_files and info is not None:
+    if info is not None:
         if info.asm_root is not None:
             catalog = frozenset(f"{t.gfx}:{t.table}" for t in info.asm_tables if t.kernels > 0)
             provenance.append(("aiter_catalog", "files:amd-aiter"))
@@ -437,13 +509,7 @@ def capabilities_from_probe(report: ProbeReport, aiter_version: str | None = Non
     elif version is not None:
         unknown += [("aiter_catalog", "not probed for this AITER version"),
                     ("tuned_cu_nums", "not probed for this AITER version")]
-    provenance.append(("packages", "files:<distribution> (importlib.metadata)"))
-    return Capabilities(
-        gfx=gfx, product=product, compute_units=cus, family=facts.get("family"), cdna=int(facts.get("cdna", 0)),
-        fp8_format=facts.get("fp8") or None, native_mx=bool(facts.get("native_mx", False)), aiter_version=version,
-        aiter_features=features, aiter_catalog=catalog, tuned_cu_nums=tuned, packages=report.packages,
-        gpus=report.gpus, provenance=tuple(provenance), unknown=tuple(unknown), source="probe", notes=tuple(notes),
-    )
+    return catalog, tuned
 
 
 # -- rendering --------------------------------------------------------------------------------------------------
