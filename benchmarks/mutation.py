@@ -93,6 +93,11 @@ FAST_TESTS = [
     "tests/test_guard_exec.py",
     "tests/field/test_field.py",        # the field cases (about 9 s)
     "tests/test_engine_mutants.py",     # boundary cases of engines/recipes.py and engines/choice.py (issue 23)
+    "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
+    "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
+    "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
+    "tests/test_fleet.py",              # engines/fleet.py and plan/fleet.py (its in-process tests)
+    "tests/test_guard_inengine.py",     # the guard's per-layer and process-0 checks in-process
     # the in-process run-time (cost-ordered) selection tests of test_runtime.py (its CLI tests are slow)
     "tests/test_runtime.py::test_minimax_m3_keeps_384_unpadded_where_tuned_rows_decide_every_bucket",
     "tests/test_runtime.py::test_minimax_m3_pads_where_decode_falls_to_heuristics",
@@ -378,6 +383,12 @@ def build_workspace(work: Path, only: list[str]) -> None:
             shutil.copy2(ROOT / extra, work / extra)
     conftest = work / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + _CACHE_RESET)
+    write_config(work, only)
+
+
+def write_config(work: Path, only: list[str]) -> None:
+    """mutmut's config for ``work``: what to mutate, the fast tests (less the ones that fail on the unmutated copy and
+    SUBPROCESS_TESTS)."""
     globs = only or MUTATE
     tests = [t for t in FAST_TESTS if (ROOT / t.partition("::")[0]).exists()]
     deselect = [*SUBPROCESS_TESTS]
@@ -446,6 +457,23 @@ def wilson(killed: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def refresh_tests(work: Path) -> list[str]:
+    """--rerun-survivors: the repository's current tests (and FAST_TESTS) into a finished run's ``work``; returns the
+    sampled mutants that survived there (or had no test), to be run again against them. The mutated sources stay
+    those of the first run; a killed mutant stays killed (more tests can only kill more)."""
+    _copy(ROOT / "tests", work / "tests")
+    conftest = work / "tests" / "conftest.py"
+    conftest.write_text(conftest.read_text() + _CACHE_RESET)
+    config = (work / "pyproject.toml").read_text()
+    only = json.loads(next(line.partition(" = ")[2] for line in config.splitlines() if line.startswith("only_mutate")))
+    write_config(work, [] if only == MUTATE else only)
+    (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)  # new tests: which function each one calls
+    sample_file = work / "sample.json"
+    keep = set(json.loads(sample_file.read_text())["names"]) if sample_file.is_file() else None
+    return sorted(name for results in collect(work).values() for name, (status, _path) in results.items()
+                  if status in _SURVIVED and (keep is None or name in keep))
 
 
 def run_mutmut(work: Path, jobs: int, names: list[str] | None = None) -> int:
@@ -586,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only a seeded random FRACTION (0-1] of each file's mutants; the report gives the "
                              "estimate's 95%% interval")
     parser.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
+    parser.add_argument("--rerun-survivors", action="store_true",
+                        help="with --workdir of a finished run: copy the current tests in and run its survivors again")
     args = parser.parse_args(argv)
     if args.sample is not None and not 0 < args.sample <= 1:
         parser.error(f"--sample must be a fraction in (0, 1], got {args.sample}")
@@ -596,7 +626,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = args.workdir or Path(tempfile.mkdtemp(prefix="moedispatch-mutation-"))
     try:
-        if not args.report_only:
+        if args.rerun_survivors:
+            if not (args.workdir and (work / "mutants").is_dir()):
+                parser.error("--rerun-survivors needs --workdir DIR of a finished run")
+            names = refresh_tests(work)
+            print(f"running {len(names)} survivors again with the current tests", flush=True)
+            start = time.monotonic()
+            rc = run_mutmut(work, args.jobs, names) if names else 0
+            print(f"mutmut finished in {time.monotonic() - start:.0f} s (exit {rc}); scratch copy {work}")
+            if rc != 0:
+                return rc
+        elif not args.report_only:
             if args.workdir and work.exists():
                 shutil.rmtree(work)
             work.mkdir(parents=True, exist_ok=True)
@@ -616,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
                 return rc
         ratio = report(work, args.survivors)
     finally:
-        if not (args.keep or args.workdir or args.report_only):
+        if not (args.keep or args.workdir or args.report_only or args.rerun_survivors):
             shutil.rmtree(work, ignore_errors=True)
     if args.fail_under is not None and ratio < args.fail_under:
         return 1

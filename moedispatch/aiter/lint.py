@@ -335,9 +335,6 @@ def lint(cs: ConfigSet, env: Mapping[str, str] | None = None) -> LintReport:
     findings = _malformed(cs) + _copied(cs) + _impossible(cs) + _compute(cs) + _shared_cu(cs) + _shadowed(cs, env)
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order.get(f.severity, 3), f.check))
-    counts: dict[str, int] = defaultdict(int)
-    for f in findings:
-        counts[f.check] += max(1, len(f.rows)) if f.check != "shared-cu-num" else 1
     rows_copied = sum(len(f.rows) for f in findings if f.check == "copied-timing")
     summary = [("rows", len(cs.rows)), ("files", len(cs.files)), ("rows_copied_timing", rows_copied),
                ("rows_faster_than_hbm", sum(1 for f in findings if f.check == "faster-than-hbm")),

@@ -1,0 +1,78 @@
+"""The AITER tuned-CSV lint (moedispatch/aiter/lint.py, `moedispatch aiter-configs`) on hand-made sets derived from
+the bundled HEAD rows: each check's severity, wording and source, found by the sampled mutation run (issue 21) to be
+reached by no test."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from moedispatch.aiter import lint as aiter_lint
+from moedispatch.data import aiter_configs as ac
+
+
+@pytest.fixture(scope="module")
+def head():
+    return ac.load_config_set("head")
+
+
+def _set(head, rows, **kw):
+    return replace(head, rows=tuple(rows), warnings=(), merge_error=None, **kw)
+
+
+def _base(head):
+    return next(r for r in head.rows if not r.tag and r.us and r.gfx == "gfx950" and r.token == 1)
+
+
+def test_copied_timing_names_the_quant_type_by_its_short_name(head):
+    r = _base(head)
+    cs = _set(head, [r, r._replace(token=2, line=r.line + 1)])
+    (f,) = [f for f in aiter_lint.lint(cs).findings if f.check == "copied-timing"]
+    assert f.severity == "warning" and f" {r.q_type.split('.')[-1]} cu_num" in f.message and "QuantType" not in f.message
+
+
+def test_malformed_files_are_errors_and_shifted_rows_warnings(head):
+    r = _base(head)
+    cs = replace(_set(head, [r._replace(defects=("q_type shifted",))]), warnings=("x.csv:3: 7 columns, 22 expected",))
+    got = [(f.check, f.severity) for f in aiter_lint.lint(cs).findings if f.check == "malformed"]
+    assert got == [("malformed", "error"), ("malformed", "warning")]
+
+
+def test_findings_are_ordered_errors_warnings_then_info(head):
+    r = _base(head)
+    cs = replace(_set(head, [r, r._replace(token=2, line=r.line + 1)]), warnings=("x.csv:3: bad",))
+    sev = [f.severity for f in aiter_lint.lint(cs).findings]
+    assert sev == sorted(sev, key=("error", "warning", "info").index) and {"error", "warning", "info"} <= set(sev)
+
+
+def test_a_token_no_bucket_produces_is_never_looked_up(head):
+    r = _base(head)
+    (f,) = [f for f in aiter_lint.lint(_set(head, [r, r._replace(token=24, line=r.line + 1)])).findings
+            if f.check == "shadowed"]
+    assert f.severity == "warning" and "(24)" in f.message and f.source == ac.SOURCE_LOOKUP
+    # 16384 is a HEAD bucket (1 << 14); the legacy dispatch's buckets stop at 1024 plus get_padded_M's own
+    assert not [f for f in aiter_lint.lint(_set(head, [r._replace(token=16384)])).findings if f.check == "shadowed"]
+    legacy = _set(head, [r._replace(token=2048), r._replace(token=2, line=r.line + 1)], dispatch="legacy")
+    assert any(f.check == "shadowed" and "never looked up" in f.message for f in aiter_lint.lint(legacy).findings)
+
+
+def test_rows_differing_only_in_act_type_shadow_each_other_per_gfx_at_head(head):
+    r = _base(head)
+    other = "ActivationType.Gelu" if r.act_type != "ActivationType.Gelu" else "ActivationType.Silu"
+    cs = _set(head, [r, r._replace(act_type=other, line=r.line + 1)])
+    (f,) = [f for f in aiter_lint.lint(cs).findings if f.check == "shadowed" and "act_type" in f.message]
+    assert f"({other.split('.')[-1]}) behind" in f.message and "ActivationType." not in f.message
+    assert f.confidence == "derived"
+    # the same shape on another gfx is another lookup key at HEAD: nothing shadowed
+    cs2 = _set(head, [r, r._replace(act_type=other, gfx="gfx942", cu_num=304, line=r.line + 1)])
+    assert not [f for f in aiter_lint.lint(cs2).findings if f.check == "shadowed" and "act_type" in f.message]
+
+
+def test_an_override_says_what_of_the_default_set_it_replaces(head):
+    r = _base(head)
+    cs = _set(head, [r], origin="env")
+    (f,) = [f for f in aiter_lint.lint(cs, {"AITER_CONFIG_FMOE": "/x.csv"}).findings
+            if f.check == "shadowed" and "replaces the default set" in f.message]
+    assert f.source == "https://github.com/sgl-project/sglang/pull/37072" and "are overridden by rows" in f.message
+    assert not [f for f in aiter_lint.lint(cs, {}).findings if "replaces the default set" in f.message]
