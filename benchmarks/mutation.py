@@ -231,8 +231,8 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "only AITER_TRITON_MXFP4_MXFP4 needs the gfx1250 gate, and it also needs the aiter gate, false off gfx942/gfx950"),
     ("x__vllm_fp8_block", r"to \{c\.refined\[(0|1)\]\}x\{c\.refined\[(0|1)\]\} to",
      "refined is [g, g]: both entries are the same number"),
-    ("xǁ_VllmCallǁ*", r'(return self\.scheme if spec\.get\("act_key"\) (==|!=) "(XXrequestedXX|REQUESTED)" else '
-                        r'self\.check_scheme|self\.scheme_for\(None\))',
+    ("xǁ_VllmCallǁ*", r'(return self\.scheme if spec\.get\("(act_key|XXact_keyXX|ACT_KEY)"\) (==|!=) '
+                        r'"(requested|XXrequestedXX|REQUESTED)" else self\.check_scheme|self\.scheme_for\(None\))',
      "for the MXFP4 oracles check_scheme is the scheme itself (only the FP8 paths change it), and elsewhere scheme_for "
      "returns check_scheme whatever the name: every scheme_for(...) gives the same scheme"),
     ("x_*", r'(engine: str = "VLLM"|moe_backend: str = "AUTO")',

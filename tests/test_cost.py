@@ -708,3 +708,22 @@ def test_a_compute_partition_scales_the_matrix_peaks():
     assert b.us > a.us * 2
     peaks, _ = cost._target_peaks(cpx)
     assert peaks["fp8_tflops"] == pytest.approx(2614.9 * 38 / 304) and peaks["hbm_tbps"] == 5.3
+
+
+def test_a_plugin_cost_given_as_mappings_keeps_its_bars(mi355x):
+    """moe_cost may answer with mappings (tokens, us, low, high): each value is kept, ``high`` included."""
+    plugin = types.SimpleNamespace()
+
+    @hookspecs.hookimpl
+    def moe_cost(backend, layer, caps, tokens):
+        return [{"tokens": t, "us": 10.0, "low": 9.0, "high": 12.5} for t in tokens] if backend == "acme-moe" else None
+
+    plugin.moe_cost = moe_cost
+    (c,) = cost.predict(MINIMAX_TP8, mi355x, backend_family="acme-moe", tokens=1, pm=_pm(plugin))
+    assert (c.us, c.low, c.high, c.basis) == (10.0, 9.0, 12.5, "plugin")
+
+
+def test_fit_decode_fixed_uses_every_positive_time():
+    """Sub-microsecond times are times too: only zero or negative ones are left out of the weighted median."""
+    assert cost.fit_decode_fixed([(0.0, 0.5), (0.0, 0.6), (0.0, 0.7)], 1.0) == pytest.approx(0.6)
+    assert cost.fit_decode_fixed([(0.0, 0.0), (0.0, 2.0)], 1.0) == pytest.approx(2.0)

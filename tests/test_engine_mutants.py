@@ -881,3 +881,22 @@ def test_a_converted_plans_recipe_keeps_the_callers_warnings():
     assert said in plan.warnings and recipes.converted_plan(plan, "sglang") is not None
     r = recipes.build_recipe(plan, "sglang")
     assert said in r.warnings
+
+
+# -- survivors of the sampled full-scope mutation run (benchmarks/mutation.py --sample 0.03 --seed 7) -----------------
+
+def test_vllm_aiter_moe_switch_without_the_master_switch_drops_aiter_instead_of_raising():
+    """oracle/fp8.py: VLLM_ROCM_USE_AITER_MOE=1 with VLLM_ROCM_USE_AITER=0 does not put AITER first (both must be on),
+    so the FP8 oracle walks its auto list without AITER rather than raising on AITER's refusal."""
+    c = _fp8_block(3072, 1536, 8, "auto", env={"VLLM_ROCM_USE_AITER": "0", "VLLM_ROCM_USE_AITER_MOE": "1"})
+    assert c.ok and c.backend != "AITER"
+    assert not any("tries AITER first" in r.text for r in c.reasons)
+
+
+def test_sglang_forced_runner_says_the_flag_alone():
+    """The decision line of a forced SGLang runner names the flag alone; SGLANG_USE_AITER is said only for auto."""
+    kw = dict(caps=_caps("gfx950"), hidden_size=2048, intermediate_size=768, tp_size=1, num_experts=128, top_k=8)
+    forced = ec.engine_choice("sglang", moe_backend="triton", **kw)
+    assert forced.reasons[0].text.endswith("MoE runner (--moe-runner-backend triton)"), forced.reasons[0].text
+    auto = ec.engine_choice("sglang", moe_backend="auto", **kw)
+    assert "SGLANG_USE_AITER" in auto.reasons[0].text

@@ -177,3 +177,16 @@ def test_the_values_users_need_are_public():
     assert (moedispatch.Cost, moedispatch.Rejection, moedispatch.Plan, moedispatch.Runtime) == \
         (Cost, Rejection, Plan, Runtime)
     assert set(moedispatch.__all__) >= {"Cost", "Rejection", "Plan", "Runtime", "clear_caches"}
+
+
+def test_env_args_parse_and_refuse_with_the_flag_named():
+    """KEY=VALUE items (repeatable) → dict; a malformed one is a one-line UsageError naming the flag it came from."""
+    from moedispatch.core.errors import UsageError
+    from moedispatch.core.workload import parse_env_args
+
+    assert parse_env_args([" AITER_X = 1", "B_2=a=b"]) == {"AITER_X": "1", "B_2": "a=b"}
+    for bad in ("NOVALUE", "=1", "1A=x", "A-B=1"):
+        with pytest.raises(UsageError, match=r"^--aiter-env '.*': expected KEY=VALUE"):
+            parse_env_args([bad])
+    with pytest.raises(UsageError, match=r"^--engine-env 'x': expected KEY=VALUE"):
+        parse_env_args(["x"], "--engine-env")

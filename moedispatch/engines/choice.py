@@ -514,7 +514,6 @@ def _sglang(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabil
     if mb != "auto" and mb not in r["forced"]:
         error = (f"{'Quark MXFP4 MoE currently requires the AITER runner' if kind == 'mxfp4_a4' else 'no such runner'}"
                  f"; got {mb!r}.")
-        runner = None
     elif kind == "bf16":
         why = None
         if use_aiter and mb in ("auto", "aiter"):
