@@ -460,8 +460,8 @@ def wilson(killed: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def refresh_tests(work: Path) -> list[str]:
-    """--rerun-survivors: the repository's current tests (and FAST_TESTS) into a finished run's ``work``; returns the
-    sampled mutants that survived there (or had no test), to be run again against them. The mutated sources stay
+    """--rerun-survivors: the repository's current tests (and FAST_TESTS) into a run's ``work``; returns the sampled
+    mutants that survived there (or had no test, or were not reached: an interrupted run), to run against them. The mutated sources stay
     those of the first run; a killed mutant stays killed (more tests can only kill more)."""
     _copy(ROOT / "tests", work / "tests")
     conftest = work / "tests" / "conftest.py"
@@ -473,7 +473,7 @@ def refresh_tests(work: Path) -> list[str]:
     sample_file = work / "sample.json"
     keep = set(json.loads(sample_file.read_text())["names"]) if sample_file.is_file() else None
     return sorted(name for results in collect(work).values() for name, (status, _path) in results.items()
-                  if status in _SURVIVED and (keep is None or name in keep))
+                  if status in (*_SURVIVED, "not checked") and (keep is None or name in keep))
 
 
 def run_mutmut(work: Path, jobs: int, names: list[str] | None = None) -> int:
@@ -615,7 +615,8 @@ def main(argv: list[str] | None = None) -> int:
                              "estimate's 95%% interval")
     parser.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
     parser.add_argument("--rerun-survivors", action="store_true",
-                        help="with --workdir of a finished run: copy the current tests in and run its survivors again")
+                        help="with --workdir of a run: copy the current tests in, run its survivors (and the mutants an "
+                             "interrupted run did not reach) again")
     args = parser.parse_args(argv)
     if args.sample is not None and not 0 < args.sample <= 1:
         parser.error(f"--sample must be a fraction in (0, 1], got {args.sample}")
