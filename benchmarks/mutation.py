@@ -572,7 +572,9 @@ def report(work: Path, show_survivors: bool) -> float:
                 c["other"] += 1
         n = c["killed"] + c["survived"] + c["equivalent"]
         totals.update(c)
-        ratio = 100.0 * c["killed"] / n if n else 100.0
+        if not n:  # every mutant of it still unchecked (an interrupted run)
+            continue
+        ratio = 100.0 * c["killed"] / n
         print(f"{module:<36} {n:>8} {c['killed']:>7} {c['survived']:>9} {c['equivalent']:>7} {ratio:>8.1f}%")
     n = totals["killed"] + totals["survived"] + totals["equivalent"]
     raw = 100.0 * totals["killed"] / n if n else 100.0
@@ -584,7 +586,10 @@ def report(work: Path, show_survivors: bool) -> float:
     if sample is not None:
         lo, hi = wilson(totals["killed"], n - totals["equivalent"])
         print(f"95% interval of the full run's non-equivalent kill ratio (Wilson, sampled): "
-              f"{100 * lo:.1f}%–{100 * hi:.1f}%")
+              f"{100 * lo:.1f}%–{100 * hi:.1f}%"
+              + (f" — over the checked mutants only: {totals['other']} are not checked, and mutmut runs the quickest "
+                 "first, so an unfinished run over-represents survivors (no test to run, or few)" if totals["other"]
+                 else ""))
     equivalents = [(name, why) for name, _, why in survivors if why]
     if equivalents:
         print("\nequivalent survivors (EQUIVALENT in benchmarks/mutation.py):")
