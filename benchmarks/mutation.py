@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -468,8 +469,7 @@ def refresh_tests(work: Path) -> list[str]:
     _copy(ROOT / "tests", work / "tests")
     conftest = work / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + _CACHE_RESET)
-    config = (work / "pyproject.toml").read_text()
-    only = json.loads(next(line.partition(" = ")[2] for line in config.splitlines() if line.startswith("only_mutate")))
+    only = tomllib.loads((work / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
     write_config(work, [] if only == MUTATE else only)
     (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)  # new tests: which function each one calls
     sample_file = work / "sample.json"
