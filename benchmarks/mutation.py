@@ -331,6 +331,42 @@ def _mutation_cold_caches():
     deadline._workers = deadline._Workers()
     moedispatch.clear_caches()  # every registered cache: data, decisions, the registry (known_issues re-validates)
     yield
+
+
+@pytest.fixture
+def cli():
+    """The console script in-process (``run_cli``'s contract: argv, env, a CompletedProcess): mutmut maps a test to
+    the functions it calls only within its own process, so a CLI test run in a subprocess kills no mutant. A test
+    that behaves differently in-process fails the baseline and is deselected (reported)."""
+    import contextlib
+    import io
+    import subprocess
+
+    import moedispatch
+    from moedispatch.cli import main
+
+    def run(*args, env=None, timeout=120):
+        saved = dict(os.environ)
+        full = {k: v for k, v in saved.items() if not k.startswith("MOEDISPATCH_")}
+        full["MOEDISPATCH_AITER_VERSION"] = "default"
+        full.update(env or {})
+        out, err = io.StringIO(), io.StringIO()
+        os.environ.clear()
+        os.environ.update(full)
+        moedispatch.clear_caches()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    rc = main(list(args))
+                except SystemExit as exc:
+                    rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            moedispatch.clear_caches()
+        return subprocess.CompletedProcess(["moedispatch", *args], rc or 0, out.getvalue(), err.getvalue())
+
+    return run
 '''
 
 
@@ -371,7 +407,7 @@ def failing_tests(work: Path, tests: list[str]) -> list[str]:
 _ALSO_COPY = ("docs", "capability_db", "scripts", "benchmarks", "README.md")
 
 
-def build_workspace(work: Path, only: list[str]) -> None:
+def build_workspace(work: Path, only: list[str], tests: list[str] | None = None) -> None:
     """The scratch copy: the packages as the wheel lays them out, the tests, docs, and a mutmut config."""
     _copy(ROOT / "moedispatch", work / "moedispatch")
     _copy(ROOT / "capability_db", work / "moedispatch" / "capability_db")
@@ -386,14 +422,14 @@ def build_workspace(work: Path, only: list[str]) -> None:
             shutil.copy2(ROOT / extra, work / extra)
     conftest = work / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + _CACHE_RESET)
-    write_config(work, only)
+    write_config(work, only, tests)
 
 
-def write_config(work: Path, only: list[str]) -> None:
-    """mutmut's config for ``work``: what to mutate, the fast tests (less the ones that fail on the unmutated copy and
-    SUBPROCESS_TESTS)."""
+def write_config(work: Path, only: list[str], tests: list[str] | None = None) -> None:
+    """mutmut's config for ``work``: what to mutate, the fast tests — ``tests`` (``--tests``) or FAST_TESTS — less the
+    ones that fail on the unmutated copy and SUBPROCESS_TESTS."""
     globs = only or MUTATE
-    tests = [t for t in FAST_TESTS if (ROOT / t.partition("::")[0]).exists()]
+    tests = [t for t in (tests or FAST_TESTS) if (ROOT / t.partition("::")[0]).exists()]
     deselect = [*SUBPROCESS_TESTS]
     broken = [t for t in failing_tests(work, [*tests, *(a for t in deselect for a in ("--deselect", t))])
               if t not in deselect]
@@ -462,7 +498,7 @@ def wilson(killed: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def refresh_tests(work: Path) -> list[str]:
+def refresh_tests(work: Path, tests: list[str] | None = None) -> list[str]:
     """--rerun-survivors: the repository's current tests (and FAST_TESTS) into a run's ``work``; returns the sampled
     mutants that survived there (or had no test, or were not reached: an interrupted run), to run against them. The mutated sources stay
     those of the first run; a killed mutant stays killed (more tests can only kill more)."""
@@ -470,7 +506,7 @@ def refresh_tests(work: Path) -> list[str]:
     conftest = work / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + _CACHE_RESET)
     only = tomllib.loads((work / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
-    write_config(work, [] if only == MUTATE else only)
+    write_config(work, [] if only == MUTATE else only, tests)
     (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)  # new tests: which function each one calls
     sample_file = work / "sample.json"
     keep = set(json.loads(sample_file.read_text())["names"]) if sample_file.is_file() else None
@@ -624,7 +660,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="with --workdir of a run: copy the current tests in, run its survivors (and the mutants an "
                              "interrupted run did not reach) again")
+    parser.add_argument("--tests", action="append", default=[], metavar="NODEID",
+                        help="run these tests instead of FAST_TESTS (repeatable): a quick run of one module against "
+                             "its own tests, e.g. --only moedispatch/engines/lint.py --tests tests/test_lint.py")
     args = parser.parse_args(argv)
+    missing = [t for t in args.tests if not (ROOT / t.partition("::")[0]).exists()]
+    if missing:
+        parser.error(f"--tests: no such test file: {', '.join(missing)}")
     if args.sample is not None and not 0 < args.sample <= 1:
         parser.error(f"--sample must be a fraction in (0, 1], got {args.sample}")
     try:
@@ -637,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.rerun_survivors:
             if not (args.workdir and (work / "mutants").is_dir()):
                 parser.error("--rerun-survivors needs --workdir DIR of a finished run")
-            names = refresh_tests(work)
+            names = refresh_tests(work, args.tests or None)
             print(f"running {len(names)} survivors again with the current tests", flush=True)
             start = time.monotonic()
             rc = run_mutmut(work, args.jobs, names) if names else 0
@@ -648,7 +690,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.workdir and work.exists():
                 shutil.rmtree(work)
             work.mkdir(parents=True, exist_ok=True)
-            build_workspace(work, args.only or (MUTATE_ROUND2 if args.scope == "round2" else None))
+            only = args.only or (MUTATE_ROUND2 if args.scope == "round2" else None)
+            build_workspace(work, only, args.tests or None)
             start = time.monotonic()
             names = None
             if args.sample is not None:

@@ -329,3 +329,36 @@ def test_the_recipe_check_covers_aiter_launches():
         r = build_recipe(plan, engine, version)
         n += bool(r.ok and family_of(r.backend) in FUSED_MOE_FAMILIES and r.runs)
     assert n >= 8, n
+
+
+# -- numerics of an exported switch (issue 23 item 4) ----------------------------------------------------------------
+
+def _env_of(recipe, name):
+    return next(e for e in recipe.env if e["name"] == name)
+
+
+def test_a_switch_that_changes_the_activation_dtype_says_so_with_its_reason():
+    """MiniMax-M3-MXFP4 TP8 (Swiglu SEPARATED): vLLM 0.33's 384 allocation is native only with
+    GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0, which makes AITER quantize decode activations to MXFP4 where its policy runs
+    bf16 below 256 tokens (fused_moe.py _fused_moe_impl): the export says why (the switch's own reason, not "the plan
+    assumed it") and what it changes, at which token counts; the path AITER runs by default stays unsaid."""
+    recipe = build_recipe(_plan("MiniMax-M3-MXFP4"), "vllm")
+    e = _env_of(recipe, "GPTOSS_SWIGLU_MXFP4_BF16_BOUND")
+    assert e["value"] == "0" and e["why"].startswith("keep MXFP4 activations at every batch size")
+    assert "allocates what AITER runs natively only with it" in e["why"]
+    assert e["numerics"].startswith("changes numerics: at tokens 1–64 AITER runs mxfp4 activations instead of bf16")
+    assert "No published accuracy evaluation" in e["numerics"]
+    # a call-shape switch that leaves every activation dtype as it is says nothing about numerics
+    assert "numerics" not in _env_of(recipe, "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS")
+
+
+def test_a_bound_the_call_shape_does_not_read_changes_no_numerics():
+    """DeepSeek-V4-Pro a8w4 is gate/up interleaved: AITER_BF16_FP8_MOE_BOUND=0 runs fp8 activations where the
+    default runs bf16 (below 256 tokens), while GPTOSS_SWIGLU_MXFP4_BF16_BOUND (read for Swiglu SEPARATED only) changes
+    nothing there — a user's --aiter-env of it is exported as assumed, without a numerics claim."""
+    recipe = build_recipe(_plan("DeepSeek-V4-Pro", aiter="0.1.17", AITER_BF16_FP8_MOE_BOUND="0",
+                                GPTOSS_SWIGLU_MXFP4_BF16_BOUND="0"), "sglang")
+    bound = _env_of(recipe, "AITER_BF16_FP8_MOE_BOUND")
+    assert "fp8 activations instead of bf16" in bound["numerics"], bound
+    assert "at tokens 1–64" in bound["numerics"]
+    assert "numerics" not in _env_of(recipe, "GPTOSS_SWIGLU_MXFP4_BF16_BOUND")

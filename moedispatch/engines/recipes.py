@@ -40,7 +40,7 @@ from moedispatch.plan.whatif import switch_variants
 from moedispatch.selector import plugins
 from moedispatch.selector.pure import select
 from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons, dispatched_family_issues
-from moedispatch.core.workload import Runtime
+from moedispatch.core.workload import AITER_ENV, Runtime
 from moedispatch.sources.models import builtin_models
 
 __all__ = ["Recipe", "build_recipe", "render_recipe", "engine_padding", "engine_data", "matching_issues",
@@ -657,6 +657,9 @@ def engine_runs(plan: Plan, engine: str, version: str, recipe: "Recipe") -> list
     return out
 
 
+_ASSUMED = "the plan's simulation of AITER's dispatch assumed it (--aiter-env / this shell)"
+
+
 def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> None:
     """Export what the plan's AITER dispatch assumed (``--aiter-env`` / the shell's AITER variables) and the
     environment workarounds of kernel × bucket bugs the chosen path would otherwise hit: the plan is correct only
@@ -666,7 +669,7 @@ def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> Non
         return
     for name, value in plan.runtime.env if plan.runtime is not None else ():
         env.setdefault(name, {"name": name, "value": value,
-                              "why": "the plan's simulation of AITER's dispatch assumed it (--aiter-env / this shell)",
+                              "why": _ASSUMED,
                               "source": "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:aiter/fused_moe.py"})
     for d in decisions[:1]:
         for hit in d.dispatch.issues:
@@ -678,6 +681,35 @@ def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> Non
                                              + (f"token {hit.tokens[0]}" if hit.tokens[0] == hit.tokens[1] else
                                                 f"tokens {hit.tokens[0]}–{hit.tokens[1]}") + f" ({hit.effect})",
                                       "source": hit.source})
+    current = {name: e["value"] for name, e in env.items()}
+    for name, entry in env.items():
+        if name in AITER_ENV and "numerics" not in entry:
+            numerics = _numerics(plan, decisions[0], name, current)
+            if numerics:
+                entry["numerics"] = numerics
+
+
+def _numerics(plan: Plan, d: Decision, name: str, env: dict[str, str]) -> str | None:
+    """What exporting ``name`` changes numerically for ``d``'s layer under the simulated call shape: the activation
+    dtype AITER quantizes to, per planned token count, with ``env`` against ``env`` without ``name`` (the dispatch
+    model's activation policy, fused_moe.py ``_fused_moe_impl``); None when it changes none (issue 23 item 4)."""
+    tokens = plan.runtime.tokens if plan.runtime is not None else ()
+
+    def dtypes(e: dict[str, str]) -> dict[int, str]:
+        dp = dispatch_for(d.layer, plan.caps, d.padding, Runtime(tokens=tokens, env=tuple(sorted(e.items()))))
+        return {t: s.activation_dtype for s in dp.steps for t in tokens if s.tokens[0] <= t <= s.tokens[1]}
+
+    on, off = dtypes(env), dtypes({k: v for k, v in env.items() if k != name})
+    changed: dict[tuple[str | None, str | None], list[int]] = {}
+    for t in tokens:
+        if on.get(t) != off.get(t):
+            changed.setdefault((off.get(t), on.get(t)), []).append(t)
+    if not changed:
+        return None
+    parts = [f"at {_tok([ts[0], ts[-1]])} AITER runs {new} activations instead of {old}"
+             for (old, new), ts in changed.items()]
+    return ("changes numerics: " + "; ".join(parts) + f" (layer {d.layer.index}'s call shape). No published "
+            "accuracy evaluation of this switch is known to moedispatch: check accuracy (e.g. GSM8K) before serving")
 
 
 def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "Recipe") -> "Recipe | None":
@@ -697,6 +729,10 @@ def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "
         r = build_recipe(alt, engine, version, alternatives=False, switches=False)
         if r.ok and r.backend == wanted:
             r.plan = alt
+            for e in r.env:  # the switch's own reason where the recipe had no other than "the plan assumed it"
+                if (e["name"], e["value"]) in switch and e["why"] == _ASSUMED:
+                    e.update(why=f"{why}: {engine} {r.version} allocates what AITER runs natively only with it",
+                             source=source)
             names = " ".join(f"{k}={v}" for k, v in switch)
             r.warnings.insert(0, Reason(
                 f"{engine} {r.version} allocates what AITER runs natively only with {names} ({why}); the recipe "
@@ -782,7 +818,8 @@ def _tok(tokens: list[int]) -> str:
 
 
 def _fmt_line(item: dict[str, str]) -> str:
-    return f"{item['why']} ({item['source']})"
+    numerics = f"; {item['numerics']}" if item.get("numerics") else ""
+    return f"{item['why']} ({item['source']}){numerics}"
 
 
 def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str | None = None,
