@@ -27,6 +27,8 @@ from moedispatch.core.decision import Decision
 from moedispatch.core.errors import MoedispatchError, UsageError
 from moedispatch.core.layers import MoELayer, QuantSpec
 from moedispatch.engines.layout import Layout, realize_layout
+from moedispatch.engines.paths import LaunchPath, rank_paths
+from moedispatch.cost.ranking import total
 from moedispatch.plan.plan import Plan
 from moedispatch.core.reason import Reason, texts
 from moedispatch.core.backend import Padding
@@ -39,7 +41,8 @@ from moedispatch.plan.plan import _ranges, plan_model, plan_to_json
 from moedispatch.plan.whatif import switch_variants
 from moedispatch.selector import plugins
 from moedispatch.selector.pure import select
-from moedispatch.selector.runtime import blocking_reasons, dispatch_for, dispatch_reasons, dispatched_family_issues
+from moedispatch.selector.runtime import (blocking_reasons, costs_for, dispatch_for, dispatch_reasons,
+                                          dispatched_family_issues)
 from moedispatch.core.workload import AITER_ENV, Runtime
 from moedispatch.sources.models import builtin_models
 
@@ -67,6 +70,8 @@ class Recipe:
     #: What AITER's dispatcher runs per token count for each MoE layer group of an aiter.fused_moe launch, at the
     #: engine's allocation and with the recipe's environment: outcomes, not the choice (:func:`engine_runs`).
     runs: list[dict[str, Any]] = field(default_factory=list)
+    #: Every launch path the engine release has for the MoE layers, ranked: the one taken first (issue 23 item 1).
+    paths: list[LaunchPath] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +84,7 @@ class Recipe:
                 "warning_details": [w.to_dict() for w in self.warnings],
                 "reasons": texts(self.refusals), "reason_details": [r.to_dict() for r in self.refusals],
                 "alternatives": self.alternatives, "aiter_runs": self.runs,
+                "launch_paths": [p.to_dict() for p in self.paths],
                 "layout": self.layout.to_dict() if self.layout is not None else None}
 
 
@@ -498,19 +504,21 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
 
 def _pick_backend(plan: Plan, engine: str, version: str, recipe: Recipe,
                   alternatives: bool) -> tuple[str | None, list[dict[str, Any]]]:
-    """(backend, its engine rows) of the first of the plan's candidates the engine realizes, or (None, []) with the
-    refusals added to ``recipe``; the slow reference path is refused while a native launch exists elsewhere."""
-    chosen, rows, extra_warnings = None, [], []
-    tried: list[Reason] = []
-    for backend in _candidates(plan):
-        decisions = _forced(plan, backend)
-        if decisions is None:
-            continue
-        refusals, rows_b, warns = _try_backend(plan, engine, version, backend, decisions)
-        if not refusals:
-            chosen, rows, extra_warnings = backend, rows_b, warns
-            break
-        tried += [Reason(f"{backend}: {r.text}", "failed", r.source, r.issue, r.confidence) for r in refusals]
+    """(backend, its engine rows) of the best launch path the engine realizes (:func:`launch_paths`), or (None, [])
+    with the refusals added to ``recipe``; the slow reference path is refused while a native launch exists
+    elsewhere."""
+    paths = launch_paths(plan, engine, version)
+    recipe.paths = paths
+    best = next((p for p in paths if p.ok), None)
+    chosen = best.backend if best is not None else None
+    rows = list(best.rows) if best is not None else []
+    # what the plan preferred and the engine cannot make run: the refused paths before the chosen one in the plan's
+    # order, and the chosen path's own backends whose checks failed
+    order = _candidates(plan)
+    first = order.index(best.backends[0]) if best is not None else len(order)
+    refused = sorted((p for p in paths if not p.ok), key=lambda p: order.index(p.backends[0]))
+    tried = [r for p in refused if order.index(p.backends[0]) < first for r in p.refusals]
+    tried += list(best.refusals) if best is not None else []
     if chosen is not None and tried and _reference_only(chosen) and alternatives:
         # Never print the slow reference path while a native launch of this model exists elsewhere (another
         # TP/EP, engine release or engine): refuse and name those (issue 23 item 5).
@@ -528,8 +536,65 @@ def _pick_backend(plan: Plan, engine: str, version: str, recipe: Recipe,
         recipe.warnings += [Reason(f"{engine} {version} cannot carry out the plan's first choice — recipe uses "
                                    f"{chosen} instead. Not realizable: {r.text}", "warning", r.source, r.issue,
                                    r.confidence) for r in tried]
-    recipe.warnings += extra_warnings
+    recipe.warnings += list(best.warnings) if best is not None else []
     return chosen, rows
+
+
+def launch_paths(plan: Plan, engine: str, version: str) -> list[LaunchPath]:
+    """Every launch path ``engine`` at ``version`` has for the plan's MoE layers, ranked (:mod:`.paths`): the plan's
+    correct backends grouped by the engine arguments and environment that select them (one engine row: AITER's
+    families behind ``--moe-backend aiter`` are one path), each realized by the first of its backends whose checks
+    pass at the engine's allocation, and costed there."""
+    eng = engine_data(engine)[engine]
+    members: dict[tuple, list[tuple[str, list[Decision]]]] = {}
+    for backend in _candidates(plan):
+        decisions = _forced(plan, backend)
+        if decisions is None:
+            continue
+        rows = backend_rows(eng, backend, version, {d.layer.weight.dtype for d in decisions})
+        key = ((tuple(a["arg"] for r in rows for a in _row_args(r, decisions[0].layer.weight.dtype)),
+                tuple(sorted(_engine_env(rows).items()))) if rows else (("no-row", backend), ()))
+        members.setdefault(key, []).append((backend, decisions))
+    paths = []
+    for (args, env), group in members.items():
+        refusals: list[Reason] = []
+        for backend, decisions in group:
+            bad, rows, warns = _try_backend(plan, engine, version, backend, decisions)
+            if not bad:
+                costs, families = _path_outcome(plan, engine, version, backend, decisions, args, dict(env))
+                paths.append(LaunchPath(args, env, tuple(b for b, _ in group), backend, tuple(refusals), costs,
+                                        families, rows=tuple(rows), warnings=tuple(warns)))
+                break
+            refusals += [Reason(f"{backend}: {r.text}", "failed", r.source, r.issue, r.confidence) for r in bad]
+        else:
+            paths.append(LaunchPath(args if args and args[0] != "no-row" else (), env, tuple(b for b, _ in group),
+                                    None, tuple(refusals)))
+    return rank_paths(paths)
+
+
+def _path_outcome(plan: Plan, engine: str, version: str, backend: str, decisions: list[Decision],
+                  args: tuple[str, ...], env: dict[str, str]) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """(the MoE layers' total predicted time per planned token count, the families AITER runs) of ``backend``'s
+    launch path at the engine's allocation under the path's environment; ``()`` costs without a runtime or where a
+    layer is not predictable."""
+    if plan.runtime is None:
+        return (), ()
+    eng = engine_data(engine)[engine]
+    forced = next((a.split()[-1] for a in args if a.startswith(eng["backend_arg"])), "auto")
+    full_env = {**plan.runtime.env_dict, **env}
+    runtime = Runtime(tokens=plan.runtime.tokens, env=tuple(sorted(full_env.items())))
+    b = plugins.get_registry().get(backend)
+    by_shape: dict[Any, tuple[Any, ...]] = {}
+    families: list[str] = []
+    for d in decisions:
+        sig = d.layer.signature()
+        if sig not in by_shape:
+            alloc = engine_allocation(plan, engine, version, d, full_env, forced)
+            dp = dispatch_for(d.layer, plan.caps, alloc, runtime) if family_of(backend) in FUSED_MOE_FAMILIES else None
+            families += [f for f in (dp.families if dp is not None else ()) if f not in families]
+            by_shape[sig] = costs_for(b, d.layer, plan.caps, alloc, runtime, dispatch=dp) if b is not None else ()
+    per_layer = [by_shape[d.layer.signature()] for d in decisions]
+    return (total(per_layer) if all(per_layer) else ()), tuple(families)
 
 
 def _layout(plan: Plan, engine: str, version: str, recipe: Recipe, moe: list[Decision]) -> Any:
@@ -847,6 +912,12 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
                if lo.weights_gib is not None and lo.budget_gib is not None else "")
         lines.append(f"# layout: world size {lo.world} (tp {lo.tp} × dp {lo.dp}, ep {lo.ep}){mem}")
     lines.append(f"# MoE plan: {recipe.backend or 'no backend'}")
+    if recipe.paths:
+        lines.append(f"# launch paths {engine} {recipe.version} has for the MoE layers (best first):")
+        taken = next((p for p in recipe.paths if p.ok), None) if recipe.ok else None
+        for p in recipe.paths:
+            mark = "taken" if p is taken else "ok" if p.ok else "no"
+            lines.append(f"#   [{mark}] {p.summary()}")
     for run in recipe.runs:
         merged: list[list[Any]] = []
         for st in run["steps"]:
