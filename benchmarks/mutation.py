@@ -96,6 +96,8 @@ FAST_TESTS = [
     "tests/test_guard_exec.py",
     "tests/field/test_field.py",        # the field cases (about 9 s)
     "tests/test_engine_mutants.py",     # boundary cases of engines/recipes.py and engines/choice.py (issue 23)
+    "tests/test_launch_paths.py",       # engines/paths.py and the recipe's launch paths (issue 23 item 1)
+    "tests/test_mutants_small.py",      # engines/fleet.py, aiter/pin.py, aiter/lookup.py, selector/runtime._switches
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
     "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
