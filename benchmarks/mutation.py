@@ -401,8 +401,10 @@ def failing_tests(work: Path, tests: list[str]) -> list[str]:
     that fails anyway cannot kill a mutant, so it is deselected and reported)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-o", "addopts=",
                            *tests], cwd=work, env=_env(work), capture_output=True, text=True)
-    # FAILED and ERROR (a fixture that cannot set up in the scratch tree, e.g. one reading benchmarks/) alike
-    return [line.split()[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    # FAILED and ERROR (a fixture that cannot set up in the scratch tree, e.g. one reading benchmarks/) alike; a node
+    # id may hold spaces (parametrized ids), so it ends at pytest's " - " before the message, not at a space
+    return [line.split(" ", 1)[1].split(" - ", 1)[0] for line in proc.stdout.splitlines()
+            if line.startswith(("FAILED ", "ERROR "))]
 
 
 #: Folders copied beside the packages (and into mutmut's own copy) because tests read them at the repository's paths.
