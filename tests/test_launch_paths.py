@@ -138,3 +138,19 @@ def test_no_realizable_native_path_refuses_instead_of_printing_emulation(model, 
     assert recipe.command is None and recipe.alternatives
     assert any(p.ok and p.backends == ("emulation",) for p in recipe.paths)
     assert any(not p.ok and "aiter" in p.label for p in recipe.paths)
+
+
+def test_an_aiter_switch_is_part_of_the_path_it_makes_realizable():
+    """MiniMax-M3-MXFP4 TP8 on MI355X, vLLM 0.33 (allocates 384/rank): without GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0
+    decode runs CK-Tile heuristics at 384, wrong per ROCm/aiter#5233, so that path is refused naming the issue (not a
+    family's tile table); with the switch AITER's FlyDSL rows decide every bucket — the taken path carries it."""
+    _plan, recipe = _recipe("MiniMax-M3-MXFP4", "MI355X", 8, "vllm")
+    taken = recipe.paths[0]
+    assert ("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "0") in taken.env and taken.families == ("flydsl",)
+    bare = [p for p in recipe.paths if not p.ok and p.args == ("--moe-backend aiter",)]
+    assert len(bare) == 1 and ("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "0") not in bare[0].env
+    why = bare[0].refusals[0].text
+    assert "allocates hidden 6144 × intermediate/rank 384" in why and "ROCm/aiter#5233" in why
+    assert "needs multiples" not in why
+    exported = {e["name"]: e["value"] for e in recipe.env}
+    assert all(exported.get(k) == v for k, v in taken.env)

@@ -384,7 +384,12 @@ def _allocation_check(plan: Plan, engine: str, version: str, backend: str, d: De
     if h % p.hidden_multiple or i % p.intermediate_multiple:
         src = next((r["source"] for r in eng.get("allocation", []) if _fam(d.family) in r["families"]
                     and _match(r, version, layer)), eng["source"])
+        # where AITER's dispatch at exactly this allocation is why the plan pads, that is the reason, not the table
+        why = next((n.text for n in p.notes if n.kind == "padding" and n.text.startswith("padded to")
+                    and f"not {h} × {i}" in n.text), None)
         refusals.append(Reason(
+            f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; the plan is {why}"
+            if why else
             f"{engine} {version} allocates hidden {h} × intermediate/rank {i} for this layer; {backend} needs "
             f"multiples of {p.hidden_multiple} × {p.intermediate_multiple} (the plan pads to {p.hidden} × "
             f"{p.intermediate_per_rank}) — the engine's allocation does not meet the kernel's alignment",
@@ -798,6 +803,10 @@ def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "
                 if (e["name"], e["value"]) in switch and e["why"] == _ASSUMED:
                     e.update(why=f"{why}: {engine} {r.version} allocates what AITER runs natively only with it",
                              source=source)
+            # the switch is part of the AITER launch paths it made realizable; the paths without it stay, refused
+            r.paths = rank_paths([replace(q, env=tuple(sorted({**dict(q.env), **dict(switch)}.items())))
+                                  if family_of(q.backend) in FUSED_MOE_FAMILIES else q for q in r.paths]
+                                 + [q for q in first.paths if not q.ok])
             names = " ".join(f"{k}={v}" for k, v in switch)
             r.warnings.insert(0, Reason(
                 f"{engine} {r.version} allocates what AITER runs natively only with {names} ({why}); the recipe "
