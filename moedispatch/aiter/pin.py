@@ -128,8 +128,6 @@ def _replaced(cs: Any, pins: Iterable[Pin]) -> Any:
 
 def _cell(row: TunedRow, column: str) -> str:
     value = getattr(row, _FIELDS.get(column, column), "")
-    if column == "gfx" and row.gfx_backfilled:
-        value = row.gfx
     if value is None:
         return ""
     if isinstance(value, float):
