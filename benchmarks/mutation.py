@@ -98,6 +98,8 @@ FAST_TESTS = [
     "tests/test_engine_mutants.py",     # boundary cases of engines/recipes.py and engines/choice.py (issue 23)
     "tests/test_launch_paths.py",       # engines/paths.py and the recipe's launch paths (issue 23 item 1)
     "tests/test_mutants_small.py",      # engines/fleet.py, aiter/pin.py, aiter/lookup.py, selector/runtime._switches
+    "tests/test_aiter_lint_mutants.py", # aiter/lint.py: floors, shared CUs, shadowed rows, render and run_cli
+    "tests/test_plugins_mutants.py",    # selector/plugins.py: timeouts, allow/deny lists, records, entry points
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
     "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
@@ -203,6 +205,14 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "model_dims only narrows which rows are parsed (a speed-up): the lookup of the key's model_dim is the same"),
     ("x_write_pinned", r'open\(path, "x", (encoding=(None|"UTF-8"), newline="\\n"|encoding="utf-8", newline=None)\)',
      "the pinned CSV is ASCII and POSIX writes \\n either way"),
+    # -- aiter/lint.py, selector/plugins.py (tests/test_aiter_lint_mutants.py, tests/test_plugins_mutants.py) --
+    ("x__shadowed", r"(for m in \(1, 2, [34], 5, 9, 17, 33, 65, 129, 257, 51[34], 1025, 2049, 409[78], 8193,$|"
+                    r"^16385, 32768, 13107[23]\)\}$|valid \|= \{2 << i for i in range\(15\)\})",
+     "get_padded_M maps 3 and 4, 513 and 514, 4097 and 4098, 131072 and 131073 to the same bucket at HEAD and in the "
+     "legacy rule, and 1 and 32768 are in the probed set already: the set of valid buckets is the same"),
+    ("x__check_timeout_env", r"^ok = None$", "`ok` is read only as `if not ok`: None and False are the same"),
+    ("x__scan_entry_points", r'^dist = ""$', "`dist` is read only as `dist or _Dist(info)`: \"\" and None are the same"),
+    ("xǁ_Distǁ__init__", r"^return$", "the loop is the last statement of __init__: return and break both end it"),
     ("x_pad_ratio_caveat", r"if len\(pairs\) > 2 else pairs",
      "with exactly two pairs, [pairs[0], pairs[-1]] is pairs itself"),
     ("x_shard_caveats", r'SCALE_GROUPS, \)\)$',

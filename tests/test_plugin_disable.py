@@ -23,6 +23,7 @@ _release = threading.Event()
 
 @pytest.fixture(scope="module", autouse=True)
 def _release_hung_threads():
+    _release.clear()  # a second pytest session in one process (mutmut's stats, then its clean run) hangs them again
     yield
     _release.set()
 

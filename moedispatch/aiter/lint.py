@@ -123,7 +123,7 @@ def _tflops(product: str) -> tuple[tuple[float | None, float | None, float | Non
                      for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops"))
         return vals, str(pk.get("source", "capability_db/gpus.toml [peak]")), str(pk.get("confidence", "confirmed"))
     if product in PEAK_TFLOPS:
-        src = HBM_TB_S.get(product, (0, "datasheet", "unconfirmed"))
+        src = HBM_TB_S[product]  # every datasheet product has its bandwidth entry
         return PEAK_TFLOPS[product], src[1], src[2]
     return None
 
@@ -185,8 +185,8 @@ def _impossible(cs: ConfigSet) -> list[Finding]:
         cands = [p for p in prods.get((r.gfx, r.cu_num), []) if p[1]]
         if not cands:
             continue
-        name, bw, src, conf = max(cands, key=lambda p: p[1] or 0.0)  # the fastest product sharing the cu_num
-        floor = physical_floor_us(r, bw or 0.0)
+        name, bw, src, conf = max(cands, key=lambda p: p[1])  # the fastest product sharing the cu_num
+        floor = physical_floor_us(r, bw)
         if floor is not None and r.us < floor:
             out.append(Finding("faster-than-hbm", "error",
                                f"us={r.us:g} at token {r.token} is below {floor:.1f} us, the time to read the "

@@ -404,7 +404,9 @@ class _EntryPoint:
     dist: Any
 
     def load(self) -> Any:
-        module, _, attr = self.value.partition(":")
+        """``module:attr.path [extras]`` as importlib.metadata.EntryPoint reads it (its ``pattern``): the extras are
+        not part of the object's name."""
+        module, _, attr = self.value.partition("[")[0].partition(":")
         obj = importlib.import_module(module.strip())
         for part in attr.strip().split(".") if attr.strip() else ():
             obj = getattr(obj, part)
