@@ -682,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scope", choices=("all", "round2"), default="all",
                         help="all rule-bearing modules (default) or the narrower round-2 set (MUTATE_ROUND2)")
     parser.add_argument("--only", action="append", default=[], metavar="GLOB",
-                        help="mutate only these files (scratch paths, e.g. moedispatch/kit/rules.py); repeatable")
+                        help="mutate only these files (scratch paths, e.g. moedispatch/kit/rules.py); repeatable; with "
+                             "--rerun-survivors: re-run only these files' survivors")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a fresh temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (mutmut show/browse there)")
     parser.add_argument("--report-only", action="store_true", help="only report the results already in --workdir")
@@ -715,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
             if not (args.workdir and (work / "mutants").is_dir()):
                 parser.error("--rerun-survivors needs --workdir DIR of a finished run")
             names = refresh_tests(work, args.tests or None)
+            if args.only:  # only these files' survivors (e.g. one module whose tests were just written)
+                names = [n for n in names if any(fnmatch.fnmatchcase(_module_of(n).replace(".", "/") + ".py", g)
+                                                 for g in args.only)]
             print(f"running {len(names)} survivors again with the current tests", flush=True)
             start = time.monotonic()
             rc = run_mutmut(work, args.jobs, names) if names else 0
