@@ -445,14 +445,16 @@ def _explain_tuning_list(args: argparse.Namespace, plan: Any, runtime: Any) -> i
 
 
 def _explain_html(args: argparse.Namespace, plan: Any, recipe: Any, first_line: str | None) -> None:
-    """explain --html FILE: the plan as one page, with the recipe's environment and command when there is one."""
+    """explain --html FILE: the plan as one page, with the recipe's launch paths, environment and command when there
+    is one."""
     if not args.html.strip():
         raise UsageError("--html needs a file name, got ''")
     from moedispatch.render.html import write_html
 
     launch = None
     if recipe is not None and recipe.command:  # the recipe's environment, then its command (as the text shows)
-        launch = "".join(f"export {e['name']}={e['value']}\n" for e in recipe.env) + recipe.command
+        launch = ("".join(f"# {line}\n" for line in recipe.path_lines())
+                  + "".join(f"export {e['name']}={e['value']}\n" for e in recipe.env) + recipe.command)
     write_html(plan, args.html, first_line=first_line, launch=launch)
 
 

@@ -302,6 +302,9 @@ def test_the_launch_is_on_the_page_with_its_environment(minimax_page):
     launch = html.unescape(re.search(r'<pre class="launch mono" id="launch">([^<]*)</pre>', text).group(1))
     assert "export GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0" in launch and "vllm serve amd/MiniMax-M3-MXFP4" in launch
     assert launch.split("vllm serve")[1] in recipe  # the recipe's own command, not another one
+    # the launch paths it was chosen among, as the text recipe lists them (issue 23 item 1)
+    assert "# launch paths vllm 0.33.0 has for the MoE layers (best first):" in launch
+    assert "#   [taken] GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0 " in launch and "#   [taken] GPTOSS" in recipe
 
 
 def test_emulation_and_crash_warnings_come_first_styled_as_errors():

@@ -77,6 +77,15 @@ class Recipe:
     def ok(self) -> bool:
         return self.command is not None
 
+    def path_lines(self) -> list[str]:
+        """The launch paths as the recipe text shows them: a heading, then one line each, marked ``[taken]`` (the
+        command's), ``[ok]`` (realizable, ranked below) or ``[no]`` (refused)."""
+        if not self.paths:
+            return []
+        taken = next((p for p in self.paths if p.ok), None) if self.ok else None
+        return [f"launch paths {self.engine} {self.version} has for the MoE layers (best first):"] + [
+            f"  [{'taken' if p is taken else 'ok' if p.ok else 'no'}] {p.summary()}" for p in self.paths]
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "moedispatch.recipe/1", "engine": self.engine, "engine_version": self.version,
                 "backend": self.backend, "env": self.env, "args": self.args, "command": self.command,
@@ -921,12 +930,7 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
                if lo.weights_gib is not None and lo.budget_gib is not None else "")
         lines.append(f"# layout: world size {lo.world} (tp {lo.tp} × dp {lo.dp}, ep {lo.ep}){mem}")
     lines.append(f"# MoE plan: {recipe.backend or 'no backend'}")
-    if recipe.paths:
-        lines.append(f"# launch paths {engine} {recipe.version} has for the MoE layers (best first):")
-        taken = next((p for p in recipe.paths if p.ok), None) if recipe.ok else None
-        for p in recipe.paths:
-            mark = "taken" if p is taken else "ok" if p.ok else "no"
-            lines.append(f"#   [{mark}] {p.summary()}")
+    lines += [f"# {line}" for line in recipe.path_lines()]
     for run in recipe.runs:
         merged: list[list[Any]] = []
         for st in run["steps"]:
