@@ -101,6 +101,7 @@ FAST_TESTS = [
     "tests/test_aiter_lint_mutants.py", # aiter/lint.py: floors, shared CUs, shadowed rows, render and run_cli
     "tests/test_plugins_mutants.py",    # selector/plugins.py: timeouts, allow/deny lists, records, entry points
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
+    "tests/test_lint_mutants.py",       # engines/lint.py: parsing, fix lines, each finding's branch
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
     "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
     "tests/test_fleet.py",              # engines/fleet.py and plan/fleet.py (its in-process tests)
@@ -205,6 +206,27 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "model_dims only narrows which rows are parsed (a speed-up): the lookup of the key's model_dim is the same"),
     ("x_write_pinned", r'open\(path, "x", (encoding=(None|"UTF-8"), newline="\\n"|encoding="utf-8", newline=None)\)',
      "the pinned CSV is ASCII and POSIX writes \\n either way"),
+    # -- engines/lint.py (tests/test_lint_mutants.py kills the rest) --
+    ("x__container_env", r'if tok in \("-e", "--env"\) and i - 1 < len\(tokens\):',
+     "-e/--env is never the last of the words before the engine command (they end with its entry point)"),
+    ("x__fix_from_launch", r"i - 1 < len\(args\)",
+     "_parse_args already refused an option missing its value, and a slice past the end takes what is there"),
+    ("x__dispatch_findings", r'(launch\.flags\.get\("max_batched_tokens"\) or "XXXX"\)|'
+                             r'hit\.severity in \("error", "(XXwarningXX|WARNING)", "info"\))',
+     "\"\" and \"XXXX\" both fail isdigit(); a \"warning\" severity missing the list maps to \"warning\" anyway"),
+    ("x__engine_of", r'tok in \("(XXsglang\.launch_serverXX|SGLANG\.LAUNCH_SERVER)", "sglang\.srt\.server"\)',
+     "`base == \"sglang.launch_server\"` on the same line matches that token either way"),
+    ("x__fam_of", r"if \(b is not None\) or True else None", "getattr(None, \"family\", None) is None as well"),
+    ("x__launch_dict", r"dest\.get\(k, \)", "every flag key of a parsed launch is a dest of the engine's options"),
+    ("x__moe_findings", r'(else "XXXX"|replace\("XX-XX", "_"\))',
+     "fix_line is never None for a realizable recipe; the backend flag is compared only with aiter/auto (no '-')"),
+    ("x__ray_env_findings", r'"XXGPTOSS_XX"',
+     "the only GPTOSS_ variable, GPTOSS_SWIGLU_MXFP4_BF16_BOUND, is a plan input the recipe always exports back"),
+    ("x_lint_launch", r"_version\(None, engine_version, eng\)", "_version never reads its `engine` argument"),
+    ("x_run_cli", r'(open\(args\.file, encoding=None\)|"THE SCRIPT"|"XXthe scriptXX")',
+     "the locale here is UTF-8; `source` matters only when a file was given, and then args.file names it"),
+    ("xǁ_EngineRefusesǁ__init__", r"super\(\)\.__init__\(None\)",
+     "the exception's message is never read: its handler reads exc.choice.error"),
     # -- aiter/lint.py, selector/plugins.py (tests/test_aiter_lint_mutants.py, tests/test_plugins_mutants.py) --
     ("x__shadowed", r"(for m in \(1, 2, [34], 5, 9, 17, 33, 65, 129, 257, 51[34], 1025, 2049, 409[78], 8193,$|"
                     r"^16385, 32768, 13107[23]\)\}$|valid \|= \{2 << i for i in range\(15\)\})",

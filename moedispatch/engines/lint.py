@@ -297,7 +297,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                          "`python -m sglang.launch_server …`)")
     engine, start = found
     model, flags = _parse_args(engine, tokens[start:])
-    script_env.update({k: v for k, v in _container_env(tokens[:start]).items() if k not in script_env})
+    script_env.update(_container_env(tokens[:start]))  # inside the container its -e/--env wins over the host's
     merged = dict(script_env)
     merged.update(env or {})
     return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments")
@@ -344,7 +344,7 @@ def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
         if choice is not None:  # the engine model of this release (checked against vLLM's own oracles)
             if not choice.ok:
                 raise _EngineRefuses(choice)
-            return _fam_of(choice.family, plan) if choice.family else None
+            return _fam_of(choice.family) if choice.family else None
         moe_on = launch.env.get("VLLM_ROCM_USE_AITER_MOE", "1").lower() in _TRUE
         if backend == "aiter":
             return "aiter"
@@ -359,7 +359,7 @@ def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
             # it lands on (moedispatch.engines.choice models the oracles themselves).
             d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
             for b in [d0.backend] + [r.backend for r in d0.rejected if r.supported]:
-                fam = _fam_of(b, plan) if b else None
+                fam = _fam_of(b) if b else None
                 if fam in ("triton", "emulation"):
                     return fam
             return "triton"
@@ -420,14 +420,16 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 "line and its environment were checked — none of the MoE plan's checks ran", None,
                                 f"fetch its config.json first (hf download {ref} config.json) or pass --model with a "
                                 "built-in name, a checkpoint folder or config.json"))
-        return _doc(launch, version, str(ref), caps, tp, ep, findings, warnings)
+        findings += [Finding("info", first_line, None, None)] if first_line else []  # the target it assumed
+        return _doc(launch, version, str(ref), caps, tp, ep, findings)
     try:
         # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
         plan = plan_model(spec, caps, tp, ep, warnings=warnings, runtime=Runtime.build(env=launch.env))
     except UsageError as exc:
         findings.append(Finding("error", f"TP {tp} / EP {ep} cannot shard {spec.name}: {exc}",
                                 eng.get("heads_source"), "pick a TP that divides the model (e.g. 1, 2, 4, 8)"))
-        return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+        findings += [Finding("info", first_line, None, None)] if first_line else []
+        return _doc(launch, version, spec.name, caps, tp, ep, findings)
     recipe = build_recipe(plan, engine, version)
     fix_line = _fix_from_launch(launch, recipe) or _fix(recipe)
     for r in recipe.layout.errors if recipe.layout else []:
@@ -445,7 +447,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
             continue  # said above with the severity its data declares
         # The plan's other warnings (model facts, caveats the launch cannot change, a guessed target): said, as info.
         findings.append(Finding("info", w.text, w.source, None))
-    return _doc(launch, version, spec.name, caps, tp, ep, findings, warnings)
+    return _doc(launch, version, spec.name, caps, tp, ep, findings)
 
 
 def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Mapping[str, Any], ep: int,
@@ -478,8 +480,8 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
         state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
         findings.append(Finding("warning", f"{state}: {engine} runs the MoE on {family} while the "
                                 f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
-                                env_src, f"export {switch}=1" + (f"; the full recipe: {fix_line}" if fix_line
-                                                                  else "")))
+                                env_src, _set_env(launch, switch, "1") + (f"; the full recipe: {fix_line}"
+                                                                           if fix_line else "")))
     gate = _gate_fails(engine, version, plan) if on and family == "triton" and engine == "sglang" else None
     if gate is not None and backend_flag == "auto":
         findings.append(Finding("info", f"{engine} {version} runs this MoE on Triton itself with {switch}=1: "
@@ -501,9 +503,9 @@ def _family_findings(plan: Any, engine: str, version: str, d0: Any, family: str,
     reasons), or the engine's own refusals and confirmed warnings of realizing it."""
     findings: list[Finding] = []
     candidates = [d0.backend] + [r.backend for r in d0.rejected if r.supported]
-    picked = next((b for b in candidates if _fam_of(b, plan) == family), None)
+    picked = next((b for b in candidates if _fam_of(b) == family), None)
     if picked is None:
-        why = next((r for r in d0.rejected if _fam_of(r.backend, plan) == family), None)
+        why = next((r for r in d0.rejected if _fam_of(r.backend) == family), None)
         reason = "; ".join(why.reasons[i].text for i in range(min(2, len(why.reasons)))) if why else \
             "no backend of that family is registered"
         findings.append(Finding("error", f"{engine} runs this MoE on {family}, which is wrong for the layer: "
@@ -542,7 +544,7 @@ def _launch_findings(launch: Launch, engine: str, version: str, eng: Mapping[str
         env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
         findings.append(Finding("error", f"--moe-backend aiter without {switch}=1: vLLM's AiterExperts refuses "
                                 "(the master switch defaults to off) and the launch fails", env_src,
-                                f"export {switch}=1"))
+                                _set_env(launch, switch, "1")))
     override = launch.env.get("AITER_CONFIG_FMOE", "").strip()
     if override:
         findings.append(Finding("warning", f"AITER_CONFIG_FMOE={override} replaces AITER's whole tuned set (the "
@@ -600,13 +602,14 @@ def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: l
             toks = f"token {hit.tokens[0]}" if hit.tokens[0] == hit.tokens[1] else \
                 f"tokens {hit.tokens[0]}–{hit.tokens[1]}"
             severity = hit.severity if hit.severity in ("error", "warning", "info") else "warning"
-            fix = "; ".join([f"export {k}={v}" for k, v in env.items()] + ([fix_line] if fix_line else [])) or None
+            fix = "; ".join([_set_env(launch, k, v) for k, v in env.items()] + ([fix_line] if fix_line else [])) \
+                or None
             findings.append(Finding(severity, f"AITER runs {hit.kernel} for {toks} (bucket {hit.bucket}): "
                                     f"{hit.effect}. Workaround: {hit.workaround}", hit.source, fix))
     return seen
 
 
-def _fam_of(backend: str, plan: Any) -> str | None:
+def _fam_of(backend: str) -> str | None:
     b = plugins.get_registry().get(backend)
     fam = getattr(b, "family", None) if b is not None else None
     return "aiter" if fam in ("ck", "cktile", "flydsl", "asm") else fam
@@ -647,8 +650,47 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
             runs[at] = (dest, toks)
             runs[at + 1:] = [r for r in runs[at + 1:] if r[0] is None or r[0] != dest]
     env = [f"{e['name']}={e['value']}" for e in recipe.env if launch.env.get(e["name"]) != e["value"]]
-    words = env + head + [t for _, toks in runs for t in toks]
+    inside = _into_container(head, env)
+    words = (env + head if inside is None else inside) + [t for _, toks in runs for t in toks]
     return " ".join(shlex.quote(w) if w and not re.fullmatch(r"[\w@%+=:,./-]+", w) else w for w in words)
+
+
+def _container_run(head: Sequence[str]) -> int | None:
+    """Where ``docker run`` / ``podman run`` starts in the words before the engine command (None: no container)."""
+    return next((i for i, tok in enumerate(head[:-1]) if os.path.basename(tok) in ("docker", "podman")
+                 and head[i + 1] == "run"), None)
+
+
+def _set_env(launch: Launch, name: str, value: str) -> str:
+    """How the launch sets one variable for the engine: ``export K=V``, or ``-e K=V`` on its container's run line
+    (what is exported on the host never reaches the container)."""
+    found = _engine_of(list(launch.argv))
+    head = list(launch.argv[:found[1]]) if found else []
+    at = _container_run(head)
+    return f"export {name}={value}" if at is None else f"add -e {name}={value} to `{head[at]} run`"
+
+
+def _into_container(head: list[str], env: list[str]) -> list[str] | None:
+    """``docker run …`` / ``podman run …`` with ``env`` (``K=V`` items) as its ``-e`` options — the container's
+    environment is what the engine reads; a variable set before ``docker`` reaches only the docker CLI — replacing the
+    launch's own ``-e``/``--env`` of the same names; None when ``head`` runs no container."""
+    at = _container_run(head)
+    if at is None:
+        return None
+    names = {kv.partition("=")[0] for kv in env}
+    kept: list[str] = []
+    i = 0
+    while i < len(head):
+        tok = head[i]
+        if tok in ("-e", "--env") and i + 1 < len(head) and head[i + 1].partition("=")[0] in names:
+            i += 2
+            continue
+        if tok.startswith("--env=") and tok[len("--env="):].partition("=")[0] in names:
+            i += 1
+            continue
+        kept.append(tok)
+        i += 1
+    return kept[:at + 2] + [w for kv in env for w in ("-e", kv)] + kept[at + 2:]
 
 
 def _fix(recipe: Any) -> str | None:
@@ -661,8 +703,8 @@ def _fix(recipe: Any) -> str | None:
     return None
 
 
-def _doc(launch: Launch, version: str, model: str, caps: Any, tp: int, ep: int, findings: list[Finding],
-         warnings: list[Any]) -> dict[str, Any]:
+def _doc(launch: Launch, version: str, model: str, caps: Any, tp: int, ep: int,
+         findings: list[Finding]) -> dict[str, Any]:
     order = {"error": 0, "warning": 1, "info": 2}
     unique = list(dict.fromkeys(findings))
     unique.sort(key=lambda f: order[f.severity])
