@@ -100,6 +100,7 @@ FAST_TESTS = [
     "tests/test_mutants_small.py",      # engines/fleet.py, aiter/pin.py, aiter/lookup.py, selector/runtime._switches
     "tests/test_aiter_lint_mutants.py", # aiter/lint.py: floors, shared CUs, shadowed rows, render and run_cli
     "tests/test_plugins_mutants.py",    # selector/plugins.py: timeouts, allow/deny lists, records, entry points
+    "tests/test_mutants_late.py",       # cases the whole-scope sample (seed 11) found unpinned
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
     "tests/test_lint_mutants.py",       # engines/lint.py: parsing, fix lines, each finding's branch
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
@@ -206,6 +207,9 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "model_dims only narrows which rows are parsed (a speed-up): the lookup of the key's model_dim is the same"),
     ("x_write_pinned", r'open\(path, "x", (encoding=(None|"UTF-8"), newline="\\n"|encoding="utf-8", newline=None)\)',
      "the pinned CSV is ASCII and POSIX writes \\n either way"),
+    ("x__feature", r"_FEATURES\[name\] = None",
+     "import-time registration: mutmut forks its mutant workers after the module is imported, so the decorator has "
+     "already run unmutated — no test can observe this mutant"),
     # -- engines/lint.py (tests/test_lint_mutants.py kills the rest) --
     ("x__container_env", r'if tok in \("-e", "--env"\) and i - 1 < len\(tokens\):',
      "-e/--env is never the last of the words before the engine command (they end with its entry point)"),

@@ -341,6 +341,8 @@ def test_flydsl_fallback_rows_are_dropped_at_head_only(head):
     ("head", [3, 24, 40, 56, 65536], [3, 24, 40, 56, 65536]),
     ("legacy", [16, 32, 64, 128, 256, 512, 1024], []),
     ("legacy", [1, 2, 8, 65, 257, 2048], [1, 2, 8, 65, 257, 2048]),
+    ("legacy", [3, 10, 129], [3, 10, 129]),   # 129 is no legacy bucket (get_padded_M(129) == 256)
+    ("head", [6, 10, 129], [6, 10, 129]),
 ])
 def test_only_get_padded_m_buckets_are_looked_up(head, dispatch, tokens, unreachable):
     """shadowed (aiter/fused_moe.py get_padded_M): HEAD pads to powers of two then 32768/131072; 0.1.7 pads every
