@@ -297,7 +297,9 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                          "`python -m sglang.launch_server …`)")
     engine, start = found
     model, flags = _parse_args(engine, tokens[start:])
-    script_env.update(_container_env(tokens[:start]))  # inside the container its -e/--env wins over the host's
+    # inside the container its -e/--env wins over the host's
+    # (https://docs.docker.com/reference/cli/docker/container/run/#env)
+    script_env.update(_container_env(tokens[:start]))
     merged = dict(script_env)
     merged.update(env or {})
     return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments")

@@ -404,8 +404,8 @@ class _EntryPoint:
     dist: Any
 
     def load(self) -> Any:
-        """``module:attr.path [extras]`` as importlib.metadata.EntryPoint reads it (its ``pattern``): the extras are
-        not part of the object's name."""
+        """``module:attr.path [extras]`` as importlib.metadata.EntryPoint reads it (its ``pattern``;
+        https://packaging.python.org/en/latest/specifications/entry-points/): the extras are not part of the name."""
         module, _, attr = self.value.partition("[")[0].partition(":")
         obj = importlib.import_module(module.strip())
         for part in attr.strip().split(".") if attr.strip() else ():
