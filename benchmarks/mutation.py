@@ -101,6 +101,8 @@ FAST_TESTS = [
     "tests/test_aiter_lint_mutants.py", # aiter/lint.py: floors, shared CUs, shadowed rows, render and run_cli
     "tests/test_plugins_mutants.py",    # selector/plugins.py: timeouts, allow/deny lists, records, entry points
     "tests/test_mutants_late.py",       # cases the whole-scope sample (seed 11) found unpinned
+    "tests/test_mutants_aiter3.py",     # aiter/heuristics block_m, aiter/issues ranges, aiter/walk launchers
+    "tests/test_mutants_cost3.py",      # cost/model heuristic spans, plugin costs, decode fit; cost lint/release/drift
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
     "tests/test_lint_mutants.py",       # engines/lint.py: parsing, fix lines, each finding's branch
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
@@ -374,6 +376,18 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "no built-in family or backend is named \"\" or \"xxxx\": both miss every FAMILIES entry and give \"other\""),
     ("x__pow2", r"return 1 if M < 1 else",
      "for M == 1 the else branch gives 1 << 0 == 1 as well"),
+    # -- the whole-scope sample's survivors judged equivalent (tests/test_mutants_aiter3.py, _cost3.py kill the rest) --
+    ("x__block_size_M", r"\(\(tg - cu_num - 1\) // cu_num\)",
+     "(tg - c - 1) // c is the true round count minus 2 for every integer tg: every option shifts by the same "
+     "amount, so the minimum is the same option (checked for tg in -1000..100000)"),
+    ("x__block_size_M", r"return min\(options(, key=(None|lambda x: x\[:3\]))?\)\[-1\]",
+     "the options are listed in block_m order 32, 64, 128, so breaking a tie on block_m too picks the first minimum, "
+     "as key=x[:2] does"),
+    ("x_evaluate_issues", r"last = (None|-3)\s",
+     "i - 1 is never below -1, so a sentinel of None or -3 never equals it, as -2 never does"),
+    ("x_fit_decode_fixed", r"2 / float\(u\)",
+     "doubling every weight is exact in binary floating point: each partial sum and `half` double too, and "
+     "`acc >= half` picks the same point (it differs only if 1/u overflowed, u < 1e-308 µs)"),
 ]
 
 _CACHE_RESET = '''
