@@ -103,6 +103,7 @@ FAST_TESTS = [
     "tests/test_mutants_late.py",       # cases the whole-scope sample (seed 11) found unpinned
     "tests/test_mutants_aiter3.py",     # aiter/heuristics block_m, aiter/issues ranges, aiter/walk launchers
     "tests/test_mutants_cost3.py",      # cost/model heuristic spans, plugin costs, decode fit; cost lint/release/drift
+    "tests/test_mutants_engines3.py",   # engines/choice allocations, engines/layout bytes, selector/runtime switches
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
     "tests/test_lint_mutants.py",       # engines/lint.py: parsing, fix lines, each finding's branch
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source

@@ -123,7 +123,8 @@ def _dense_params(cfg: dict[str, Any], model: Any) -> tuple[float, float]:
         if t.kind != "moe":
             split += 3 * hidden * t.intermediate
     if model.shared_experts and model.shared_intermediate:
-        split += model.moe_layers * 3 * hidden * model.shared_intermediate * model.shared_experts
+        # shared_intermediate is the shared experts' total width (n_shared_experts × moe_intermediate_size, one MLP).
+        split += model.moe_layers * 3 * hidden * model.shared_intermediate
     vocab = cfg.get("vocab_size") or 0
     split += vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
     return float(split), 0.0
