@@ -386,6 +386,11 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "as key=x[:2] does"),
     ("x_evaluate_issues", r"last = (None|-3)\s",
      "i - 1 is never below -1, so a sentinel of None or -3 never equals it, as -2 never does"),
+    ("x__engine_allocation_hits", r"choice\.hidden is None and choice\.intermediate_per_rank is None:",
+     "called only for a successful engine choice, and every successful choice sets both sizes (engines/choice.py): "
+     "both are None or neither is"),
+    ("x__vllm_fp8_block", r"if needs_fix else 1$",
+     "g is read only behind `needs_fix and`, so its value without a fix is never used"),
     ("x_fit_decode_fixed", r"2 / float\(u\)",
      "doubling every weight is exact in binary floating point: each partial sum and `half` double too, and "
      "`acc >= half` picks the same point (it differs only if 1/u overflowed, u < 1e-308 µs)"),
