@@ -58,7 +58,7 @@ from moedispatch.data import aiter_configs
 from moedispatch.data import capdb
 from moedispatch.cost import model as cost
 from moedispatch.cost import priors as cost_priors
-from moedispatch.cost import drift, release, reverted
+from moedispatch.cost import drift, heuristic, release, reverted
 
 #: Product whose datasheet peaks the priors are fit against, per (gfx, cu_num) of the tuned rows.
 REFERENCE = {("gfx950", 256): "MI355X", ("gfx942", 304): "MI300X", ("gfx942", 80): "MI308X"}
@@ -93,13 +93,6 @@ MIN_DECODE_ROWS = 12
 #: An (activation, weight) pair gets its own decode fixed term with at least MIN_DECODE_ROWS clean decode rows from at
 #: least this many files (one file is one model's shapes: a leave-one-file-out fit must still have one to learn from).
 MIN_PAIR_FILES = 2
-#: Where AITER's dispatcher finds no tuned row it runs untuned default kernels; the prediction (tuned-kernel speed
-#: on every basis) is multiplied by this band. 1.3-2.3x measured; low 1.0: a heuristic kernel is never faster than
-#: the tuned choice the tuner made among the same candidates.
-HEURISTIC = {"factor": 1.5, "low": 1.0, "high": 2.3, "confidence": "derived",
-             "source": "https://github.com/ROCm/aiter/issues/3911; https://github.com/ROCm/aiter/issues/1528 "
-                       "(fused-MoE calls on shapes without a tuned row, running AITER's heuristic kernels, measured "
-                       "at 1.3-2.3x the time of the tuned kernels this model predicts)"}
 #: Products whose decode predictions are checked against their HBM roofline: (gfx, cu_num of their rows).
 DECODE_PRODUCTS = {"MI355X": ("gfx950", 256), "MI300X": ("gfx942", 304), "MI325X": ("gfx942", 304),
                    "MI308X": ("gfx942", 80)}
@@ -311,7 +304,7 @@ def priors_doc(models, bands, interp_band, generic, provenance, decode=None):
                   "note": "tuned times are measured with near-uniform synthetic routing; real routing is skewed"},
         "interpolated": interp_band,
         "generic": generic,
-        "heuristic": HEURISTIC,
+        "heuristic": heuristic.band(heuristic.load_evidence()),
         "backend": BACKENDS,
         "reference": [{"gfx": g, "cu": c, "product": p} for (g, c), p in sorted(REFERENCE.items())],
         "decode": [_decode_entry(k, v) for k, v in sorted((decode or {}).items())],
@@ -469,7 +462,9 @@ def coverage(samples, preds, generic, in_res, in_files, releases):
     * ``tuned`` — every re-tuning between two consecutive releases (a key's lint-clean µs in one release against
       its row in the other, both directions), against the release-aware ``tuned`` bars
       (:mod:`moedispatch.cost.release`) derived without that release pair;
-    * ``heuristic`` — None: no heuristic-kernel timings are in AITER's data.
+    * ``heuristic`` — the published untuned-vs-tuned A/Bs of capability_db/cost_heuristic_evidence.toml, each
+      thread's ratios against the ``[heuristic]`` band derived from the other threads
+      (:func:`moedispatch.cost.heuristic.held_out_coverage`).
     """
     res = defaultdict(list)
     for s in samples:
@@ -495,8 +490,10 @@ def coverage(samples, preds, generic, in_res, in_files, releases):
             lo, hi = min(band[0], TUNED_BAND["low"]), max(band[1], TUNED_BAND["high"])
             tuned += [lo <= math.exp(t.log_ratio) <= hi for t in truths if t.pair == pair]
     share = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
-    return {"roofline": share(inside), "interpolated": share(in_inside), "tuned": share(tuned), "heuristic": None,
-            "n": {"roofline": len(inside), "interpolated": len(in_inside), "tuned": len(tuned), "heuristic": 0}}
+    heur, n_heur = heuristic.held_out_coverage(heuristic.load_evidence())
+    return {"roofline": share(inside), "interpolated": share(in_inside), "tuned": share(tuned),
+            "heuristic": round(heur, 4),
+            "n": {"roofline": len(inside), "interpolated": len(in_inside), "tuned": len(tuned), "heuristic": n_heur}}
 
 
 def release_heldout(releases, snapshot, priors, peaks):
@@ -639,9 +636,13 @@ def main(argv=None) -> int:
     for product, r in ratio.items():
         print(f"decode ÷ HBM roofline, {product:6s} untuned: median {r['median']:.2f} (M=1: {r['m1_median']:.2f}), "
               f"min {r['min']:.2f}, low bar min {r['low_min']:.2f} (goal: >= 1) over {r['n']}", flush=True)
-    print("inside the bars, each built without the truth's own file (goal 75-85%): " + ", ".join(
+    print("inside the bars, each built without the truth's own file (heuristic: own thread; goal 75-85%): " + ", ".join(
         f"{b} {v:.1%} of {cover['n'][b]}" if v is not None else f"{b} not measurable (no data)"
         for b, v in cover.items() if b != "n"), flush=True)
+    hb = doc["heuristic"]
+    print(f"heuristic band (untuned ÷ tuned, {hb['n']} same-shape A/Bs in {hb['threads']} threads, "
+          f"capability_db/{heuristic.EVIDENCE_FILE}): x{hb['factor']:.2f} ({hb['low']:.2f}-{hb['high']:.2f})",
+          flush=True)
     print(f"roofline + priors, LOFO at >= {cost.LARGE_M} tokens n={len(large)} median {statistics.median(large):.1%} "
           f"p90 {pct(large, 0.9):.1%}; gfx950 16k-32k p90 {pct(large_hi, 0.9):.1%} (was 42-46% without the "
           "large-M terms)", flush=True)

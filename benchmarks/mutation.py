@@ -88,6 +88,8 @@ FAST_TESTS = [
     "tests/test_cost_reverted.py",      # reverted AITER rows: matching and validation (issue 26 item 5)
     "tests/test_cost_release.py",       # release-aware bars and their derivation (needs ../shared/aiter, else skips)
     "tests/test_cost_pairs.py",         # per-pair decode fixed terms, the anchored arch prior (issue 26 item 1)
+    "tests/test_cost_heuristic.py",     # the heuristic band on AITER predictions (issue 26 item 2)
+    "tests/test_cost_heuristic_evidence.py",  # its published evidence, derived band and held-out coverage
     "tests/test_engine_choice.py",
     "tests/test_one_home.py",
     "tests/test_launch.py",             # the engine launch rules: FlyDSL tiles, named families, workaround envs

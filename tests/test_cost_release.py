@@ -22,7 +22,7 @@ import pytest
 
 from moedispatch.core.errors import CapabilityDBError
 from moedispatch.cost import model as cost
-from moedispatch.cost import drift, release
+from moedispatch.cost import drift, heuristic, release
 from moedispatch.data import aiter_configs, capdb
 from moedispatch.testing import fake_capabilities
 
@@ -270,5 +270,9 @@ def test_benchmark_reports_release_heldout_coverage_and_large_m(bench):
     assert set(result["coverage"]) == {"tuned", "interpolated", "roofline", "heuristic"}
     assert result["release_heldout_n"] > 100 and 0 < result["release_heldout_median"] < result["release_heldout_p90"]
     assert STATED[0] <= result["coverage"]["tuned"] <= STATED[1]     # was 33%: the release-aware bars
+    # heuristic: measured on the published untuned-vs-tuned A/Bs, each thread held out (was: no data)
+    assert result["coverage_n"]["heuristic"] == len(heuristic.load_evidence())
+    assert result["coverage"]["heuristic"] == round(heuristic.held_out_coverage(heuristic.load_evidence())[0], 4)
+    assert "heuristic band (untuned ÷ tuned, 17 same-shape A/Bs in 4 threads" in text
     assert "release held-out" in text and "goal median <= 6%" in text
     assert result["lofo_large_m"]["gfx950_16k_32k_p90"] < 0.42       # 42-46% without the large-M terms

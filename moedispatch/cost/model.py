@@ -46,8 +46,9 @@ detail says whose µs it is. Triton, emulation and third-party backends get this
 
 Where the AITER dispatch model marks a token count ``heuristic`` (no tuned row: AITER runs its untuned default
 kernels), an AITER prediction — which every basis makes at tuned-kernel speed — is multiplied by the ``[heuristic]``
-factor band of the priors (heuristic kernels measured at 1.3–2.3× the tuned-speed prediction, ROCm/aiter#3911,
-ROCm/aiter#1528), so :func:`rank` does not favour an untuned path over a tuned one.
+factor band of the priors (derived by :mod:`moedispatch.cost.heuristic` from the published same-shape A/Bs of
+AITER's untuned default against a tuned row, capability_db/cost_heuristic_evidence.toml), so :func:`rank` does not
+favour an untuned path over a tuned one.
 
 Every prediction is at or above the datasheet roofline ``max(t_mem, t_cmp)`` for the bytes it must read and the
 FLOPs it must do (nothing runs faster than the datasheet peaks).
