@@ -108,6 +108,7 @@ FAST_TESTS = [
     "tests/test_mutants_engines3.py",   # engines/choice allocations, engines/layout bytes, selector/runtime switches
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
     "tests/test_lint_mutants.py",       # engines/lint.py: parsing, fix lines, each finding's branch
+    "tests/test_recipe_lint_roundtrip.py",  # every printed golden recipe lints clean (load-time conversions)
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
     "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
     "tests/test_fleet.py",              # engines/fleet.py and plan/fleet.py (its in-process tests)

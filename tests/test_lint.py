@@ -195,6 +195,9 @@ def test_a_production_script_with_shell_variables_lints_clean_and_loses_aiter_wh
 
 @pytest.mark.parametrize("model, target, engine", [
     ("MiniMax-M3-MXFP4", "MI355X", "vllm"), ("GLM-4.7", "MI300X", "sglang"), ("gpt-oss-120b", "MI300X", "vllm"),
+    # SGLang re-quantizes MXFP8 experts to block-FP8 at load on gfx942 and serves them on its Triton runner: the
+    # recipe plans the converted experts, and lint once checked the checkpoint's MXFP8 on Triton (an ERROR).
+    ("MiniMax-M3-MXFP8", "MI300X", "sglang"),
 ])
 def test_the_tools_own_recipes_lint_clean(cli, tmp_path, model, target, engine):
     """A recipe moedispatch prints, linted as a launch script, raises no error or warning finding (a recipe that
@@ -206,6 +209,33 @@ def test_the_tools_own_recipes_lint_clean(cli, tmp_path, model, target, engine):
     lint = cli("lint", str(script), "--target", target, "--format", "json")
     findings = json.loads(lint.stdout)["findings"]
     assert lint.returncode == 0 and not [f for f in findings if f["severity"] in ("error", "warning")], findings
+
+
+@pytest.mark.parametrize("runner", [None, "auto", "aiter"])
+def test_sglang_mxfp8_on_gfx942_needs_the_explicit_triton_runner(cli, runner):
+    """SGLang 0.5.23 converts MXFP8 experts to block-FP8 on gfx942 and honours only an explicit triton runner there:
+    auto, and aiter (overridden with a warning), resolve to flashinfer_trtllm, which dies at weight load
+    (arg_groups/overrides.py _moe_runner_backend_quant_constraints, sgl-project/sglang#35272) — one error naming the
+    launch's runner, with the recipe's launch as the fix; with triton the converted experts lint clean."""
+    flags = ["--moe-runner-backend", runner] if runner else []
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "MiniMaxAI/MiniMax-M3-MXFP8", "--tp-size", "8"]
+    proc, doc = _lint(cli, "--target", "MI300X", "--env", "SGLANG_USE_AITER=0", "--", *argv, *flags)
+    (err,) = _sev(doc, "error")
+    assert proc.returncode == 3
+    assert err["message"].startswith("sglang 0.5.23 serves these converted experts on gfx942 only with an explicit "
+                                     "--moe-runner-backend triton: auto, and any other runner it overrides, resolve "
+                                     "to flashinfer_trtllm")
+    assert err["message"].endswith(f"(the launch has {runner or 'no --moe-runner-backend'})")
+    assert "overrides.py" in err["source"] and err["fix"].endswith("--moe-runner-backend triton")
+    (info,) = [f for f in doc["findings"] if "checked as the converted experts" in f["message"]]
+    assert "(fp8 block128x128)" in info["message"] and "sgl-project/sglang#32036" in info["source"]
+    assert not [f for f in doc["findings"] if "run on emulation" in f["message"]]   # the unconverted plan's line
+    proc, doc = _lint(cli, "--target", "MI300X", "--env", "SGLANG_USE_AITER=0", "--", *argv,
+                      "--moe-runner-backend", "triton")
+    assert proc.returncode == 0 and not _sev(doc, "error") and not _sev(doc, "warning"), doc["findings"]
+    # vLLM's own conversion (dequantized to BF16, emulation) has no runner rule: nothing of this is said there.
+    proc, doc = _lint(cli, "--target", "MI300X", "--", "vllm", "serve", "MiniMaxAI/MiniMax-M3-MXFP8", "-tp", "8")
+    assert not [f for f in doc["findings"] if "converted experts" in f["message"]]
 
 
 def test_sglang_refusing_a_forced_runner_is_reported_as_its_refusal(cli):

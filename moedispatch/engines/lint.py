@@ -28,7 +28,7 @@ from moedispatch.core.families import FUSED_MOE_BACKENDS
 from moedispatch.core.errors import CapabilityDBError, MoedispatchError, UsageError
 from moedispatch.data import capdb
 from moedispatch.core.workload import parse_env_args
-from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, engine_data, matching_issues, modelled_choice
+from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, converted_plan, engine_data, matching_issues, modelled_choice
 from moedispatch.plan.plan import plan_model
 from moedispatch.probe.targets import resolve_capabilities
 from moedispatch.selector import plugins
@@ -436,8 +436,14 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     fix_line = _fix_from_launch(launch, recipe) or _fix(recipe)
     for r in recipe.layout.errors if recipe.layout else []:
         findings.append(Finding("error", r.text, r.source, fix_line))
+    converted = converted_plan(plan, engine, version)
+    if converted is not None:  # the engine serves converted experts: those are what the launch runs (as the recipe)
+        plan, conv = converted
+        findings += _conversion_findings(launch, conv, version, plan.caps.gfx, fix_line)
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
-    if moe and all(d.backend for d in moe):
+    if converted is not None and any(f.severity == "error" for f in findings):
+        pass  # the launch dies before the converted experts serve a token: nothing further to check on them
+    elif moe and all(d.backend for d in moe):
         findings += _moe_findings(launch, plan, recipe, version, eng, ep, fix_line)
     elif moe:
         findings.append(Finding("error", "some MoE layer has no correct backend on this target: no launch runs it "
@@ -450,6 +456,24 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         # The plan's other warnings (model facts, caveats the launch cannot change, a guessed target): said, as info.
         findings.append(Finding("info", w.text, w.source, None))
     return _doc(launch, version, spec.name, caps, tp, ep, findings)
+
+
+def _conversion_findings(launch: Launch, conv: Mapping[str, Any], version: str, gfx: str,
+                         fix_line: str | None) -> list[Finding]:
+    """A load-time conversion the engine applies to every MoE layer (capability_db/engines.toml ``conversion`` with
+    ``to``): said as info, and an error when the launch's runner is not the one the engine serves the converted
+    experts with (SGLang 0.5.23 resolves any other MXFP8 runner on gfx942 to flashinfer_trtllm: dies at load)."""
+    engine = launch.engine
+    to = conv["to"]
+    out = [Finding("info", f"{engine} {version}: {conv['what']}; the launch is checked as the converted experts "
+                   f"({to['weight']} {to['weight_granularity']})", conv["source"], None)]
+    runner = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
+    if conv.get("runner") and _in(conv["runner_versions"], version) and runner != conv["runner"]:
+        out.append(Finding("error", f"{engine} {version} serves these converted experts on {gfx} only with an explicit "
+                           f"--moe-runner-backend {conv['runner']}: {conv['runner_else']} (the launch has "
+                           f"{'no --moe-runner-backend' if 'moe_backend' not in launch.flags else runner})",
+                           conv["to_source"], fix_line))
+    return out
 
 
 def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Mapping[str, Any], ep: int,

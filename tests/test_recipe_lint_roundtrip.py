@@ -1,0 +1,38 @@
+"""Every recipe moedispatch prints is a launch its own linter passes: each golden recipe case that yields a launch
+(tests/test_golden_recipes.py CASES) is rendered, read back as a launch script and linted for the same target, AITER
+and engine release — no error, and no warning the recipe does not state itself (a known issue with no workaround is
+said by both). A recipe its linter flags (or a lint fix that contradicts the recipe)
+sends users in circles, and the engine guard refuses what lint calls an error: MiniMax-M3-MXFP8 on MI300X under
+SGLang (experts re-quantized to block-FP8 at load, served by Triton) was such a case."""
+
+from __future__ import annotations
+
+import pytest
+
+from moedispatch.core.workload import Runtime
+from moedispatch.engines import lint as L
+from moedispatch.engines.recipes import build_recipe, render_recipe
+from moedispatch.plan.plan import plan_model
+from moedispatch.sources.models import load_model
+from moedispatch.testing import fake_capabilities
+
+from test_golden_recipes import CASES, RUNTIMES, TOKENS, _key
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_key(c) for c in CASES])
+def test_a_printed_recipe_lints_clean(builtins, case):
+    model, target, aiter, engine, version, tp, ep, rt = case
+    env = RUNTIMES[rt]
+    runtime = None if env is None else Runtime.build(tokens=TOKENS, env={}, overrides=env)
+    plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=builtins,
+                      runtime=runtime)
+    recipe = build_recipe(plan, engine, version)
+    if not recipe.ok:
+        pytest.skip("no launch printed: the recipe refuses (its alternatives are golden-tested)")
+    text = render_recipe(plan, engine, version=version, recipe=recipe)
+    doc = L.lint_launch(L.parse_launch(text), target=target, aiter_version=aiter, model=model,
+                        engine_version=version)
+    stated = {w.issue.split("#")[-1] for w in recipe.warnings if w.issue}
+    bad = [f for f in doc["findings"] if f["severity"] == "error" or f["severity"] == "warning" and not any(
+        f"/issues/{n}" in (f["source"] or "") or f"#{n}" in (f["source"] or "") for n in stated)]
+    assert not bad, "\n".join(f"{f['severity']}: {f['message']}" for f in bad)
