@@ -725,7 +725,8 @@ def _fix(recipe: Any) -> str | None:
         return (env + " " if env else "") + recipe.command.replace(" \\\n    ", " ")
     if recipe.alternatives:
         a = recipe.alternatives[0]
-        return f"{a['change']}: " + a["command"].replace(" \\\n    ", " ")
+        env = " ".join(f"{k}={v}" for k, v in a.get("env", {}).items())
+        return f"{a['change']}: " + (env + " " if env else "") + a["command"].replace(" \\\n    ", " ")
     return None
 
 

@@ -869,7 +869,7 @@ def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]
         r = build_recipe(alt, engine, version, alternatives=False)
         if r.ok:
             out.append({"change": f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else ""), "engine": engine,
-                        "engine_version": version, "backend": r.backend, "command": r.command})
+                        "engine_version": version, "backend": r.backend, "command": r.command, "env": _env_of(r)})
             break
     eng = engine_data(engine)[engine]
     for rel in reversed(eng.get("releases", [])):
@@ -878,14 +878,20 @@ def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]
         r = build_recipe(plan, engine, rel, alternatives=False)
         if r.ok:
             out.append({"change": f"--engine-version {rel}", "engine": engine, "engine_version": rel,
-                        "backend": r.backend, "command": r.command})
+                        "backend": r.backend, "command": r.command, "env": _env_of(r)})
             break
     other = next(e for e in ENGINES if e != engine)
     r = build_recipe(plan, other, None, alternatives=False)
     if r.ok:
         out.append({"change": f"--recipe {other}", "engine": other, "engine_version": r.version,
-                    "backend": r.backend, "command": r.command})
+                    "backend": r.backend, "command": r.command, "env": _env_of(r)})
     return out
+
+
+def _env_of(recipe: Recipe) -> dict[str, str]:
+    """The environment an alternative's command needs (its recipe's exports: the command alone may not start, e.g.
+    vLLM's ``--moe-backend aiter`` without ``VLLM_ROCM_USE_AITER=1``)."""
+    return {e["name"]: e["value"] for e in recipe.env}
 
 
 def _hf_id(name: str) -> str | None:
