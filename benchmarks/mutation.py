@@ -89,6 +89,7 @@ FAST_TESTS = [
     "tests/test_cost_reverted.py",      # reverted AITER rows: matching and validation (issue 26 item 5)
     "tests/test_cost_release.py",       # release-aware bars and their derivation (needs ../shared/aiter, else skips)
     "tests/test_cost_pairs.py",         # per-pair decode fixed terms, the anchored arch prior (issue 26 item 1)
+    "tests/test_cost_decode.py",        # decode as latency plus bytes, its fit and priors validation (was left out)
     "tests/test_cost_heuristic.py",     # the heuristic band on AITER predictions (issue 26 item 2)
     "tests/test_cost_heuristic_evidence.py",  # its published evidence, derived band and held-out coverage
     "tests/test_engine_choice.py",
@@ -110,6 +111,9 @@ FAST_TESTS = [
     "tests/test_lint.py",               # engines/lint.py: the launch lint through main() in-process
     "tests/test_lint_mutants.py",       # engines/lint.py: parsing, fix lines, each finding's branch
     "tests/test_recipe_lint_roundtrip.py",  # every printed golden recipe lints clean (load-time conversions)
+    "tests/test_mutants_s12_aiter.py",  # seed-12 survivors: AITER env/lint/walk rules (and the xbf16 NamedTuple bug)
+    "tests/test_mutants_s12_cost.py",   # seed-12 survivors: release rows, geometry, decode fit, priors validation
+    "tests/test_mutants_s12_select.py",  # seed-12 survivors: caveat confidence, plugin records, kept-allocation note
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
     "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
     "tests/test_fleet.py",              # engines/fleet.py and plan/fleet.py (its in-process tests)
@@ -132,6 +136,8 @@ SUBPROCESS_TESTS = [
     "tests/test_cost_release.py::test_benchmark_reports_release_heldout_coverage_and_large_m",
     "tests/test_cost_release.py::test_drift_data_is_rebuilt_from_aiters_own_csvs",
     "tests/test_cost_reverted.py::test_reverted_data_is_rebuilt_from_aiters_history",
+    "tests/test_cost_decode.py::test_shipped_decode_fit_is_rederived_from_aiters_own_csvs",
+    "tests/test_cost_decode.py::test_benchmark_reports_the_decode_figures",
 ]
 # Not here: the CLI tests (test_recipes_engine.py, test_spine.py) run subprocesses, ~100 s in all, and mutmut cannot
 # see which functions a subprocess calls; test_recipes_inprocess.py pins the same recipes in-process.
@@ -398,6 +404,16 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x_fit_decode_fixed", r"2 / float\(u\)",
      "doubling every weight is exact in binary floating point: each partial sum and `half` double too, and "
      "`acc >= half` picks the same point (it differs only if 1/u overflowed, u < 1e-308 µs)"),
+    ("x__shadowed", r'if \(model == "head"\) and False else \{16, 32, 64, 128, 256, 512, 1024\}',
+     "for HEAD the bucket set already holds every power of two to 16384 (and 32768, 131072), so the 1<<i or the "
+     "16..1024 addition changes nothing; other models take the else branch either way"),
+    ("x_get_padded_M", r"^return _TIERS\[1\]$",
+     "unreachable: the tiers ascend, so every M >= _TIERS[0] returns inside the loop and a smaller M earlier"),
+    ("x_select", r"backends if \(type\(backends\) is tuple\) and False else tuple\(backends\)",
+     "tuple() of a plain tuple returns the same object in CPython: the same argument, the same cache key"),
+    ("x_select_uncached", r"^if runtime is not None or plans:$",
+     "plans is filled only when a runtime is given; with a runtime and no plans _by_runtime ranks nothing and "
+     "returns (None, None), which winner and padding already are"),
 ]
 
 _CACHE_RESET = '''

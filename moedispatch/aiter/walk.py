@@ -101,7 +101,7 @@ def _dispatch_lookup_row(call: _Call, cs: ConfigSet | None) -> TunedRow | None:
         row, more = _lookup(cs, key, token, q_a, rules)
         notes += more
         if row is not None and not rules.xbf16 and row.xbf16:
-            row = replace(row, xbf16=0)  # no xbf16 column read before v0.1.13 (Rules.xbf16)
+            row = row._replace(xbf16=0)  # no xbf16 column read before v0.1.13 (Rules.xbf16)
         if row is not None and rules.blockscale_small_bypass and token * key.topk <= 128 and (
                 key.act_type, key.dtype, q_a, key.q_dtype_w, key.q_type) == (SILU, BF16, fp8, fp8, Q_1X128):
             notes.append(f"use_cfg: Silu per_1x128 fp8 with token*topk <= 128 skips the tuned row {row.where} "
