@@ -113,6 +113,7 @@ FAST_TESTS = [
     "tests/test_recipe_lint_roundtrip.py",  # every printed golden recipe lints clean (load-time conversions)
     "tests/test_mutants_s12_aiter.py",  # seed-12 survivors: AITER env/lint/walk rules (and the xbf16 NamedTuple bug)
     "tests/test_mutants_s12_cost.py",   # seed-12 survivors: release rows, geometry, decode fit, priors validation
+    "tests/test_mutants_s12_engines.py",  # seed-12 survivors: engine data, allocations, layouts, lint parsing, paths
     "tests/test_mutants_s12_select.py",  # seed-12 survivors: caveat confidence, plugin records, kept-allocation note
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
     "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
@@ -414,6 +415,20 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x_select_uncached", r"^if runtime is not None or plans:$",
      "plans is filled only when a runtime is given; with a runtime and no plans _by_runtime ranks nothing and "
      "returns (None, None), which winner and padding already are"),
+    ("x__vllm_gates", r'^"gfx942_or_gfx950": gfx in \("gfx942", "gfx950", "GFX1250"\),$',
+     "its only consumer also needs the aiter gate, true only on gfx942/gfx950, checked first: on gfx1250 the need "
+     "fails before this gate is read"),
+    ("x__launch_findings", r'opts\["source"\] if \(opts\) or True else None,',
+     "reached only for unknown_options' findings, which are [] when engine_options is None: opts is never None here"),
+    ("x__parse_args", r'tok\.partition\("="\) if tok\.startswith\("--"\) else \(tok, "XXXX", ""\)',
+     "the changed value lands in the discarded `_`"),
+    ("xǁLaunchPathǁto_dict", r"c\.to_dict\(with_basis=None\)",
+     "Cost.to_dict only tests `if with_basis:`; None is as falsy as False"),
+    ("x__layer_checks", r"^warnings = said$",
+     "warnings is still the empty list there (everything before adds to refusals or returns), and said is not used "
+     "after: the same contents"),
+    ("x__name_after_what_runs", r"both hold\)\", \)\)",
+     "Reason.kind defaults to \"note\", the value dropped"),
 ]
 
 _CACHE_RESET = '''
