@@ -85,12 +85,18 @@ def _key(case) -> str:
     return " ".join(str(x) for x in case)
 
 
-def record(case, backends) -> dict:
+def plan_of(case, backends):
+    """The plan of one CASE (its model, target, AITER release, layout and runtime)."""
     model, target, aiter, engine, version, tp, ep, rt = case
     env = RUNTIMES[rt]
     runtime = None if env is None else Runtime.build(tokens=TOKENS, env={}, overrides=env)
-    plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=backends,
+    return plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=backends,
                       runtime=runtime)
+
+
+def record(case, backends) -> dict:
+    model, target, aiter, engine, version, tp, ep, rt = case
+    plan = plan_of(case, backends)
     r = build_recipe(plan, engine, version)
     out = r.to_dict()
     for key in ("warning_details", "reason_details"):

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from moedispatch import UsageError
-from moedispatch.core.backend import Backend, Padding, Verdict
+from test_engine_mutants import _named
 from moedispatch.core.costs import Cost
 from moedispatch.core.layers import QuantSpec
 from moedispatch.core.reason import Reason
@@ -72,19 +72,6 @@ def test_vllm_block_k_refusal_cites_the_weight_block_validation_not_the_oracle()
 
 
 # -- engines/choice.py: compare_decision (aiter.fused_moe judged by moedispatch's AITER families only) ----------------
-
-def _named(name, supported):
-    class Fake(Backend):
-        def check(self, layer, caps):
-            return Verdict.supported(f"{name} runs it") if supported else Verdict.unsupported(
-                Reason(f"{name} cannot", "failed"), Reason(f"{name} second", "failed"))
-
-        def plan_padding(self, layer, caps):
-            return Padding.none(layer)
-
-    Fake.name, Fake.family, Fake.preference = name, name, 50
-    return Fake()
-
 
 def test_aiter_fused_moe_wrong_verdict_cites_only_the_aiter_families_rejections():
     """vLLM's AITER runs aiter.fused_moe; moedispatch did not check aiter-ck itself but rejected aiter-cktile: the

@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from moedispatch.core.workload import Runtime
 from moedispatch.engines import lint as L
 from moedispatch.engines.recipes import build_recipe, render_recipe
-from moedispatch.plan.plan import plan_model
-from moedispatch.sources.models import load_model
-from moedispatch.testing import fake_capabilities
 
-from test_golden_recipes import CASES, RUNTIMES, TOKENS, _key
+from test_golden_recipes import CASES, _key, plan_of
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_key(c) for c in CASES])
 def test_a_printed_recipe_lints_clean(builtins, case):
-    model, target, aiter, engine, version, tp, ep, rt = case
-    env = RUNTIMES[rt]
-    runtime = None if env is None else Runtime.build(tokens=TOKENS, env={}, overrides=env)
-    plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=builtins,
-                      runtime=runtime)
+    model, target, aiter, engine, version, _tp, _ep, _rt = case
+    plan = plan_of(case, builtins)
     recipe = build_recipe(plan, engine, version)
     if not recipe.ok:
         pytest.skip("no launch printed: the recipe refuses (its alternatives are golden-tested)")
@@ -43,11 +36,8 @@ def test_a_refused_recipes_alternatives_lint_without_error(builtins, case):
     """The nearest safe launches a refused recipe offers (another TP/EP, release or engine) are launches too: none
     of them, with the environment it carries, is one lint calls an error (they once carried no environment, so a
     vLLM ``--moe-backend aiter`` alternative lacked the master switch it cannot start without)."""
-    model, target, aiter, engine, version, tp, ep, rt = case
-    env = RUNTIMES[rt]
-    runtime = None if env is None else Runtime.build(tokens=TOKENS, env={}, overrides=env)
-    plan = plan_model(load_model(model), fake_capabilities(target, aiter), tp, ep, backends=builtins,
-                      runtime=runtime)
+    model, target, aiter, engine, version, _tp, _ep, _rt = case
+    plan = plan_of(case, builtins)
     recipe = build_recipe(plan, engine, version)
     if recipe.ok or not recipe.alternatives:
         pytest.skip("a printed launch (linted above), or no alternative")
