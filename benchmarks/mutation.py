@@ -511,8 +511,10 @@ def _env(work: Path) -> dict[str, str]:
 def failing_tests(work: Path, tests: list[str]) -> list[str]:
     """Node ids of the fast tests that fail on the unmutated scratch copy (mutmut needs a green baseline; a test
     that fails anyway cannot kill a mutant, so it is deselected and reported)."""
+    # --continue-on-collection-errors: a file that cannot be imported must not stop the others from being checked
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-o", "addopts=",
-                           *tests], cwd=work, env=_env(work), capture_output=True, text=True)
+                           "--continue-on-collection-errors", *tests], cwd=work, env=_env(work), capture_output=True,
+                          text=True)
     # FAILED and ERROR (a fixture that cannot set up in the scratch tree, e.g. one reading benchmarks/) alike; a node
     # id may hold spaces (parametrized ids), so it ends at pytest's " - " before the message, not at a space
     return [line.split(" ", 1)[1].split(" - ", 1)[0] for line in proc.stdout.splitlines()
@@ -551,14 +553,19 @@ def write_config(work: Path, only: list[str], tests: list[str] | None = None) ->
               if t not in deselect]
     for nodeid in broken:
         print(f"deselected (fails without any mutant): {nodeid}")
-    broken = deselect + broken
+    # A whole file that fails is one that cannot even be collected (e.g. a --rerun-survivors run's tests import a
+    # module the first run's sources lack): --deselect does not stop its import error, so it leaves the selection.
+    files = {nodeid for nodeid in broken if "::" not in nodeid}
+    tests = [t for t in tests if t.partition("::")[0] not in files]
+    broken = deselect + [nodeid for nodeid in broken if nodeid not in files]
     toml = {
         "source_paths": ["moedispatch", "moedispatch_plugins"],
         "only_mutate": globs,
         "do_not_mutate": ["moedispatch_plugins/examples/*"],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-o", "addopts="]
-        + [arg for nodeid in broken for arg in ("--deselect", nodeid)],
+        + [arg for nodeid in broken for arg in ("--deselect", nodeid)]
+        + [arg for path in sorted(files) for arg in ("--ignore", path)],
         "also_copy": [d for d in _ALSO_COPY if (ROOT / d).exists()],
         "use_git_change_detection": False,
         "track_dependencies": False,
@@ -621,6 +628,12 @@ def refresh_tests(work: Path, tests: list[str] | None = None) -> list[str]:
     _copy(ROOT / "tests", work / "tests")
     conftest = work / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + _CACHE_RESET)
+    # Today's data beside today's tests, in every copy of it (the baseline check in ``work`` and mutmut's ``mutants``
+    # would otherwise read different capability_db files: the editable install can answer the baseline's import).
+    for dest in (work / "capability_db", work / "moedispatch" / "capability_db",
+                 work / "mutants" / "capability_db", work / "mutants" / "moedispatch" / "capability_db"):
+        if dest.is_dir():
+            _copy(ROOT / "capability_db", dest)
     only = tomllib.loads((work / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
     write_config(work, [] if only == MUTATE else only, tests)
     (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)  # new tests: which function each one calls
