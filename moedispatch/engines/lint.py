@@ -436,16 +436,17 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     fix_line = _fix_from_launch(launch, recipe) or _fix(recipe)
     for r in recipe.layout.errors if recipe.layout else []:
         findings.append(Finding("error", r.text, r.source, fix_line))
+    dies = False  # at load, before the converted experts serve a token: nothing further to check on them
     converted = converted_plan(plan, engine, version)
     if converted is not None:  # the engine serves converted experts: those are what the launch runs (as the recipe)
         plan, conv = converted
-        findings += _conversion_findings(launch, conv, version, plan.caps.gfx, fix_line)
+        said = _conversion_findings(launch, conv, version, plan.caps.gfx, fix_line)
+        findings += said
+        dies = any(f.severity == "error" for f in said)
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
-    if converted is not None and any(f.severity == "error" for f in findings):
-        pass  # the launch dies before the converted experts serve a token: nothing further to check on them
-    elif moe and all(d.backend for d in moe):
+    if moe and not dies and all(d.backend for d in moe):
         findings += _moe_findings(launch, plan, recipe, version, eng, ep, fix_line)
-    elif moe:
+    elif moe and not dies:
         findings.append(Finding("error", "some MoE layer has no correct backend on this target: no launch runs it "
                                 "correctly", None, "see `moedispatch explain`"))
     findings += _ray_env_findings(launch, version, eng, recipe)
@@ -725,7 +726,7 @@ def _fix(recipe: Any) -> str | None:
         return (env + " " if env else "") + recipe.command.replace(" \\\n    ", " ")
     if recipe.alternatives:
         a = recipe.alternatives[0]
-        env = " ".join(f"{k}={v}" for k, v in a.get("env", {}).items())
+        env = " ".join(f"{k}={v}" for k, v in a["env"].items())
         return f"{a['change']}: " + (env + " " if env else "") + a["command"].replace(" \\\n    ", " ")
     return None
 
