@@ -260,7 +260,8 @@ def test_vllm_031_auto_with_the_switch_runs_aiter_on_gfx942():
         (err,) = _sev(doc, "error")
         assert err["message"] == "vllm runs this MoE on aiter, which is wrong for the layer: " + reasons
         assert err["source"].startswith("ROCm/aiter@v0.1.15.post3:csrc/ck_gemm_moe_2stages_codegen/gen_instances.py")
-        assert err["fix"] == "vllm serve amd/MiniMax-M3-MXFP4 --tensor-parallel-size 8 --moe-backend emulation"
+        assert err["fix"] == ("VLLM_ROCM_USE_AITER=1 vllm serve amd/MiniMax-M3-MXFP4 --tensor-parallel-size 8 "
+                              "--moe-backend emulation")   # the line's own assignment stays
     doc = _lint(["VLLM_ROCM_USE_AITER=1", "VLLM_ROCM_USE_AITER_MOE=0", *line], target="MI300X",
                 engine_version="0.31.0")
     assert not _sev(doc, "error"), doc["findings"]
@@ -285,7 +286,7 @@ def test_vllm_031_forced_triton_and_emulation():
                               "MoE (TRITON / TRITON_UNFUSED) does not apply activation QDQ (wrong output, open; route "
                               "to aiter-flydsl)")
     assert err["source"].startswith("vllm-project/vllm#46142")
-    assert err["fix"] == ("VLLM_ROCM_USE_AITER_MOE=1 VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1 "
+    assert err["fix"] == ("VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1 VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1 "
                           "VLLM_USE_BREAKABLE_CUDAGRAPH=0 vllm serve amd/MiniMax-M3-MXFP4 --tensor-parallel-size 8 "
                           "--moe-backend aiter --attention-backend TRITON_ATTN")
 
@@ -379,7 +380,7 @@ def test_a_dispatch_issue_with_an_env_workaround():
     assert f["message"].startswith("AITER runs moe_ck2stages_gemm1 (default) for tokens 1–4 (bucket 1): gibberish "
                                    "output: each split of the block-fp8 CK stage-1 GEMM")
     assert ". Workaround: AITER >= 0.1.18, or AITER_KSPLIT=-1 (no split-K" in f["message"]
-    assert f["fix"] == ("export AITER_KSPLIT=-1; VLLM_ROCM_USE_AITER_MOE=1 AITER_KSPLIT=-1 vllm serve "
+    assert f["fix"] == ("export AITER_KSPLIT=-1; VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1 AITER_KSPLIT=-1 vllm serve "
                         "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8 --tensor-parallel-size 4 --moe-backend aiter")
     assert any(f["message"].startswith("caveat [aiter#4783]") for f in _sev(doc, "info"))
     doc = _lint(["AITER_KSPLIT=-1", *QWEN_NEXT], target="MI300X", aiter="0.1.17")
@@ -401,8 +402,8 @@ def test_a_token_cap_handles_one_issue_and_not_the_next():
     doc = _lint(line, aiter="0.1.17")
     (crash,) = _by_source(doc, "ROCm/aiter/issues/3471")
     assert crash["severity"] == "error" and " for token 8192 (bucket 8192): GPU memory access fault" in crash["message"]
-    fix_line = ("VLLM_ROCM_USE_AITER_MOE=1 vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 --tensor-parallel-size 1 "
-                "--moe-backend aiter")
+    fix_line = ("VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1 vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 "
+                "--tensor-parallel-size 1 --moe-backend aiter")
     assert crash["fix"] == fix_line
     doc = _lint([*line, "--max-num-batched-tokens", "4096"], aiter="0.1.17")
     assert not _by_source(doc, "ROCm/aiter/issues/3471")
@@ -593,3 +594,93 @@ def test_the_containers_env_wins_over_the_hosts_and_its_fix_goes_into_the_contai
     full = fix.split("the full recipe: ", 1)[1]
     assert "-e VLLM_ROCM_USE_AITER=1" in full and "VLLM_ROCM_USE_AITER=0" not in full
     assert not full.startswith("VLLM_") and "rocm/vllm:latest vllm serve deepseek-ai/DeepSeek-V3" in full
+
+
+# -- the fix line replaces the user's whole command line ----------------------------------------------------------
+
+def test_a_fix_line_keeps_the_assignments_written_on_the_commands_own_line():
+    """`VLLM_ROCM_USE_AITER=1 vllm serve …`: the assignment is part of the command the pasted fix replaces, so the fix
+    repeats it (it once dropped it, and the pasted line ran vLLM without AITER: envs.py reads VLLM_ROCM_USE_AITER
+    default off). gpt-oss-120b TP8 on MI355X at AITER 0.1.15: vLLM's pads differ from the plan's (a warning with the
+    recipe as fix)."""
+    launch = L.parse_launch(None, ["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "gpt-oss-120b",
+                                   "--tensor-parallel-size", "8"])
+    assert launch.prefix_env == {"VLLM_ROCM_USE_AITER": "1"} and launch.env == {"VLLM_ROCM_USE_AITER": "1"}
+    doc = L.lint_launch(launch, target="MI355X", aiter_version="0.1.15")
+    (pads,) = [f for f in doc["findings"] if "passes hidden_pad" in f["message"]]
+    assert pads["fix"] == ("VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1 vllm serve gpt-oss-120b "
+                           "--tensor-parallel-size 8 --moe-backend aiter")
+
+
+def test_a_fix_line_gives_the_recipes_value_in_place_of_the_users_own_assignment():
+    """A script whose engine line sets VLLM_ROCM_USE_AITER=0 and another variable: the fix keeps the other one, puts
+    the recipe's =1 in place of the =0 (not beside it), and does not repeat an `export` (it stays set); the switch
+    advice says to change the line's own assignment — an export would not override it."""
+    script = ("export HF_HOME=/models\n"
+              "VLLM_ROCM_USE_AITER=0 MY_TAG=a vllm serve openai/gpt-oss-120b --tensor-parallel-size 8\n")
+    launch = L.parse_launch(script)
+    assert launch.prefix_env == {"VLLM_ROCM_USE_AITER": "0", "MY_TAG": "a"}
+    assert launch.env == {"HF_HOME": "/models", "VLLM_ROCM_USE_AITER": "0", "MY_TAG": "a"}
+    doc = L.lint_launch(launch, target="MI355X")
+    (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
+    assert slow["fix"] == ("write VLLM_ROCM_USE_AITER=1 for VLLM_ROCM_USE_AITER=0 before the command; the full recipe: "
+                           "VLLM_ROCM_USE_AITER=1 MY_TAG=a VLLM_ROCM_USE_AITER_MOE=1 vllm serve openai/gpt-oss-120b "
+                           "--tensor-parallel-size 8 --moe-backend aiter")
+
+
+def test_assignments_before_docker_stay_as_written_and_the_container_gets_e():
+    """Before `docker run` an assignment reaches only the docker CLI: it stays as written, and what the recipe needs
+    goes into the container as -e (https://docs.docker.com/reference/cli/docker/container/run/#env)."""
+    argv = ["DOCKER_HOST=unix:///d.sock", "docker", "run", "--rm", "img", "vllm", "serve", "openai/gpt-oss-120b",
+            "--tensor-parallel-size", "8"]
+    launch = L.parse_launch(None, argv)
+    assert launch.prefix_env == {"DOCKER_HOST": "unix:///d.sock"}
+    (slow,) = [f for f in L.lint_launch(launch, target="MI355X")["findings"] if "silently slower" in f["message"]]
+    assert slow["fix"].startswith("add -e VLLM_ROCM_USE_AITER=1 to `docker run`; the full recipe: "
+                                  "DOCKER_HOST=unix:///d.sock docker run -e VLLM_ROCM_USE_AITER=1 ")
+
+
+# -- what reaches an engine inside a container --------------------------------------------------------------------
+
+def test_a_hosts_export_does_not_reach_the_engine_inside_docker_run():
+    """docker run starts the container with its own environment: the host's `export VLLM_ROCM_USE_AITER=1` (or one
+    set before `docker`) reaches the docker CLI, not vLLM — so vLLM runs Triton and lint says so (it once read the
+    host's export as the engine's and called this launch clean)."""
+    script = ("export VLLM_ROCM_USE_AITER=1\n"
+              "docker run --rm rocm/vllm:latest vllm serve openai/gpt-oss-120b --tensor-parallel-size 8\n")
+    launch = L.parse_launch(script)
+    assert launch.env == {} and L.in_container(launch)
+    (slow,) = [f for f in L.lint_launch(launch, target="MI355X")["findings"] if "silently slower" in f["message"]]
+    assert slow["message"].startswith("VLLM_ROCM_USE_AITER is unset: vllm runs the MoE on triton")
+    prefixed = L.parse_launch(None, ["VLLM_ROCM_USE_AITER=1", "docker", "run", "img", "vllm", "serve", "x"])
+    assert prefixed.env == {} and prefixed.prefix_env == {"VLLM_ROCM_USE_AITER": "1"}
+
+
+def test_docker_run_e_without_a_value_passes_the_hosts_variable():
+    """`-e VAR` (no value) copies VAR from the environment docker runs in (the script's export, the line's own
+    assignment, or the caller's environment); an unset one passes nothing."""
+    script = ("export VLLM_ROCM_USE_AITER=1\n"
+              "docker run --rm -e VLLM_ROCM_USE_AITER -e AITER_KSPLIT --env=HF_TOKEN rocm/vllm:latest "
+              "vllm serve openai/gpt-oss-120b --tensor-parallel-size 8\n")
+    assert L.parse_launch(script, variables={"HF_TOKEN": "hf_x"}).env == {"VLLM_ROCM_USE_AITER": "1",
+                                                                          "HF_TOKEN": "hf_x"}
+    line = ["VLLM_ROCM_USE_AITER=1", "docker", "run", "-e", "VLLM_ROCM_USE_AITER", "img", "vllm", "serve", "x"]
+    assert L.parse_launch(None, line).env == {"VLLM_ROCM_USE_AITER": "1"}
+    doc = L.lint_launch(L.parse_launch(script), target="MI355X")
+    assert not [f for f in doc["findings"] if "silently slower" in f["message"]]
+
+
+def test_lint_cli_does_not_give_the_callers_environment_to_a_container(monkeypatch, capsys):
+    """`moedispatch lint` reads VLLM_*/SGLANG_*/AITER_* of the shell it runs in as the engine's environment — but
+    not for a `docker run` launch, whose engine sees only the container's -e."""
+    import json as _json
+
+    from moedispatch.cli import main
+
+    monkeypatch.setenv("VLLM_ROCM_USE_AITER", "1")
+    bare = ["vllm", "serve", "openai/gpt-oss-120b", "--tensor-parallel-size", "8"]
+    for argv, slower in ((bare, False), (["docker", "run", "--rm", "img", *bare], True),
+                         (["docker", "run", "-e", "VLLM_ROCM_USE_AITER", "img", *bare], False)):
+        main(["lint", "--format", "json", "--target", "MI355X", "--", *argv])
+        doc = _json.loads(capsys.readouterr().out)
+        assert any("silently slower" in f["message"] for f in doc["findings"]) is slower, argv

@@ -53,6 +53,9 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
     origin: str = "arguments"  # where the launch was read: a script's name, "stdin", or "arguments" (argv)
+    #: the assignments written on the engine's own line before its command (``K=V vllm serve …``): part of the
+    #: command, so a fix line that replaces the command repeats them (an ``export`` stays set and is not repeated)
+    prefix_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -190,8 +193,11 @@ def _canonical(engine: str, name: str) -> str:
     return _resolve(_newest_options(engine), name)[0]
 
 
-def _container_env(tokens: Sequence[str]) -> dict[str, str]:
-    """``docker run -e K=V`` / ``--env K=V`` / ``--env=K=V`` (podman alike) before the engine command."""
+def _container_env(tokens: Sequence[str], host: Mapping[str, str]) -> dict[str, str]:
+    """The engine's environment inside ``docker run`` / ``podman run`` (``tokens``: the words before the engine
+    command): ``-e K=V`` / ``--env K=V`` / ``--env=K=V``, and ``-e K`` without a value passes the host's ``K`` when
+    ``host`` has it (docker run reference, "Set environment variables": "-e VAR" copies the variable from the
+    environment docker runs in). Nothing else of the host's environment reaches the container."""
     out: dict[str, str] = {}
     for i, tok in enumerate(tokens):
         pair = None
@@ -202,6 +208,8 @@ def _container_env(tokens: Sequence[str]) -> dict[str, str]:
         m = _ASSIGN.match(pair or "")
         if m:
             out[m.group(1)] = m.group(2)
+        elif pair and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", pair) and pair in host:
+            out[pair] = host[pair]
     return out
 
 
@@ -249,8 +257,12 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
     ``source`` names the script in messages (its file name, ``stdin``).
 
     ``$X`` / ``${X}`` / ``${X:-default}`` in a script expand from its own assignments, then ``env``, then
-    ``variables`` (e.g. the caller's environment); unknown ones stay as written."""
+    ``variables`` (e.g. the caller's environment); unknown ones stay as written. The launch's environment is what the
+    engine reads: the script's exports and the command line's own assignments — or, for an engine inside ``docker
+    run`` / ``podman run``, only the container's ``-e`` (:func:`_container_env`)."""
+    caller = dict(variables or {})   # the environment the launch runs in (what `docker run -e K` can pass)
     script_env: dict[str, str] = {}
+    line_env: dict[str, str] = {}
     tokens: list[str] | None = None
     if text is not None:
         variables = {**dict(variables or {}), **dict(env or {})}
@@ -277,6 +289,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
             if _engine_of(rest) is not None and tokens is None:
                 tokens = rest
                 script_env.update(prefix)
+                line_env = prefix
             elif not rest:  # a plain assignment line: a shell variable (exported only with `export`)
                 variables.update(prefix)
         if tokens is None:
@@ -288,7 +301,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
         while tokens and _ASSIGN.match(tokens[0]):
             m = _ASSIGN.match(tokens.pop(0))
             assert m
-            script_env[m.group(1)] = m.group(2)
+            script_env[m.group(1)] = line_env[m.group(1)] = m.group(2)
         if not tokens:
             raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)")
     found = _engine_of(tokens)
@@ -297,12 +310,14 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                          "`python -m sglang.launch_server …`)")
     engine, start = found
     model, flags = _parse_args(engine, tokens[start:])
-    # inside the container its -e/--env wins over the host's
-    # (https://docs.docker.com/reference/cli/docker/container/run/#env)
-    script_env.update(_container_env(tokens[:start]))
-    merged = dict(script_env)
+    if _container_run(tokens[:start]) is not None:
+        # the engine reads the container's environment: its -e/--env, not what the host exports or sets before
+        # `docker` (https://docs.docker.com/reference/cli/docker/container/run/#env)
+        merged = _container_env(tokens[:start], {**caller, **script_env})
+    else:
+        merged = dict(script_env)
     merged.update(env or {})
-    return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments")
+    return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments", line_env)
 
 
 # -- checking -------------------------------------------------------------------------------------------------------
@@ -678,8 +693,20 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
             runs[at + 1:] = [r for r in runs[at + 1:] if r[0] is None or r[0] != dest]
     env = [f"{e['name']}={e['value']}" for e in recipe.env if launch.env.get(e["name"]) != e["value"]]
     inside = _into_container(head, env)
-    words = (env + head if inside is None else inside) + [t for _, toks in runs for t in toks]
+    if inside is None:
+        line = dict(launch.prefix_env)
+        line.update(kv.split("=", 1) for kv in env)
+        words = [f"{k}={v}" for k, v in line.items()] + head
+    else:   # the user's own assignments before `docker run` reach only the docker CLI: kept as written
+        words = [f"{k}={v}" for k, v in launch.prefix_env.items()] + inside
+    words += [t for _, toks in runs for t in toks]
     return " ".join(shlex.quote(w) if w and not re.fullmatch(r"[\w@%+=:,./-]+", w) else w for w in words)
+
+
+def in_container(launch: Launch) -> bool:
+    """Whether the engine runs inside ``docker run`` / ``podman run`` (its environment is the container's)."""
+    found = _engine_of(list(launch.argv))
+    return found is not None and _container_run(launch.argv[:found[1]]) is not None
 
 
 def _container_run(head: Sequence[str]) -> int | None:
@@ -689,12 +716,17 @@ def _container_run(head: Sequence[str]) -> int | None:
 
 
 def _set_env(launch: Launch, name: str, value: str) -> str:
-    """How the launch sets one variable for the engine: ``export K=V``, or ``-e K=V`` on its container's run line
-    (what is exported on the host never reaches the container)."""
+    """How the launch sets one variable for the engine: ``export K=V``, ``-e K=V`` on its container's run line (what
+    is exported on the host never reaches the container), or the new value in place of the assignment the command's
+    own line makes (``K=0 vllm serve …``: an export would not change it)."""
     found = _engine_of(list(launch.argv))
     head = list(launch.argv[:found[1]]) if found else []
     at = _container_run(head)
-    return f"export {name}={value}" if at is None else f"add -e {name}={value} to `{head[at]} run`"
+    if at is not None:
+        return f"add -e {name}={value} to `{head[at]} run`"
+    if name in launch.prefix_env:   # an assignment on the command's own line wins over an export
+        return f"write {name}={value} for {name}={launch.prefix_env[name]} before the command"
+    return f"export {name}={value}"
 
 
 def _into_container(head: list[str], env: list[str]) -> list[str] | None:
@@ -798,6 +830,8 @@ def run_cli(args: Any, out: Any) -> int:
     given = parse_env_args(args.env or [], "--env")
     source = "stdin" if args.file == "-" else (args.file or "the script")
     launch = parse_launch(text, engine_args if text is None else None, None, {**os.environ, **given}, source=source)
+    if in_container(launch):
+        env = {}   # the caller's own environment does not reach the container (parse_launch read its -e K)
     env.update(launch.env)
     env.update(given)
     launch.env = env
