@@ -115,6 +115,17 @@ FAST_TESTS = [
     "tests/test_mutants_s12_cost.py",   # seed-12 survivors: release rows, geometry, decode fit, priors validation
     "tests/test_mutants_s12_engines.py",  # seed-12 survivors: engine data, allocations, layouts, lint parsing, paths
     "tests/test_mutants_s12_select.py",  # seed-12 survivors: caveat confidence, plugin records, kept-allocation note
+    "tests/test_mutants_s13_aiter.py",  # seed-13 survivors: FlyDSL tile hits, aiter#3997 k-tiles, use_cfg, 0.1.7 buckets
+    "tests/test_mutants_s13_cost.py",   # seed-13 survivors: copy lint keys, heuristic entries lend no row
+    "tests/test_mutants_s13_engines.py",  # seed-13 survivors: release order, fp8/wna16/mxfp4 choices, lint findings
+    "tests/test_mutants_s13_select.py",  # seed-13 survivors: misspelt hooks, kept notes, trial order, blocked allocations
+    # existing in-process tests that pin rule-bearing code and were not in this list (found by the seed-13 survivors:
+    # two of them were killed by these files, which mutmut did not run)
+    "tests/test_aiter_releases.py",     # every AITER release's dispatch rules (use_cfg, wildcards, buckets)
+    "tests/test_partition_target.py",   # compute partitions: CU counts, memory shares, recipe headers
+    "tests/test_field_rules.py",        # the field rules
+    "tests/field/test_done_when.py",    # the field cases' done-when checks
+    "tests/test_plugin_disable.py",     # MOEDISPATCH_DISABLE_PLUGINS and the registry
     "tests/test_aiter_lint_rules.py",   # aiter/lint.py: each check's severity, wording and source
     "tests/test_lint_ray.py",           # engines/lint.py: what reaches vLLM's Ray actors
     "tests/test_fleet.py",              # engines/fleet.py and plan/fleet.py (its in-process tests)
@@ -338,7 +349,31 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x_*", r'conv\.get\("(CONFIDENCE|XXconfidenceXX)", "confirmed"\)\)\)$',
      "no [[<engine>.conversion]] row of capability_db/engines.toml sets confidence: the get() gives \"confirmed\" "
      "either way"),
+    ("x__env_flag", r'env\.get\(name, "True" if default else "false"\)\.strip\(\)\.lower\(\)',
+     "the default is lower-cased before the comparison: \"false\" and \"False\" read the same"),
+    ("x__ray_env_findings", r'getattr\(recipe, "env", \)$',
+     "the only caller, lint_launch, passes build_recipe's Recipe, whose env is a dataclass field (default ()): "
+     "getattr never needs its default"),
+    ("x__allocation_check", r"^bad, said = _allocation_issues\(plan, d, backend, h, i, None, ki\)$",
+     "None only changes the allocation's kernel_hidden_pad (the whole hidden pad instead of hidden_pad // 128 * 128), "
+     "which no rule reads: evaluate_issues and the dispatch issues read the intermediate pad, pad_hazards finds "
+     "nothing in a zero-filled allocation (every padded engine allocation is), the dispatch key's hidden_pad is not "
+     "looked up"),
+    ("x__layer_checks", r'startswith\(eng\["backend_arg"\]\)\), "AUTO"\)$',
+     "every engine row that reaches _layer_checks names its --moe-backend / --moe-runner-backend; the one without "
+     "(SGLang's emulation row) is unsupported and refused before, in _try_backend: the default is never used"),
+    ("x__name_after_what_runs", r"^decisions = _forced\(plan, other\) if \(other\) or True else None$",
+     "with no candidate _forced(plan, None) re-selects unforced or gives None, and _try_backend(..., None, ...) "
+     "then finds no engine row and refuses: the loop continues exactly as for None"),
+    ("x__same_launch", r"^if best is winner and not _runs\(best, dp\):$",
+     "the only caller takes the winner from alive with its own dispatch, so the winner is always in same; the key "
+     "(runs, b is winner) makes best the winner exactly when no candidate runs more, i.e. when not _runs(best): "
+     "`or` and `and` agree"),
     # -- the AITER dispatch model, moedispatch/aiter/*.py (tests/test_aiter_dispatch_mutants.py kills the rest) --
+    ("x__issue_matches", r"^kpb = dict\(issue\.k_per_block\)\.get\(step\.block_m or 1\)$",
+     "dispatch_issues.toml keys k_per_block by block_m 16/32/64: a step without a block_m misses with 0 or 1 alike"),
+    ("x_kernel_family", r'^n = \(name or "XXXX"\)\.strip\(\)$',
+     "\"XXXX\", like \"\", has no family prefix and no \"ck2stages\": \"unknown\" either way"),
     ("x__dispatch_*", r"basis: str, ksplit: int = \d+,$",
      "every step() call in _dispatch_head/_dispatch_legacy passes ksplit, so its default is never used"),
     ("x__dispatch_*", r"^run_1stage = None$",
@@ -402,6 +437,9 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "both are None or neither is"),
     ("x__vllm_fp8_block", r"if needs_fix else 1$",
      "g is read only behind `needs_fix and`, so its value without a fix is never used"),
+    ("x_fit_decode", r"^if abs\(a - last\[0\]\) < 1e-8 \* max\(1\.0, abs\(a\)\) and abs\(b - last\[1\]\) <= 1e-8",
+     "the convergence test's boundary: only successive estimates exactly 1e-8 x max(1, |a|) apart tell < from <=, "
+     "and then one more reweighting step moves the fit by less than 1e-8 of itself (the priors keep 4 digits)"),
     ("x_fit_decode_fixed", r"2 / float\(u\)",
      "doubling every weight is exact in binary floating point: each partial sum and `half` double too, and "
      "`acc >= half` picks the same point (it differs only if 1/u overflowed, u < 1e-308 µs)"),

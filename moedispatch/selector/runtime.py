@@ -126,9 +126,12 @@ def dispatched_padding(backend: "Backend", layer: "MoELayer", caps: "Capabilitie
             note = Reason(f"padded to {table[0]} × {table[1]}/rank, not {refused[0]} × {refused[1]}: at "
                           f"{refused[0]} × {refused[1]} {refused[2]}", "padding", _DISPATCH_SOURCE)
             return replace(static, notes=(note,) + static.notes), None
-        note = _kept_note(static, plan, dp, tokens) if below else Reason(
-            f"padded to {alloc[0]} × {alloc[1]}/rank, beyond the family table's {table[0]} × {table[1]}: at "
-            f"{refused[0]} × {refused[1]} {refused[2]}" if refused else "", "padding", _DISPATCH_SOURCE)
+        if below:
+            note = _kept_note(static, plan, dp, tokens)
+        else:   # above the table: tried only after the table itself was refused (_trial_allocations' order)
+            assert refused is not None
+            note = Reason(f"padded to {alloc[0]} × {alloc[1]}/rank, beyond the family table's {table[0]} × "
+                          f"{table[1]}: at {refused[0]} × {refused[1]} {refused[2]}", "padding", _DISPATCH_SOURCE)
         return replace(plan, notes=(note,) + plan.notes), outcome.notes
     return None
 
