@@ -757,6 +757,9 @@ def _fleet_from_ray(args: argparse.Namespace, model: Any, roles: Any) -> tuple[l
 def _cmd_exec(args: argparse.Namespace) -> int:
     from moedispatch.guard import launch
 
+    if args.format == "json":
+        raise UsageError("exec reports on stderr and gives stdout to the engine: no JSON report (moedispatch lint "
+                         "--format json -- … gives the same check as JSON)")
     return launch.run(args.engine_args, guard=args.guard, target=args.target, aiter_version=args.aiter_version,
                       model=args.model, engine_version=args.engine_version)
 

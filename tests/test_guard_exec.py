@@ -108,15 +108,28 @@ def _doc(*findings):
             "findings": [{"severity": s, "message": m, "source": None, "fix": f} for s, m, f in findings]}
 
 
+def _lint_once(fix):
+    """A stand-in lint: the launch as given has an error whose fix is ``fix``; any other launch is clean."""
+    def lint(argv, env, **_kw):
+        given = tuple(argv) == ("vllm", "serve", "m") and dict(env) == {"A": "1"}
+        return _doc(("error", "bad", fix)) if given else _doc()
+    return lint
+
+
 @pytest.mark.parametrize("fix, action", [
     ("VLLM_ROCM_USE_AITER=1 vllm serve m --moe-backend aiter", "launch-fixed"),
     ("export VLLM_ROCM_USE_AITER=1; the full recipe: vllm serve m --moe-backend aiter", "launch-fixed"),
+    ("write VLLM_ROCM_USE_AITER=1 for VLLM_ROCM_USE_AITER=0 before the command; the full recipe: "
+     "VLLM_ROCM_USE_AITER=1 vllm serve m --moe-backend aiter", "launch-fixed"),
     ("export VLLM_ROCM_USE_AITER=1", "launch-env"),
     ("--tp 8 --ep 8: vllm serve m --tensor-parallel-size 8", "refuse"),   # another layout: not this launch fixed
+    ("pick a TP that divides the model (e.g. 1, 2, 4, 8)", "refuse"),     # advice in words: never a command
+    ("see `moedispatch explain`", "refuse"),
+    ("add -e VLLM_ROCM_USE_AITER=1 to `docker run`", "refuse"),
     (None, "refuse"),
 ])
 def test_fix_mode_uses_only_a_corrected_command(fix, action):
-    out = guard.decide(["vllm", "serve", "m"], {"A": "1"}, "fix", lambda *a, **k: _doc(("error", "bad", fix)))
+    out = guard.decide(["vllm", "serve", "m"], {"A": "1"}, "fix", _lint_once(fix))
     assert out.action == ("launch-fixed" if action == "launch-env" else action)
     if action == "launch-fixed":
         assert out.argv == ("vllm", "serve", "m", "--moe-backend", "aiter")
@@ -150,3 +163,65 @@ def test_fix_mode_corrects_sglang_28244_with_lints_own_fix_line():
     assert out.action == "launch-fixed", out.report
     assert out.argv[:5] == tuple(argv[:5]) and "--mem-fraction-static" in out.argv and "30000" in out.argv
     assert out.argv != tuple(argv)
+
+
+def test_fix_mode_never_launches_a_corrected_command_that_is_still_known_wrong():
+    """A fix that is only part of the cure (the first error's `export VLLM_ROCM_USE_AITER=1` while a second error,
+    ROCm/aiter#5233's, needs the full recipe) is linted again and not launched; the next error's fix, clean, is."""
+    partial, full = "export VLLM_ROCM_USE_AITER=1", "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0 VLLM_ROCM_USE_AITER=1 vllm serve m"
+
+    def lint(argv, env, **_kw):
+        if env.get("GPTOSS_SWIGLU_MXFP4_BF16_BOUND") == "0":
+            return _doc()
+        return _doc(("error", "switch off", partial), ("error", "aiter#5233 wrong output", full))
+    out = guard.decide(["vllm", "serve", "m"], {}, "fix", lint)
+    assert out.action == "launch-fixed" and out.env == {"GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0",
+                                                        "VLLM_ROCM_USE_AITER": "1"}
+    assert any("still known-wrong — switch off" in line for line in out.report)
+    out = guard.decide(["vllm", "serve", "m"], {}, "fix", lambda *a, **k: _doc(("error", "bad", partial)))
+    assert out.action == "refuse" and "no corrected command for this launch lints clean" in out.report[-1]
+
+
+def test_fix_mode_with_the_real_lint_starts_only_a_launch_lint_passes():
+    """MiniMax-M3-MXFP4 TP8 on MI355X, vLLM 0.33, `--moe-backend aiter` without the switch: the first error's fix
+    (export the switch) still runs 384/rank into ROCm/aiter#5233, so fix mode launches the full recipe — which lints
+    clean — and says why it skipped the first."""
+    argv = ["vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tensor-parallel-size", "8", "--moe-backend", "aiter"]
+    out = guard.decide(argv, {}, "fix", guard._lint, target="MI355X", aiter_version="0.1.20.post1")
+    assert out.action == "launch-fixed", out.report
+    assert out.env.get("GPTOSS_SWIGLU_MXFP4_BF16_BOUND") == "0" and out.env.get("VLLM_ROCM_USE_AITER") == "1"
+    again = guard._lint(out.argv, out.env, target="MI355X", aiter_version="0.1.20.post1")
+    assert not [f for f in again["findings"] if f["severity"] == "error"]
+
+
+def test_the_report_says_each_fix_and_how_to_change_the_mode_as_it_was_chosen():
+    doc = lambda *a, **k: _doc(("error", "bad", "VLLM_ROCM_USE_AITER=1 vllm serve m"))  # noqa: E731
+    out = guard.decide(["vllm", "serve", "m"], {}, "refuse", doc, "--guard")
+    assert "    fix: VLLM_ROCM_USE_AITER=1 vllm serve m" in out.report
+    assert out.report[-1].endswith("or launch it anyway with --guard warn")
+    out = guard.decide(["vllm", "serve", "m"], {}, "refuse", doc)
+    assert out.report[-1].endswith("or launch it anyway with MOEDISPATCH_GUARD=warn")
+    out = guard.decide(["vllm", "serve", "m"], {}, "warn", doc, "--guard")
+    assert "--guard refuse stops it, --guard fix corrects it" in out.report[-1]
+
+
+def test_a_long_report_line_wraps_to_the_terminal_but_a_fix_line_stays_whole():
+    line = "  ERROR: " + "word " * 40
+    wrapped = guard._wrap(line, 60).split("\n")
+    assert len(wrapped) > 1 and all(len(w) <= 60 for w in wrapped) and wrapped[1].startswith("      word")
+    fix = "    fix: VLLM_ROCM_USE_AITER=1 vllm serve m " + "--x y " * 30
+    assert guard._wrap(fix, 60) == fix and guard._wrap(line, None) == line
+
+
+def test_an_engine_not_on_path_is_said_before_any_check(tmp_path, capsys):
+    with pytest.raises(UsageError, match="cannot launch 'vllm': not found on PATH — activate the engine's environment"):
+        guard.run(["--", *LINE], env={"PATH": str(tmp_path)})
+    assert capsys.readouterr().err == ""
+
+
+def test_exec_has_no_json_report(capsys):
+    from moedispatch.cli import main
+
+    assert main(["exec", "--format", "json", "--", *LINE]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no JSON report" in err

@@ -6,8 +6,8 @@ Mode (``--guard``, else ``MOEDISPATCH_GUARD``, else ``warn``):
 * ``refuse`` — a finding of severity ``error`` (everything ``moedispatch lint`` exits 3 for) stops the launch with
   exit 3 before any engine process exists; otherwise launch unchanged;
 * ``fix`` — on an error finding, launch the corrected command lint proposes (the user's command with the minimal
-  changes, its environment prefixed) when there is one, and say so; when the only fix is another layout or engine,
-  exit 3 as ``refuse`` does;
+  changes, its environment prefixed) when there is one and it lints clean itself, and say so; when the only fix is
+  another layout or engine, or every corrected command is still known-wrong, exit 3 as ``refuse`` does;
 * ``off`` — launch unchanged without checking.
 
 The launch replaces this process (``os.execvpe``): the engine keeps moedispatch's PID, gets the same argv (or the
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -56,8 +58,11 @@ def mode_from(flag: str | None, env: Mapping[str, str]) -> str:
 
 def _split_fix(fix: str, argv: Sequence[str]) -> tuple[dict[str, str], list[str]] | None:
     """(environment to add, argv) of a lint fix: ``export K=V`` parts add variables to this launch; a command part
-    (``A=1 vllm serve …``, also after ``the full recipe:``) replaces the argv. None for a fix that is another layout
-    or engine (``--tp 8 --ep 8: vllm serve …``) or that cannot be read — not this launch corrected."""
+    (``A=1 vllm serve …``, also after ``the full recipe:``) whose words lint reads as a vLLM or SGLang launch replaces
+    the argv. Advice in words (``write K=1 for K=0 before the command``, ``add -e K=1 to `docker run```, ``pick a TP
+    that divides the model``) is never a command: such parts are skipped. None for a fix that is another layout or
+    engine (``--tp 8 --ep 8: vllm serve …``), that cannot be read, or that has neither a command nor an export — not
+    this launch corrected."""
     env: dict[str, str] = {}
     command: list[str] | None = None
     for part in (p.strip() for p in fix.split("; ")):
@@ -76,12 +81,14 @@ def _split_fix(fix: str, argv: Sequence[str]) -> tuple[dict[str, str], list[str]
                     return None
                 env[k] = v
             continue
+        if words[0].startswith("-") or words[0].endswith(":"):
+            return None  # "--tp 8 --ep 8: …", "--engine-version 0.32.0: …": another layout or engine
         lead: dict[str, str] = {}
         while words and "=" in words[0] and all(c in _ASSIGN_CHARS for c in words[0].split("=", 1)[0]):
             k, v = words.pop(0).split("=", 1)
             lead[k] = v
-        if not words or words[0].startswith("-") or words[0].endswith(":"):
-            return None  # "--tp 8 --ep 8: …": another layout
+        if not words or lint._engine_of(words) is None:
+            continue  # advice in words, not a command line
         env.update(lead)
         command = words
     if command is None and not env:
@@ -89,10 +96,24 @@ def _split_fix(fix: str, argv: Sequence[str]) -> tuple[dict[str, str], list[str]
     return env, list(command if command is not None else argv)
 
 
+def _finding_lines(doc: Mapping[str, Any]) -> list[str]:
+    out = []
+    for f in doc["findings"]:
+        out.append(f"  {f['severity'].upper()}: {f['message']}" + (f" [{f['source']}]" if f["source"] else ""))
+        if f["fix"] and f["severity"] != "info":
+            out.append(f"    fix: {f['fix']}")
+    return out
+
+
 def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callable[..., dict[str, Any]],
-           **lint_args: Any) -> Outcome:
+           switch: str = GUARD_ENV, **lint_args: Any) -> Outcome:
     """The outcome of ``exec`` for this launch (pure apart from ``lint``, which plans and returns the
-    ``moedispatch.lint/1`` document for the launch)."""
+    ``moedispatch.lint/1`` document for a launch's argv and environment). ``switch`` is how the user chose the mode
+    (``--guard`` or MOEDISPATCH_GUARD), for the advice on changing it.
+
+    In fix mode each error's corrected command is linted again before it is launched: the first that has no error
+    finding is launched; when none is clean (or there is none), nothing is launched — a corrected command that is
+    still known-wrong never runs."""
     argv = tuple(argv)
     if mode == "off":
         return Outcome("launch", argv, dict(env), ("moedispatch exec: guard off (MOEDISPATCH_GUARD=off): launching "
@@ -102,26 +123,38 @@ def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callabl
     others = [f for f in doc["findings"] if f["severity"] != "error"]
     head = (f"moedispatch exec ({mode}): {doc['engine']} {doc['engine_version']} launch of {doc['model']} — "
             f"{len(errors)} error(s), {len(others)} other finding(s)")
-    report = [head] + [f"  {f['severity'].upper()}: {f['message']}" + (f" [{f['source']}]" if f["source"] else "")
-                       for f in doc["findings"]]
+    report = [head] + _finding_lines(doc)
+
+    def mode_is(value: str) -> str:
+        return f"--guard {value}" if switch == "--guard" else f"{GUARD_ENV}={value}"
+
     if not errors or mode == "warn":
         tail = ("launching as given" if not errors else
-                "launching as given anyway (warn mode; MOEDISPATCH_GUARD=refuse stops it, =fix corrects it)")
+                f"launching as given anyway (warn mode; {mode_is('refuse')} stops it, {mode_is('fix')} corrects it)")
         return Outcome("launch", argv, dict(env), tuple(report + [f"moedispatch exec: {tail}"]), doc)
     if mode == "fix":
+        tried: list[tuple[dict[str, str], list[str]]] = []
         for f in errors:
             fixed = _split_fix(f["fix"], argv) if f["fix"] else None
-            if fixed is not None:
-                extra, new_argv = fixed
-                changed = ", ".join(f"{k}={v}" for k, v in extra.items() if env.get(k) != v)
-                return Outcome("launch-fixed", tuple(new_argv), {**env, **extra}, tuple(report + [
-                    "moedispatch exec: launching the corrected command instead: " + shlex.join(new_argv)
-                    + (f" (environment: {changed})" if changed else "")]), doc)
-        report.append("moedispatch exec: no corrected command for this launch (the nearest safe launches are "
-                      "another layout or engine, above): not launched")
+            if fixed is None or fixed in tried:
+                continue
+            tried.append(fixed)
+            extra, new_argv = fixed
+            new_env = {**env, **extra}
+            again = [g for g in lint(tuple(new_argv), new_env, **lint_args)["findings"] if g["severity"] == "error"]
+            if again:
+                report.append(f"moedispatch exec: not the corrected command {shlex.join(new_argv)}: still "
+                              f"known-wrong — {again[0]['message']}")
+                continue
+            changed = ", ".join(f"{k}={v}" for k, v in extra.items() if env.get(k) != v)
+            return Outcome("launch-fixed", tuple(new_argv), new_env, tuple(report + [
+                "moedispatch exec: launching the corrected command instead (it lints clean): " + shlex.join(new_argv)
+                + (f" (environment: {changed})" if changed else "")]), doc)
+        report.append("moedispatch exec: no corrected command for this launch lints clean (the nearest safe launches "
+                      "are another layout or engine, above): not launched")
         return Outcome("refuse", argv, dict(env), tuple(report), doc)
-    report.append("moedispatch exec: not launched (refuse mode): fix the errors above, or run with "
-                  "MOEDISPATCH_GUARD=warn to launch anyway")
+    report.append(f"moedispatch exec: not launched (refuse mode): fix the errors above (each fix: line is the "
+                  f"corrected launch), or launch it anyway with {mode_is('warn')}")
     return Outcome("refuse", argv, dict(env), tuple(report), doc)
 
 
@@ -144,10 +177,14 @@ def run(argv: Sequence[str], *, guard: str | None = None, target: str | None = N
     if not argv:
         raise UsageError("exec needs the launch after `--` (e.g. moedispatch exec -- vllm serve MODEL --tp 8)")
     mode = mode_from(guard, env)
-    out = decide(argv, env, mode, _lint, target=target, aiter_version=aiter_version, model=model,
-                 engine_version=engine_version)
+    if execvpe is os.execvpe and shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+        raise UsageError(f"cannot launch {argv[0]!r}: not found on PATH — activate the engine's environment (or give "
+                         "the command's full path)")
+    out = decide(argv, env, mode, _lint, "--guard" if guard is not None else GUARD_ENV, target=target,
+                 aiter_version=aiter_version, model=model, engine_version=engine_version)
+    width = shutil.get_terminal_size().columns if getattr(err, "isatty", lambda: False)() else None
     for line in out.report:
-        err.write(line + "\n")
+        err.write(_wrap(line, width) + "\n")
     err.flush()
     if out.action == "refuse":
         return 3
@@ -156,3 +193,12 @@ def run(argv: Sequence[str], *, guard: str | None = None, target: str | None = N
     except OSError as exc:
         raise UsageError(f"cannot launch {out.argv[0]!r}: {exc.strerror or exc}") from None
     return 0  # only reached with a stand-in execvpe
+
+
+def _wrap(line: str, width: int | None) -> str:
+    """A report line fitted to the terminal (continuation lines indented); a ``fix:`` line stays whole, to paste."""
+    if width is None or len(line) <= width or line.lstrip().startswith("fix: "):
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                                    break_on_hyphens=False))
