@@ -684,3 +684,26 @@ def test_lint_cli_does_not_give_the_callers_environment_to_a_container(monkeypat
         main(["lint", "--format", "json", "--target", "MI355X", "--", *argv])
         doc = _json.loads(capsys.readouterr().out)
         assert any("silently slower" in f["message"] for f in doc["findings"]) is slower, argv
+
+
+def test_lint_reads_aiters_gptoss_bound_and_cu_num_from_the_shell_as_exec_does(monkeypatch, capsys):
+    """AITER reads GPTOSS_SWIGLU_MXFP4_BF16_BOUND (aiter/fused_moe.py line 76) — not an AITER_ name: lint once kept only
+    VLLM_/SGLANG_/AITER_ from the shell, so with the bound exported it still reported ROCm/aiter#5233 (exit 3) while
+    `exec --guard refuse` in the same shell let the launch through. Both read core.workload.engine_env now."""
+    import json as _json
+
+    from moedispatch.cli import main
+    from moedispatch.guard import launch as guard
+
+    for k, v in (("VLLM_ROCM_USE_AITER", "1"), ("VLLM_ROCM_USE_AITER_MOE", "1"),
+                 ("VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS", "1"), ("VLLM_USE_BREAKABLE_CUDAGRAPH", "0"),
+                 ("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "0"), ("CU_NUM", "256")):
+        monkeypatch.setenv(k, v)
+    argv = ["vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tensor-parallel-size", "8", "--moe-backend", "aiter",
+            "--attention-backend", "TRITON_ATTN"]
+    rc = main(["lint", "--format", "json", "--target", "MI355X", "--aiter-version", "0.1.20.post1", "--", *argv])
+    doc = _json.loads(capsys.readouterr().out)
+    assert rc == 0 and not [f for f in doc["findings"] if f["severity"] == "error"], doc["findings"]
+    assert doc["env"]["GPTOSS_SWIGLU_MXFP4_BF16_BOUND"] == "0" and doc["env"]["CU_NUM"] == "256"
+    out = guard.decide(argv, dict(os.environ), "refuse", guard._lint, target="MI355X", aiter_version="0.1.20.post1")
+    assert out.action == "launch"

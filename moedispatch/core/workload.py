@@ -65,6 +65,17 @@ FLAG_ENV = ("AITER_ONLINE_TUNE", "AITER_FLYDSL_FORCE", "AITER_SITUV2_A8W4", "AIT
             "AITER_MOE_A8W4_BYPASS_QUANT")
 
 
+#: Prefixes of the variables an engine launch's MoE path depends on: the engines' own and AITER's (with AITER_ENV's
+#: other names, e.g. GPTOSS_SWIGLU_MXFP4_BF16_BOUND and CU_NUM).
+ENGINE_ENV_PREFIXES = ("VLLM_", "SGLANG_", "AITER_", "GPTOSS_")
+
+
+def engine_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``env`` that decides an engine launch's MoE path (what lint, exec and the in-engine guard read from
+    a shell): ENGINE_ENV_PREFIXES and every AITER_ENV name, sorted by name."""
+    return {k: str(v) for k, v in sorted(env.items()) if k.startswith(ENGINE_ENV_PREFIXES) or k in AITER_ENV}
+
+
 def check_aiter_env(env: Mapping[str, str]) -> tuple[str, ...]:
     """Values AITER would reject or misread: raises UsageError (one line) for an ``int()`` variable int() rejects
     (AITER raises ValueError on it); returns a warning for a ``== "1"`` switch set to anything but 0/1 (AITER reads it

@@ -27,7 +27,7 @@ from moedispatch._util.width import wrap
 from moedispatch.core.families import FUSED_MOE_BACKENDS
 from moedispatch.core.errors import CapabilityDBError, MoedispatchError, UsageError
 from moedispatch.data import capdb
-from moedispatch.core.workload import parse_env_args
+from moedispatch.core.workload import engine_env, parse_env_args
 from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, converted_plan, engine_data, matching_issues, modelled_choice
 from moedispatch.plan.plan import plan_model
 from moedispatch.probe.targets import resolve_capabilities
@@ -770,7 +770,7 @@ def _doc(launch: Launch, version: str, model: str, caps: Any, tp: int, ep: int,
     unique.sort(key=lambda f: order[f.severity])
     return {"schema": SCHEMA, "engine": launch.engine, "engine_version": version, "model": model,
             "target": caps.target_dict(), "parallel": {"tp": tp, "ep": ep},
-            "env": {k: v for k, v in sorted(launch.env.items()) if k.startswith(("VLLM_", "SGLANG_", "AITER_"))},
+            "env": engine_env(launch.env),
             "launch": _launch_dict(launch), "findings": [f.to_dict() for f in unique]}
 
 
@@ -804,7 +804,7 @@ def render_lint(doc: dict[str, Any], fmt: str = "table", width: int | None = Non
 
 def run_cli(args: Any, out: Any) -> int:
     """The ``lint`` subcommand: exit 0 no error finding, 3 an error finding (2 is raised as UsageError)."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "SGLANG_", "AITER_"))}
+    env = engine_env(os.environ)
     text = None
     if args.file == "-":  # the launch on stdin, as ruff and shellcheck read `-`
         try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from moedispatch.core.errors import UsageError
+from moedispatch.core.workload import engine_env
 from moedispatch.engines import lint
 
 __all__ = ["MODES", "GUARD_ENV", "Outcome", "mode_from", "decide", "run"]
@@ -159,7 +160,7 @@ def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callabl
 
 
 def _lint(argv: Sequence[str], env: Mapping[str, str], **kw: Any) -> dict[str, Any]:
-    visible = {k: v for k, v in env.items() if k.startswith(("VLLM_", "SGLANG_", "AITER_", "GPTOSS_"))}
+    visible = engine_env(env)
     launch = lint.parse_launch(None, list(argv), visible, dict(env))
     return lint.lint_launch(launch, **kw)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from moedispatch.core.errors import UsageError
+from moedispatch.core.workload import engine_env
 from moedispatch.engines import lint
 from moedispatch.engines.choice import ENGINES, _data
 from moedispatch.guard.launch import GUARD_ENV, MODES, decide
@@ -31,8 +32,6 @@ PREFIX = "moedispatch guard"
 #: The engine config channel's key (vLLM ``--additional-config '{"moedispatch": {"mode": "refuse"}}'``).
 CONFIG_KEY = "moedispatch"
 _TARGET_ENV = "MOEDISPATCH_TARGET"
-#: The environment lint reads for a launch (what decides the MoE path): the engines' and AITER's own variables.
-_PREFIXES = ("VLLM_", "SGLANG_", "AITER_", "GPTOSS_")
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ class Verdict:
 
 
 def _visible(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(_PREFIXES)}
+    return engine_env(env)
 
 
 def check(engine: str, version: str, argv: Sequence[str], env: Mapping[str, str], cfg: Settings, *,
