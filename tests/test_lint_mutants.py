@@ -125,13 +125,14 @@ def test_an_exported_variable_expands_in_the_launch_line():
 
 
 def test_the_report_says_what_was_parsed():
-    """lint/1 `env` keeps VLLM_/SGLANG_/AITER_; `launch` is from/argv/model/options by dest (lint.schema.json)."""
+    """lint/1 `env` keeps what decides the MoE path (VLLM_/SGLANG_/AITER_/GPTOSS_, CU_NUM: core.workload.engine_env),
+    not HF_TOKEN; `launch` is from/argv/model/options by dest (lint.schema.json)."""
     argv = ["VLLM_ROCM_USE_AITER=1", "VLLM_ROCM_USE_AITER_MOE=1", "AITER_BYPASS_TUNE_CONFIG=0",
             "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0", "HF_TOKEN=hf_x", "vllm", "serve", "Qwen/Qwen3-30B-A3B", "-tp", "4",
             "--moe-backend", "aiter", "--max-num-batched-tokens", "8192"]
     doc = _lint(argv, env={"SGLANG_USE_AITER": "0"})
-    assert doc["env"] == {"AITER_BYPASS_TUNE_CONFIG": "0", "SGLANG_USE_AITER": "0", "VLLM_ROCM_USE_AITER": "1",
-                          "VLLM_ROCM_USE_AITER_MOE": "1"}
+    assert doc["env"] == {"AITER_BYPASS_TUNE_CONFIG": "0", "GPTOSS_SWIGLU_MXFP4_BF16_BOUND": "0",
+                          "SGLANG_USE_AITER": "0", "VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "1"}
     assert doc["launch"] == {"from": "arguments", "argv": argv[5:], "model": "Qwen/Qwen3-30B-A3B",
                              "options": {"max_num_batched_tokens": "8192", "moe_backend": "aiter",
                                          "tensor_parallel_size": "4"}}
@@ -348,10 +349,14 @@ def test_unconfirmed_engine_issues_say_so():
 
 
 def test_sglang_layout_flags():
-    """SGLang --enable-dp-attention splits attention TP over --dp-size; --ep-size is the EP degree (server_args.py)."""
+    """SGLang --enable-dp-attention splits attention TP over --dp-size, the MoE stays tensor-parallel over the whole
+    --tp-size without --ep-size (moe_ep_setup.py: moe_tp_size = tp_size // moe_ep_size // moe_dp_size); --ep-size is
+    the EP degree (server_args.py). Returns (MoE plan tp, ep, attention tp)."""
     base = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-235B-A22B-Instruct-2507", "--tp", "8"]
-    assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "2", "--enable-dp-attention"])) == (4, 1)
-    assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "3", "--enable-dp-attention"])) == (8, 1)
+    assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "2", "--enable-dp-attention"])) == (8, 1, 4)
+    assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "3", "--enable-dp-attention"])) == (8, 1, 8)
+    assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "8", "--enable-dp-attention", "--ep-size", "8"])) == (
+        1, 8, 1)
     doc = _lint(["SGLANG_USE_AITER=1", *base, "--ep-size", "8"], target="MI300X")
     assert doc["parallel"] == {"tp": 8, "ep": 8}
 
@@ -707,3 +712,54 @@ def test_lint_reads_aiters_gptoss_bound_and_cu_num_from_the_shell_as_exec_does(m
     assert doc["env"]["GPTOSS_SWIGLU_MXFP4_BF16_BOUND"] == "0" and doc["env"]["CU_NUM"] == "256"
     out = guard.decide(argv, dict(os.environ), "refuse", guard._lint, target="MI355X", aiter_version="0.1.20.post1")
     assert out.action == "launch"
+
+
+def test_vllm_data_parallel_without_expert_parallel_shards_the_moe_over_every_rank():
+    """vLLM 0.33 flattens the MoE's TP across DP when --enable-expert-parallel is off (fused_moe/config.py
+    FusedMoEParallelConfig.make): DP 2 × TP 8 runs the experts at TP 16; with EP, EP 16 and MoE TP 1."""
+    base = ["vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tensor-parallel-size", "8", "--data-parallel-size", "2"]
+    assert L._plan_layout(L.parse_launch(None, base)) == (16, 1, 8)
+    assert L._plan_layout(L.parse_launch(None, [*base, "--enable-expert-parallel"])) == (8, 16, 8)
+    assert L._plan_layout(L.parse_launch(None, base[:5])) == (8, 1, 8)
+
+
+@pytest.mark.parametrize("argv", [
+    ["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "--data-parallel-size", "8",
+     "--trust-remote-code"],
+    ["SGLANG_USE_AITER=1", "python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
+     "8", "--enable-dp-attention", "--dp", "8", "--trust-remote-code"],
+])
+def test_deepseek_with_data_parallel_attention_fits_eight_gpus(argv):
+    """DeepSeek-V3 on 8 MI355X with data-parallel attention and no EP (SGLang's standard DeepSeek launch, vLLM's DP
+    8): the experts are tensor-parallel over all 8 ranks, ~80 GiB of weights per rank — it was planned at TP 1
+    (~625 GiB per rank: "weights do not fit", exit 3, and `exec --guard refuse` stopped a standard launch)."""
+    doc = _lint(argv, target="MI355X")
+    assert not [f for f in doc["findings"] if f["severity"] == "error"], doc["findings"]
+    assert doc["parallel"] == {"tp": 8, "ep": 1}
+    (dp,) = [f for f in doc["findings"] if f["message"].startswith("data-parallel attention without expert")]
+    assert dp["severity"] == "info" and "(MoE TP 8, attention TP 1)" in dp["message"]
+    launch = L.parse_launch(None, argv)
+    caps, _ = resolve_capabilities("MI355X", None)
+    plan = dataclasses.replace(plan_model(load_model("DeepSeek-V3"), caps, 8, 1, warnings=[]), attention_tp=1)
+    from moedispatch.engines.layout import GIB, weight_bytes_per_rank
+    per_rank = weight_bytes_per_rank(plan) / GIB
+    at_tp8 = weight_bytes_per_rank(dataclasses.replace(plan, attention_tp=None)) / GIB
+    assert 60 < at_tp8 < per_rank < 130     # attention and dense layers replicated per data-parallel rank
+    assert launch.engine in ("vllm", "sglang")
+
+
+def test_a_data_parallel_attention_layout_renders_as_the_engine_spells_it():
+    """Plan.attention_tp realized: vLLM DP 2 × TP 4 is `--tensor-parallel-size 4 --data-parallel-size 2` (no
+    --enable-expert-parallel); SGLang's is `--tp-size 8 --dp-size 2 --enable-dp-attention`; heads are checked at the
+    attention TP (gpt-oss-120b: 64 heads, 8 KV heads — TP 4 splits them, MoE TP 8 is a plan value only)."""
+    from moedispatch.engines.layout import realize_layout
+
+    caps = capdb.target_capabilities("gfx950", None)
+    plan = dataclasses.replace(plan_model(load_model("gpt-oss-120b"), caps, 8, 1, warnings=[]), attention_tp=4)
+    vllm = realize_layout(plan, "vllm", engine_data("vllm")["vllm"])
+    assert [a["arg"] for a in vllm.args] == ["--tensor-parallel-size 4", "--data-parallel-size 2"]
+    assert (vllm.world, vllm.dp, vllm.errors) == (8, 2, [])
+    sgl = realize_layout(plan, "sglang", engine_data("sglang")["sglang"])
+    assert [a["arg"] for a in sgl.args] == ["--tp-size 8", "--dp-size 2", "--enable-dp-attention"]
+    odd = dataclasses.replace(plan, attention_tp=3)   # 64 heads are not divisible by attention TP 3
+    assert any("not divisible by TP 3" in r.text for r in realize_layout(odd, "vllm", engine_data("vllm")["vllm"]).errors)

@@ -150,7 +150,7 @@ def weight_bytes_per_rank(plan: Any, allocation: tuple[int, int] | None = None,
             total += elems / 32
     split, replicated = _dense_params(cfg, plan.model)
     dense_bytes = 1 if (moe and moe[0].layer.weight.dtype == "fp8") else 2
-    total += (split / plan.tp + replicated) * dense_bytes
+    total += (split / plan.dense_tp + replicated) * dense_bytes
     return total
 
 
@@ -163,7 +163,22 @@ def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: t
     args: list[dict[str, str]] = []
     errors: list[Reason] = []
     notes: list[Reason] = []
-    if engine == "vllm":
+    attn = plan.dense_tp
+    if attn != tp and ep == 1:  # data-parallel attention, the MoE tensor-parallel over all ranks (Plan.attention_tp)
+        world, dp = tp, tp // attn
+        flag = eng["tp_arg"].format(tp=attn if engine == "vllm" else world)
+        if engine == "vllm" and attn == 1:
+            flag = None
+        if flag:
+            args.append({"arg": flag, "why": f"attention TP {attn}" if engine == "vllm" else
+                         f"SGLang's --tp-size is the world size ({world} GPUs)", "source": layout_src})
+        args.append({"arg": eng["dp_arg"].format(dp=dp), "why": f"{dp} data-parallel attention groups of TP {attn}; "
+                     f"without expert parallelism the MoE is tensor-parallel over all {world} ranks", "source":
+                     layout_src})
+        if engine != "vllm":
+            args.append({"arg": "--enable-dp-attention", "why": "data-parallel attention (attention TP = tp-size / "
+                         "dp-size)", "source": layout_src})
+    elif engine == "vllm":
         if ep > 1 and ep < tp:
             errors.append(Reason(
                 f"vLLM shards experts over all TP×DP ranks with --enable-expert-parallel (MoE TP 1): tp={tp} "
@@ -198,14 +213,14 @@ def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: t
                          f"{world // ep})", "source": layout_src})
     heads = attention_heads(plan.model)
     heads_src = eng.get("heads_source", layout_src)
-    if heads is not None:
+    if heads is not None:   # split at the attention TP
         h, kv = heads
-        if h % tp:
-            errors.append(Reason(f"{plan.model.name} has {h} attention heads: not divisible by TP {tp} (the engine "
+        if h % attn:
+            errors.append(Reason(f"{plan.model.name} has {h} attention heads: not divisible by TP {attn} (the engine "
                                  f"refuses: 'Total number of attention heads ({h}) must be divisible by tensor "
-                                 f"parallel size ({tp})')", "failed", heads_src))
-        elif kv % tp and tp % kv:
-            errors.append(Reason(f"{plan.model.name} has {kv} KV heads: TP {tp} neither divides them nor is a "
+                                 f"parallel size ({attn})')", "failed", heads_src))
+        elif kv % attn and attn % kv:
+            errors.append(Reason(f"{plan.model.name} has {kv} KV heads: TP {attn} neither divides them nor is a "
                                  "multiple of them (KV heads are split or replicated per rank)", "failed", heads_src))
     mem = product_memory_gib(plan.caps)
     weights = weight_bytes_per_rank(plan, allocation, expert_bits)
@@ -219,7 +234,8 @@ def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: t
         if weights / GIB > budget:
             errors.append(Reason(
                 f"weights do not fit: ~{weights / GIB:.0f} GiB per rank{what} vs {budget:.0f} GiB usable on one "
-                f"{product} ({gib:.0f} GiB × {frac} {eng.get('memory_flag', 'memory fraction')}) at tp={tp} ep={ep}",
+                f"{product} ({gib:.0f} GiB × {frac} {eng.get('memory_flag', 'memory fraction')}) at tp={tp}"
+                + (f" (attention {attn})" if attn != tp else "") + f" ep={ep}",
                 "failed", f"{eng.get('memory_source', layout_src)}; capability_db/gpus.toml ({product} memory)",
                 None, "derived"))
         elif weights / GIB > 0.8 * budget:

@@ -12,6 +12,7 @@ Schema ``moedispatch.lint/1``: ``{"schema", "engine", "engine_version", "model",
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -332,15 +333,33 @@ def _int(flags: Mapping[str, Any], key: str, default: int = 1) -> int:
     return value
 
 
-def _plan_layout(launch: Launch) -> tuple[int, int]:
-    """(plan tp, plan ep) of the launch: attention TP and the expert-parallel degree."""
+def _plan_layout(launch: Launch) -> tuple[int, int, int]:
+    """(plan tp, plan ep, attention tp) of the launch: the MoE's tensor-parallel degree, the expert-parallel degree
+    and the attention's TP. Data-parallel attention without expert parallelism shards the experts tensor-parallel
+    over every rank (:attr:`moedispatch.plan.plan.Plan.attention_tp`): vLLM's ``--data-parallel-size`` without
+    ``--enable-expert-parallel`` (MoE TP = TP × DP), SGLang's ``--enable-dp-attention`` without ``--ep-size`` (MoE TP
+    = --tp-size)."""
     f = launch.flags
     tp, dp = _int(f, "tp"), _int(f, "dp")
     if launch.engine == "vllm":
-        return tp, (tp * dp if f.get("ep_flag") else 1)
+        if f.get("ep_flag"):
+            return tp, tp * dp, tp
+        return tp * dp, 1, tp
     attn_tp = tp // dp if f.get("dp_attention") and tp % dp == 0 else tp
     ep = _int(f, "ep")
-    return attn_tp, (tp if f.get("ep_flag") and ep == 1 else ep)
+    ep = tp if f.get("ep_flag") and ep == 1 else ep
+    if ep == 1:
+        return tp, 1, attn_tp
+    return attn_tp, ep, attn_tp
+
+
+#: Where each engine shards a data-parallel launch's experts over every rank without expert parallelism.
+_DP_MOE_SOURCE = {
+    "vllm": "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/config.py (FusedMoEParallelConfig.make: "
+            "flatten_tp_across_dp_and_pcp when enable_expert_parallel is off)",
+    "sglang": "sgl-project/sglang@v0.5.23:python/sglang/srt/model_executor/model_runner_components/moe_ep_setup.py "
+              "(moe_tp_size = tp_size // moe_ep_size // moe_dp_size; --enable-dp-attention splits only the attention)",
+}
 
 
 class _EngineRefuses(Exception):
@@ -428,8 +447,12 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                              "a checkpoint folder or config.json") from None
         unreadable = exc  # the launch's HF repo id, not in the local cache: check what needs no model
     caps, first_line = resolve_capabilities(target, aiter_version)
-    tp, ep = _plan_layout(launch)
+    tp, ep, attn_tp = _plan_layout(launch)
     findings = _launch_findings(launch, engine, version, eng)
+    if attn_tp != tp:
+        findings.append(Finding("info", f"data-parallel attention without expert parallelism: {engine} {version} "
+                                f"shards the experts tensor-parallel over all {tp} ranks (MoE TP {tp}, attention TP "
+                                f"{attn_tp}); the MoE is planned at TP {tp}", _DP_MOE_SOURCE[engine], None))
     warnings = [first_line] if first_line else []
     if unreadable is not None:
         # What needs only the command line and its environment is still checked (newcomer minor 20); the plan is not.
@@ -442,6 +465,8 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     try:
         # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
         plan = plan_model(spec, caps, tp, ep, warnings=warnings, runtime=Runtime.build(env=launch.env))
+        if attn_tp != tp:
+            plan = dataclasses.replace(plan, attention_tp=attn_tp)
     except UsageError as exc:
         findings.append(Finding("error", f"TP {tp} / EP {ep} cannot shard {spec.name}: {exc}",
                                 eng.get("heads_source"), "pick a TP that divides the model (e.g. 1, 2, 4, 8)"))

@@ -166,7 +166,8 @@ def converted_plan(plan: Plan, engine: str, version: str | None = None) -> tuple
     # produced (e.g. "run on emulation") do not: the converted plan states its own.
     own = set(plan_model(plan.model, plan.caps, plan.tp, plan.ep, runtime=plan.runtime).warnings)
     carried = [w for w in plan.warnings if w not in own]
-    return plan_model(spec, plan.caps, plan.tp, plan.ep, runtime=plan.runtime, warnings=carried, force=force), conv
+    again = plan_model(spec, plan.caps, plan.tp, plan.ep, runtime=plan.runtime, warnings=carried, force=force)
+    return replace(again, attention_tp=plan.attention_tp), conv
 
 
 def path_family(engine: str, version: str, layer: MoELayer, gfx: str, family: str | None) -> str | None:
@@ -929,7 +930,8 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
     lines = [f"# {engine} {recipe.version} recipe for {plan.model.name} on {caps.arch_label}"
              + (f", {mode} partition ({caps.compute_units} CUs)" if mode else "")
              + (f", AITER {caps.aiter_version}" if caps.aiter_version else ", no AITER")
-             + f", tp={plan.tp} ep={plan.ep} (plan {plan.fingerprint})"]
+             + f", tp={plan.tp}" + (f" (attention {plan.attention_tp})" if plan.attention_tp else "")
+             + f" ep={plan.ep} (plan {plan.fingerprint})"]
     if recipe.layout is not None:
         lo = recipe.layout
         mem = (f"; ~{lo.weights_gib:.0f} GiB weights/rank of {lo.budget_gib:.0f} GiB usable"

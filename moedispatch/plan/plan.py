@@ -49,6 +49,17 @@ class Plan:
     runtime: "Runtime | None" = None
     #: ``((first layer index of a group, what-if reasons), …)`` when asked for (``explain --what-if``).
     what_if: tuple[tuple[int, tuple[Reason, ...]], ...] = ()
+    #: The attention (and dense layers') TP when it is narrower than the MoE's ``tp``: data-parallel attention without
+    #: expert parallelism — vLLM shards its experts tensor-parallel over all TP × DP ranks
+    #: (vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make,
+    #: flatten_tp_across_dp_and_pcp), SGLang over its whole --tp-size (server_args: moe_tp_size = tp_size //
+    #: ep_size). None: the same as ``tp``.
+    attention_tp: int | None = None
+
+    @property
+    def dense_tp(self) -> int:
+        """The TP of attention and the dense layers (``attention_tp``, else ``tp``)."""
+        return self.attention_tp or self.tp
 
     def what_if_for(self, group: Sequence[Decision]) -> tuple[Reason, ...]:
         first = group[0].layer.index
