@@ -763,3 +763,44 @@ def test_a_data_parallel_attention_layout_renders_as_the_engine_spells_it():
     assert [a["arg"] for a in sgl.args] == ["--tp-size 8", "--dp-size 2", "--enable-dp-attention"]
     odd = dataclasses.replace(plan, attention_tp=3)   # 64 heads are not divisible by attention TP 3
     assert any("not divisible by TP 3" in r.text for r in realize_layout(odd, "vllm", engine_data("vllm")["vllm"]).errors)
+
+
+# -- shell syntax on the engine's line ------------------------------------------------------------------------------
+
+INFERENCEX_TAIL = """export VLLM_ROCM_USE_AITER=1
+MODEL=amd/MiniMax-M3-MXFP4
+vllm serve $MODEL --port 8888 \\
+  --tensor-parallel-size 8 \\
+  --max-model-len "$MAX_MODEL_LEN" \\
+  --disable-log-requests > /tmp/server.log 2>&1 &
+"""
+
+
+def test_redirections_and_background_after_the_engine_are_shell_not_engine_arguments():
+    """InferenceX-style `vllm serve … > /tmp/server.log 2>&1 &`: the redirections and `&` are the shell's — lint once
+    handed them to vLLM's argument list and its fix quoted them ('>' '2>&1' '&': argparse rejects them) and put the
+    recipe's options after them. Now the engine's words end before them; the fix adds its options there and keeps the
+    shell syntax, unquoted, at the end."""
+    launch = L.parse_launch(INFERENCEX_TAIL)
+    assert launch.shell_tail == [">", "/tmp/server.log", "2>&1", "&"]
+    assert launch.argv[-1] == "--disable-log-requests" and launch.model == "amd/MiniMax-M3-MXFP4"
+    doc = L.lint_launch(launch, target="MI355X", aiter_version="0.1.20.post1")
+    fixes = [f["fix"] for f in doc["findings"] if f["fix"] and "vllm serve" in f["fix"]]
+    assert fixes
+    for fix in fixes:
+        assert fix.endswith(" --attention-backend TRITON_ATTN > /tmp/server.log 2>&1 &"), fix
+        assert ' --max-model-len "$MAX_MODEL_LEN" ' in fix   # the unexpanded variable still expands when pasted
+
+
+@pytest.mark.parametrize("tail", [["|", "tee", "log"], ["&&", "echo", "up"], [">>", "a.log"], ["2>", "err.log"],
+                                  [">/tmp/x.log"], ["&>", "all.log"], [";", "sleep", "1"]])
+def test_each_kind_of_shell_syntax_ends_the_engines_arguments(tail):
+    launch = L.parse_launch(None, ["vllm", "serve", "m", "--port", "1", *tail])
+    assert launch.argv == ["vllm", "serve", "m", "--port", "1"] and launch.shell_tail == tail
+
+
+def test_a_fix_word_is_quoted_for_the_shell_it_is_pasted_into():
+    assert L._shell_word("--tensor-parallel-size") == "--tensor-parallel-size"
+    assert L._shell_word("$MAX_MODEL_LEN") == '"$MAX_MODEL_LEN"' and L._shell_word("${TP:-8}") == '"${TP:-8}"'
+    assert L._shell_word('{"a": 1}') == "'{\"a\": 1}'" and L._shell_word("a b") == "'a b'"
+    assert L._shell_word('$X"y') == "'$X\"y'"   # a double quote inside: single quotes, literal

@@ -57,6 +57,9 @@ class Launch:
     #: the assignments written on the engine's own line before its command (``K=V vllm serve …``): part of the
     #: command, so a fix line that replaces the command repeats them (an ``export`` stays set and is not repeated)
     prefix_env: dict[str, str] = field(default_factory=dict)
+    #: what follows the engine's arguments on its line as shell syntax (``> server.log 2>&1 &``, ``| tee log``): not
+    #: the engine's, kept at the end of a fix line
+    shell_tail: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,17 @@ def _logical_lines(text: str) -> list[str]:
     if cur:
         out.append(cur)
     return out
+
+
+#: A word that ends the engine's arguments: a redirection, a pipe, a list operator or `&` (shlex.split keeps them
+#: as words when they stand apart, e.g. `--disable-log-requests > /tmp/server.log 2>&1 &`).
+_SHELL_OP = re.compile(r"^(\d*(>>?|<|>&\d*|<&\d*)\S*|&>>?\S*|\|\|?|&&?|;)$")
+
+
+def _split_shell_tail(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(the command's own words, the shell syntax after them)."""
+    at = next((i for i, t in enumerate(tokens) if _SHELL_OP.match(t)), len(tokens))
+    return tokens[:at], tokens[at:]
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -310,6 +324,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
         raise UsageError(f"not a vLLM or SGLang launch: {' '.join(tokens[:4])!r} (expected `vllm serve …` or "
                          "`python -m sglang.launch_server …`)")
     engine, start = found
+    tokens, tail = _split_shell_tail(tokens)
     model, flags = _parse_args(engine, tokens[start:])
     if _container_run(tokens[:start]) is not None:
         # the engine reads the container's environment: its -e/--env, not what the host exports or sets before
@@ -318,7 +333,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
     else:
         merged = dict(script_env)
     merged.update(env or {})
-    return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments", line_env)
+    return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments", line_env, tail)
 
 
 # -- checking -------------------------------------------------------------------------------------------------------
@@ -725,7 +740,18 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
     else:   # the user's own assignments before `docker run` reach only the docker CLI: kept as written
         words = [f"{k}={v}" for k, v in launch.prefix_env.items()] + inside
     words += [t for _, toks in runs for t in toks]
-    return " ".join(shlex.quote(w) if w and not re.fullmatch(r"[\w@%+=:,./-]+", w) else w for w in words)
+    return " ".join([_shell_word(w) for w in words] + [t if _SHELL_OP.match(t) else _shell_word(t)
+                                                        for t in launch.shell_tail])
+
+
+def _shell_word(word: str) -> str:
+    """``word`` as the shell reads it back: as is when plain, in double quotes when it still holds a ``$VAR`` the
+    script left unexpanded (so the pasted line expands it as the script did), else single-quoted."""
+    if word and re.fullmatch(r"[\w@%+=:,./-]+", word):
+        return word
+    if _VAR.search(word) and not re.search(r'["\\`]', word):
+        return f'"{word}"'
+    return shlex.quote(word)
 
 
 def in_container(launch: Launch) -> bool:
