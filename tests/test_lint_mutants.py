@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import os
+import shlex
 
 import pytest
 
@@ -195,24 +196,39 @@ def test_moe_backend_aiter_without_the_switch_is_said_once():
 # -- what the engine runs against the plan ------------------------------------------------------------------------
 
 def test_switch_off_is_silently_slower_with_the_launch_as_the_fix():
-    """Switch off is silently slower (vllm#56945); the fix is the user's line with the recipe's options."""
+    """Switch off and --moe-backend triton is silently slower (vllm#56945); exporting the switch alone would not
+    change the forced Triton path, so the fix is the user's line with the recipe's options; AITER's own dispatch
+    issues (ROCm/aiter#3999 under EP) are not this launch's: it runs Triton."""
     argv = ["vllm", "serve", "MiniMaxAI/MiniMax-M3-MXFP8", "--enable-expert-parallel", "--moe-backend=triton",
             "--tensor-parallel-size", "4", "--moe-backend", "triton", "--max-model-len", "65536"]
     doc = _lint(argv)
     (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
     assert slow["severity"] == "warning" and slow["source"] == VLLM_SWITCH_SOURCE
-    assert slow["message"] == ("VLLM_ROCM_USE_AITER is unset: vllm runs the MoE on triton while the plan's correct "
-                               "fastest path is aiter-flydsl (AITER) — silently slower")
+    assert slow["message"] == ("VLLM_ROCM_USE_AITER is unset and --moe-backend triton: vllm runs the MoE on triton "
+                               "while the plan's correct fastest path is aiter-flydsl (AITER) — silently slower")
     recipe = ("VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1 VLLM_USE_BREAKABLE_CUDAGRAPH=0 vllm serve "
               "MiniMaxAI/MiniMax-M3-MXFP8 --enable-expert-parallel --moe-backend aiter --tensor-parallel-size 4 "
               "--max-model-len 65536 --attention-backend TRITON_ATTN")
-    assert slow["fix"] == "export VLLM_ROCM_USE_AITER=1; the full recipe: " + recipe
+    assert slow["fix"] == recipe
     assert doc["parallel"] == {"tp": 4, "ep": 4}
-    # ROCm/aiter#3999 (EP looks up topk - 1): the dispatch issue keeps the 'info' severity its data declares
+    assert not _by_source(doc, "ROCm/aiter/issues/3999")
+    # on the recipe itself ROCm/aiter#3999 (EP looks up topk - 1) is said, with the 'info' severity its data declares
+    doc = _lint(shlex.split(recipe))
     (ep,) = _by_source(doc, "ROCm/aiter/issues/3999")
-    assert ep["severity"] == "info" and ep["fix"] == recipe
+    assert ep["severity"] == "info" and ep["fix"] is None    # the recipe is the launch: nothing to change
     assert ep["message"].startswith("AITER runs flydsl_moe1_afp8_wfp8_bf16_t32x128x256_w2_gui for tokens 1–512 "
                                     "(bucket 1): under expert parallelism AITER looks up topk - 1")
+
+
+def test_a_forced_slower_backend_with_the_switch_on_is_said_and_fixed_by_the_recipe():
+    """--moe-backend emulation (or triton) with VLLM_ROCM_USE_AITER=1: the switch is not the cause, the flag is — a
+    warning naming the flag, the full recipe as the fix (it once said nothing: lint followed only the switch)."""
+    argv = ["VLLM_ROCM_USE_AITER=1", "VLLM_USE_BREAKABLE_CUDAGRAPH=0", "vllm", "serve", "amd/MiniMax-M3-MXFP4",
+            "--tensor-parallel-size", "8", "--moe-backend", "emulation", "--attention-backend", "TRITON_ATTN"]
+    (slow,) = [f for f in _lint(argv)["findings"] if "silently slower" in f["message"]]
+    assert slow["message"].startswith("--moe-backend emulation: vllm runs the MoE on emulation while the plan's "
+                                      "correct fastest path is aiter-flydsl (AITER) — silently slower (emulation")
+    assert "--moe-backend aiter" in slow["fix"] and "emulation" not in slow["fix"]
 
 
 def test_a_launch_without_its_command_line_gets_the_recipe_as_the_fix():
@@ -273,13 +289,17 @@ def test_vllm_031_forced_triton_and_emulation():
     f8 = ["vllm", "serve", "MiniMaxAI/MiniMax-M3-MXFP8", "--tensor-parallel-size", "8"]
     for runner in ("triton", "triton_unfused"):
         doc = _lint(["VLLM_ROCM_USE_AITER=1", *f8, "--moe-backend", runner], engine_version="0.31.0")
-        assert [f["source"] for f in doc["findings"] if f["severity"] != "info"] == ["vllm-project/recipes#581"]
+        said = [f for f in doc["findings"] if f["severity"] != "info"]
+        assert {f["severity"] for f in said} == {"warning"} and len(said) == 2, said
+        assert any(f["source"] == "vllm-project/recipes#581" for f in said)
+        assert any(f"--moe-backend {runner}: vllm runs the MoE on triton" in f["message"] for f in said)
     doc = _lint(["VLLM_ROCM_USE_AITER=1", *f8], engine_version="0.31.0")
     assert not [f for f in doc["findings"] if f["severity"] != "info"], doc["findings"]
     doc = _lint([*f8, "--moe-backend", "emulation"], engine_version="0.31.0")
     (slow,) = _sev(doc, "warning")
-    assert slow["message"] == ("VLLM_ROCM_USE_AITER is unset: vllm runs the MoE on emulation while the plan's correct "
-                               "fastest path is aiter-flydsl (AITER) — silently slower")
+    assert slow["message"] == ("VLLM_ROCM_USE_AITER is unset and --moe-backend emulation: vllm runs the MoE on "
+                               "emulation while the plan's correct fastest path is aiter-flydsl (AITER) — silently "
+                               "slower (emulation dequantizes to BF16: the slow reference path, not for serving)")
     doc = _lint(["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "amd/MiniMax-M3-MXFP4", "--tensor-parallel-size", "8",
                  "--moe-backend", "triton"], engine_version="0.31.0")
     (err,) = _sev(doc, "error")

@@ -489,6 +489,8 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         return _doc(launch, version, spec.name, caps, tp, ep, findings)
     recipe = build_recipe(plan, engine, version)
     fix_line = _fix_from_launch(launch, recipe) or _fix(recipe)
+    if fix_line is not None and _is_the_launch(launch, fix_line):
+        fix_line = None   # the recipe is this very launch: nothing to change (a finding then says its workaround)
     for r in recipe.layout.errors if recipe.layout else []:
         findings.append(Finding("error", r.text, r.source, fix_line))
     dies = False  # at load, before the converted experts serve a token: nothing further to check on them
@@ -499,13 +501,19 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         findings += said
         dies = any(f.severity == "error" for f in said)
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    family: str | None = "aiter"
     if moe and not dies and all(d.backend for d in moe):
-        findings += _moe_findings(launch, plan, recipe, version, eng, ep, fix_line)
+        said, family = _moe_findings(launch, plan, recipe, version, eng, ep, fix_line)
+        findings += said
     elif moe and not dies:
         findings.append(Finding("error", "some MoE layer has no correct backend on this target: no launch runs it "
                                 "correctly", None, "see `moedispatch explain`"))
     findings += _ray_env_findings(launch, version, eng, recipe)
-    forwarded = _dispatch_findings(plan, launch, fix_line, findings)
+    if family in (None, "aiter"):
+        forwarded = _dispatch_findings(plan, launch, fix_line, findings)
+    else:   # the engine runs another family: what AITER's dispatcher would run does not apply to this launch
+        forwarded = {hit.issue for d in plan.decisions if d.layer.kind == "moe" and getattr(d, "dispatch", None)
+                     for hit in d.dispatch.issues}
     for w in plan.warnings:
         if w.issue is not None and w.issue in forwarded:
             continue  # said above with the severity its data declares
@@ -533,10 +541,10 @@ def _conversion_findings(launch: Launch, conv: Mapping[str, Any], version: str, 
 
 
 def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Mapping[str, Any], ep: int,
-                  fix_line: str | None) -> list[Finding]:
+                  fix_line: str | None) -> tuple[list[Finding], str | None]:
     """The MoE layers of a launch whose every layer has a correct backend: what the engine runs under the launch's
     flags and AITER switch against the plan (silently slower, wrong, refused), SGLang's own gate, the engine
-    issues the launch's env meets."""
+    issues the launch's env meets — and the family the engine runs (None: it refuses the launch)."""
     engine, caps = launch.engine, plan.caps
     findings: list[Finding] = []
     d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
@@ -556,14 +564,19 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
     plan_aiter = d0.family in ("ck", "cktile", "flydsl", "asm")
     env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
     refused_flag = engine == "vllm" and backend_flag == "aiter" and not on  # said by _launch_findings
-    if not refused_flag and plan_aiter and not on and family != "aiter" and recipe.ok and (
+    forced = backend_flag not in ("auto", "aiter") and (engine == "vllm" or not conv)
+    if not refused_flag and plan_aiter and family not in (None, "aiter") and (forced or not on) and recipe.ok and (
             recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS):
         # (a recipe named after the family AITER runs at the engine's allocation is the same aiter.fused_moe launch)
-        state = f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"
-        findings.append(Finding("warning", f"{state}: {engine} runs the MoE on {family} while the "
-                                f"plan's correct fastest path is {d0.backend} (AITER) — silently slower",
-                                env_src, _set_env(launch, switch, "1") + (f"; the full recipe: {fix_line}"
-                                                                           if fix_line else "")))
+        causes = [] if on else [f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"]
+        if forced:   # the launch names the other path itself: the switch alone does not change it
+            causes.append(f"{eng['backend_arg']} {launch.flags.get('moe_backend')}")
+        fix = (_set_env(launch, switch, "1") + (f"; the full recipe: {fix_line}" if fix_line else "")
+               if not forced else fix_line)
+        findings.append(Finding("warning", f"{' and '.join(causes)}: {engine} runs the MoE on {family} while the "
+                                f"plan's correct fastest path is {d0.backend} (AITER) — silently slower"
+                                + (" (emulation dequantizes to BF16: the slow reference path, not for serving)"
+                                   if family == "emulation" else ""), env_src if not on else eng["source"], fix))
     gate = _gate_fails(engine, version, plan) if on and family == "triton" and engine == "sglang" else None
     if gate is not None and backend_flag == "auto":
         findings.append(Finding("info", f"{engine} {version} runs this MoE on Triton itself with {switch}=1: "
@@ -576,7 +589,7 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
         findings.append(Finding(row["severity"], row["message"] + (" (unconfirmed)" if row.get("confidence") ==
                                                                      "unconfirmed" else ""),
                                 row["source"], row["fix"]))
-    return findings
+    return findings, family
 
 
 def _family_findings(plan: Any, engine: str, version: str, d0: Any, family: str,
@@ -742,6 +755,15 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
     words += [t for _, toks in runs for t in toks]
     return " ".join([_shell_word(w) for w in words] + [t if _SHELL_OP.match(t) else _shell_word(t)
                                                         for t in launch.shell_tail])
+
+
+def _is_the_launch(launch: Launch, line: str) -> bool:
+    """Whether ``line`` is the launch's own command line, word for word (its assignments, argv, shell syntax)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return False
+    return words == [f"{k}={v}" for k, v in launch.prefix_env.items()] + list(launch.argv) + list(launch.shell_tail)
 
 
 def _shell_word(word: str) -> str:
