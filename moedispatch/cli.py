@@ -760,7 +760,10 @@ def _cmd_exec(args: argparse.Namespace) -> int:
     if args.format == "json":
         raise UsageError("exec reports on stderr and gives stdout to the engine: no JSON report (moedispatch lint "
                          "--format json -- … gives the same check as JSON)")
-    return launch.run(args.engine_args, guard=args.guard, target=args.target, aiter_version=args.aiter_version,
+    from moedispatch.probe.targets import cli_aiter_version
+
+    return launch.run(args.engine_args, guard=args.guard, target=args.target,
+                      aiter_version=cli_aiter_version(args.aiter_version),
                       model=args.model, engine_version=args.engine_version)
 
 

@@ -40,7 +40,10 @@ def fake_vllm(tmp_path):
 
 def _exec(fake_vllm, *args, env_extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_", "MOEDISPATCH_GUARD"))}
-    env.update(PATH=f"{fake_vllm}{os.pathsep}{env['PATH']}", KEEP_ME="yes", **(env_extra or {}))
+    # capability_db's newest AITER, not the PyPI amd-aiter 0.1.7 of the test venv (exec plans for the installed one
+    # by default, as explain and lint do)
+    env.update(PATH=f"{fake_vllm}{os.pathsep}{env['PATH']}", KEEP_ME="yes", MOEDISPATCH_AITER_VERSION="default",
+               **(env_extra or {}))
     proc = subprocess.Popen([sys.executable, "-m", "moedispatch.cli", "exec", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=300)

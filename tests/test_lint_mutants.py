@@ -824,3 +824,24 @@ def test_a_fix_word_is_quoted_for_the_shell_it_is_pasted_into():
     assert L._shell_word("$MAX_MODEL_LEN") == '"$MAX_MODEL_LEN"' and L._shell_word("${TP:-8}") == '"${TP:-8}"'
     assert L._shell_word('{"a": 1}') == "'{\"a\": 1}'" and L._shell_word("a b") == "'a b'"
     assert L._shell_word('$X"y') == "'$X\"y'"   # a double quote inside: single quotes, literal
+
+
+def test_lint_and_exec_plan_for_the_aiter_explain_plans_for(monkeypatch):
+    """Without --aiter-version, explain plans for the AITER installed in this Python (probe.targets.cli_aiter_version);
+    lint and exec planned for capability_db's newest — so the recipe explain printed got a lint warning. All three
+    resolve the version the same way now (MOEDISPATCH_AITER_VERSION=default: the newest)."""
+    from moedispatch.guard import launch as guard
+
+    seen = []
+    monkeypatch.setattr(L, "lint_launch", lambda launch, **kw: seen.append(kw["aiter_version"]) or {
+        "findings": [], "engine": "vllm", "engine_version": "0.33.0", "model": "m"})
+    monkeypatch.setattr(L, "render_lint", lambda doc, fmt, width=None: "")
+    monkeypatch.setattr(guard, "run", lambda argv, **kw: seen.append(kw["aiter_version"]) or 0)
+    monkeypatch.setattr("moedispatch.probe.targets.installed_aiter", lambda: ("0.1.7.post2", "/site/aiter"))
+    monkeypatch.delenv("MOEDISPATCH_AITER_VERSION", raising=False)
+    assert main(["lint", "--", "vllm", "serve", "m"]) == 0 and main(["exec", "--", "vllm", "serve", "m"]) == 0
+    assert seen == ["installed", "installed"]
+    monkeypatch.setenv("MOEDISPATCH_AITER_VERSION", "default")
+    main(["lint", "--", "vllm", "serve", "m"])
+    main(["exec", "--aiter-version", "0.1.18", "--", "vllm", "serve", "m"])
+    assert seen[2:] == [None, "0.1.18"]

@@ -31,7 +31,7 @@ from moedispatch.data import capdb
 from moedispatch.core.workload import engine_env, parse_env_args
 from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, converted_plan, engine_data, matching_issues, modelled_choice
 from moedispatch.plan.plan import plan_model
-from moedispatch.probe.targets import resolve_capabilities
+from moedispatch.probe.targets import cli_aiter_version, resolve_capabilities
 from moedispatch.selector import plugins
 from moedispatch.core.workload import Runtime
 from moedispatch.sources.models import ModelSpec, load_model
@@ -908,7 +908,8 @@ def run_cli(args: Any, out: Any) -> int:
     env.update(launch.env)
     env.update(given)
     launch.env = env
-    doc = lint_launch(launch, target=args.target, aiter_version=args.aiter_version, model=args.model,
+    doc = lint_launch(launch, target=args.target, aiter_version=cli_aiter_version(args.aiter_version),
+                      model=args.model,
                       engine_version=args.engine_version)
     out(render_lint(doc, args.format, getattr(args, "width", None)))
     return 3 if any(f["severity"] == "error" for f in doc["findings"]) else 0
