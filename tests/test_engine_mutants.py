@@ -162,12 +162,13 @@ def test_a_refusal_is_the_verdict_with_the_engines_own_message_and_source():
 
 
 def test_an_engine_backend_with_no_moedispatch_counterpart_is_different():
-    """Kimi-K2.5 (compressed-tensors INT4 W4A16): vLLM 0.33.0's WNA16 auto pick is TRITON (TritonWNA16Experts),
-    which no moedispatch backend models (oracle/int_wna16.py)."""
-    _, [c] = _compare("Kimi-K2.5")
+    """Kimi-K2.5 (compressed-tensors INT4 W4A16) with --moe-backend marlin: vLLM 0.33.0's WNA16 oracle maps it to
+    MARLIN (MarlinExperts, oracle/int_wna16.py), which no moedispatch backend models. (Its auto pick, TRITON —
+    TritonWNA16Experts, a TritonExperts — is the triton backend's int4 weight-only path.)"""
+    _, [c] = _compare("Kimi-K2.5", mb="marlin")
     assert c["verdict"] == "different"
     assert [(w["text"], w["kind"]) for w in c["why_details"]] == [
-        ("moedispatch has no backend matching vllm's TRITON", "note")]
+        ("moedispatch has no backend matching vllm's MARLIN", "note")]
 
 
 def test_a_correct_slower_engine_pick_names_the_findings_that_apply_on_this_gpu():
@@ -348,12 +349,13 @@ def test_vllm_wna16_flydsl_auto_forced_and_refused():
     assert _row(fly) == ("vllm", "0.33.0", "flydsl", "FLYDSL_W4A16", "aiter-flydsl", 7168, 2048, None, None,
                          "CompressedTensorsW4A16FlydslMoEMethod")
     auto = _kimi_int4()
-    assert _row(auto) == ("vllm", "0.33.0", "auto", "TRITON", None, 7168, 2048, None, None, "TritonWNA16Experts")
+    assert _row(auto) == ("vllm", "0.33.0", "auto", "TRITON", "triton", 7168, 2048, None, None, "TritonWNA16Experts")
     assert auto.rejected == ()
     assert auto.reasons == (Reason("vLLM 0.33.0 picks TRITON (TritonWNA16Experts; the first backend of the ROCm auto "
                                    "list whose kernels run there)", "decision", WNA16_SRC, None, "derived"),)
     forced = _kimi_int4(mb="triton")
-    assert _row(forced) == ("vllm", "0.33.0", "triton", "TRITON", None, 7168, 2048, None, None, "TritonWNA16Experts")
+    assert _row(forced) == ("vllm", "0.33.0", "triton", "TRITON", "triton", 7168, 2048, None, None,
+                            "TritonWNA16Experts")
     assert forced.reasons == (Reason("vLLM 0.33.0 picks TRITON (forced by --moe-backend triton)", "decision",
                                      WNA16_SRC),)
     expected = "Expected one of ['triton', 'marlin', 'humming', 'flashinfer_trtllm', 'emulation', 'rdna3']."
@@ -446,9 +448,9 @@ def test_explains_engine_lines():
         "engine  layers 0–47: vllm 0.33.0 --moe-backend auto (VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1) → "
         "AITER (aiter-ck), allocates 2048 × 128/rank — same kernel family as moedispatch"]
     kimi = ec.render_comparison(ec.compare_plan(_plan("Kimi-K2.5"), "vllm"))
-    assert kimi == ["engine  layers 1–60: vllm 0.33.0 --moe-backend auto (default environment) → TRITON (no "
-                    "moedispatch backend), allocates 7168 × 256/rank — no matching moedispatch backend",
-                    "        moedispatch has no backend matching vllm's TRITON"]
+    assert kimi == ["engine  layers 1–60: vllm 0.33.0 --moe-backend auto (default environment) → TRITON (triton), "
+                    "allocates 7168 × 256/rank — correct, but moedispatch prefers another",
+                    "        triton is correct for this layer but moedispatch prefers aiter-flydsl"]
     m3 = ec.render_comparison(ec.compare_plan(_plan("MiniMax-M3-MXFP4"), "vllm", env=ON), env=ON)
     assert m3[0] == ("engine  layers 3–59: vllm 0.33.0 --moe-backend auto (VLLM_ROCM_USE_AITER=1) → AITER_MXFP4_MXFP4 "
                      "(aiter-ck), allocates 6144 × 384/rank — WRONG for this layer per moedispatch; padding differs")

@@ -845,3 +845,18 @@ def test_lint_and_exec_plan_for_the_aiter_explain_plans_for(monkeypatch):
     main(["lint", "--", "vllm", "serve", "m"])
     main(["exec", "--aiter-version", "0.1.18", "--", "vllm", "serve", "m"])
     assert seen[2:] == [None, "0.1.18"]
+
+
+def test_kimi_int4_on_mi308x_lints_as_the_recipe_plans_it():
+    """Kimi-K2.5 (compressed-tensors INT4) on MI308X with vLLM 0.33: the WNA16 oracle's TRITON is TritonWNA16Experts,
+    the triton backend's int4 weight-only path (engines/vllm.toml oracle.wna16 families). The recipe once refused it
+    ("no moedispatch backend") and told the user to downgrade vLLM while lint passed the same launch; now the recipe
+    takes it, lint passes it, and a --moe-backend flydsl launch (gfx950 only) gets it as the fix."""
+    triton = ["VLLM_ROCM_USE_AITER_MOE=0", "vllm", "serve", "moonshotai/Kimi-K2.5", "--tensor-parallel-size", "8",
+              "--moe-backend", "triton"]
+    assert not [f for f in _lint(triton, target="MI308X")["findings"] if f["severity"] != "info"]
+    fly = ["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "moonshotai/Kimi-K2.5", "--tensor-parallel-size", "8",
+           "--moe-backend", "flydsl"]
+    (err,) = _sev(_lint(fly, target="MI308X"), "error")
+    assert err["fix"] == ("VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=0 vllm serve moonshotai/Kimi-K2.5 "
+                          "--tensor-parallel-size 8 --moe-backend triton")

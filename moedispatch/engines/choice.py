@@ -245,9 +245,9 @@ def _vllm_wna16(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Cap
         name = o["auto"][0]
         why = (f"vLLM {version} picks {name} ({o['classes'][name]}; the first backend of the ROCm auto list whose "
                "kernels run there)")
-        return EngineChoice("vllm", version, mb, name, None, layer.hidden, layer.intermediate_per_rank, None, None,
-                            o["classes"][name], (), (Reason(why, "decision", src, None,
-                                                            o.get("auto_confidence", "confirmed")),))
+        return EngineChoice("vllm", version, mb, name, o["families"].get(name), layer.hidden,
+                            layer.intermediate_per_rank, None, None, o["classes"][name], (),
+                            (Reason(why, "decision", src, None, o.get("auto_confidence", "confirmed")),))
     if mb not in o["map"]:
         msg = (f"moe_backend='{mb}' is not supported for WNA16 MoE. Expected one of {list(o['map'])}."
                + (" (FlyDSL W4A16 needs --moe-backend flydsl, compressed-tensors INT4 group 32, gfx950)"
@@ -255,7 +255,8 @@ def _vllm_wna16(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Cap
         return EngineChoice("vllm", version, mb, None, None, None, None, msg, "select", None, (), (Reason(
             f"vLLM {version} refuses the layer: {msg}", "failed", src),))
     name = o["map"][mb]
-    return EngineChoice("vllm", version, mb, name, None, layer.hidden, layer.intermediate_per_rank, None, None,
+    return EngineChoice("vllm", version, mb, name, o["families"].get(name), layer.hidden, layer.intermediate_per_rank,
+                        None, None,
                         o["classes"][name], (), (Reason(f"vLLM {version} picks {name} (forced by --moe-backend {mb})",
                                                         "decision", src),))
 
