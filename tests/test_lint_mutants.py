@@ -102,7 +102,8 @@ def test_unusable_launches_say_what_is_missing():
     """The one-line messages of parse_launch: only env assignments, not an engine command, a script without one."""
     with pytest.raises(UsageError) as exc:
         L.parse_launch(None, ["env", "VLLM_ROCM_USE_AITER=1"])
-    assert str(exc.value) == "lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)"
+    assert str(exc.value) == ("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL "
+                              "--tensor-parallel-size 8)")
     with pytest.raises(UsageError) as exc:
         L.parse_launch(None, ["torchrun", "--nproc-per-node", "8", "train.py", "--lr", "1e-4"])
     assert str(exc.value) == ("not a vLLM or SGLang launch: 'torchrun --nproc-per-node 8 train.py' (expected "
@@ -535,9 +536,9 @@ def test_the_table_wraps_each_part_at_its_column():
                     "          source: vllm-project/vllm#1 vllm-project/vllm#1\n"
                     "                  vllm-project/vllm#1 vllm-project/vllm#1\n"
                     "                  vllm-project/vllm#1 vllm-project/vllm#1\n"
-                    "          fix:    export VLLM_ROCM_USE_AITER=1 export\n"
-                    "                  VLLM_ROCM_USE_AITER=1 export\n"
-                    "                  VLLM_ROCM_USE_AITER=1 export\n"
+                    "          fix:    export VLLM_ROCM_USE_AITER=1 export \\\n"
+                    "                  VLLM_ROCM_USE_AITER=1 export \\\n"
+                    "                  VLLM_ROCM_USE_AITER=1 export \\\n"
                     "                  VLLM_ROCM_USE_AITER=1\n")
     assert L.render_lint(_doc([]), "table", None) == ("lint vllm 0.33.0 launch of Qwen3-30B-A3B on gfx950 (?), AITER "
                                                       "none, tp=4 ep=1\n  no findings\n")
@@ -860,3 +861,62 @@ def test_kimi_int4_on_mi308x_lints_as_the_recipe_plans_it():
     (err,) = _sev(_lint(fly, target="MI308X"), "error")
     assert err["fix"] == ("VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=0 vllm serve moonshotai/Kimi-K2.5 "
                           "--tensor-parallel-size 8 --moe-backend triton")
+
+
+# -- the newcomer review of lint and exec (this round) ------------------------------------------------------------
+
+def test_vllms_model_may_follow_the_options_and_its_cli_module_is_a_launch():
+    """`vllm serve --tensor-parallel-size 8 MODEL` (argparse takes model_tag after options) and `python -m
+    vllm.entrypoints.cli.main serve MODEL` (serve is the subcommand, not the model)."""
+    late = L.parse_launch(None, ["vllm", "serve", "--tensor-parallel-size", "8", "openai/gpt-oss-120b"])
+    assert (late.model, late.flags) == ("openai/gpt-oss-120b", {"tp": "8"})
+    mod = L.parse_launch(None, ["python", "-m", "vllm.entrypoints.cli.main", "serve", "m", "--tensor-parallel-size",
+                                "2"])
+    assert (mod.engine, mod.model, mod.flags) == ("vllm", "m", {"tp": "2"})
+
+
+def test_a_partition_target_is_named_in_lints_header_and_json():
+    doc = _lint(["vllm", "serve", "openai/gpt-oss-120b", "--tensor-parallel-size", "8"], target="MI355X:CPX",
+                aiter="0.1.20.post1")
+    assert doc["target"]["partition"] == "CPX" and doc["target"]["compute_units"] == 32
+    assert L.render_lint(doc).splitlines()[0].startswith(
+        "lint vllm 0.33.0 launch of gpt-oss-120b on gfx950 (MI355X CPX, 32 CUs), AITER 0.1.20.post1")
+
+
+def test_a_fix_line_wraps_as_one_shell_command_and_drops_an_option_the_parser_rejects():
+    """A fix wrapped at plain spaces, pasted into a shell, ran as several broken commands: it now breaks only between
+    shell words, each broken line ending in a backslash (bash reads it back as one command). An option
+    the engine release rejects (SGLang 0.5.23 has no --enable-ep-moe) is said as its own error and left out of the
+    corrected command, which must start."""
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "amd/MiniMax-M3-MXFP4", "--tp-size", "8",
+            "--enable-ep-moe"]
+    doc = _lint(argv, aiter="0.1.20.post1")
+    assert any(f["message"].startswith("sglang 0.5.23 has no option --enable-ep-moe") for f in _sev(doc, "error"))
+    fixes = [f["fix"] for f in doc["findings"] if f["fix"]]
+    assert fixes and all("--enable-ep-moe" not in fix for fix in fixes)
+    text = L.render_lint(doc, width=60)   # wrapped between shell words with ` \` continuations: bash reads it back
+    for fix in fixes:
+        wrapped = L._wrap_shell(fix, "          fix:    ", 60)
+        assert "\n".join(wrapped) in text and all(len(line) <= 60 or " " not in line.strip() for line in wrapped)
+        pasted = "\n".join([wrapped[0][len("          fix:    "):]] + wrapped[1:])
+        assert shlex.split(pasted.replace("\\\n", " ")) == shlex.split(fix)
+
+
+def test_what_lint_cannot_read_exactly_is_said():
+    """A script that branches (its exports are read in order, conditions ignored) and a container's --env-file (not
+    read): each a warning naming it and how to give the values."""
+    script = ('if [ "$TP" = 8 ]; then\n  export GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0\nfi\n'
+              "docker run --rm --env-file ./vllm.env img vllm serve amd/MiniMax-M3-MXFP4 --tensor-parallel-size 8\n")
+    launch = L.parse_launch(script, source="serve.sh")
+    assert launch.notes == [
+        'serve.sh sets GPTOSS_SWIGLU_MXFP4_BF16_BOUND inside a branch or loop (`if [ "$TP" = 8 ]; then`): lint '
+        "reads every assignment in order and ignores the conditions — check the values it used (the JSON report's "
+        "env) or give them with --env K=V",
+        "docker run --env-file ./vllm.env: lint does not read it — give its variables with --env K=V"]
+    doc = L.lint_launch(launch, target="MI355X", aiter_version="0.1.20.post1")
+    assert [f["message"] for f in doc["findings"] if f["message"] in launch.notes] == launch.notes
+    # a branch that sets what the launch does not read (InferenceX's HSA_NO_SCRATCH_RECLAIM) is no concern of lint's
+    quiet = L.parse_launch('if [ -z "$v" ]; then\n  export HSA_NO_SCRATCH_RECLAIM=1\nfi\nvllm serve m\n')
+    assert quiet.notes == []
+    used = L.parse_launch('if true; then\n  TP=8\nfi\nvllm serve m --tensor-parallel-size $TP\n', source="s.sh")
+    assert used.notes[0].startswith("s.sh sets TP inside a branch or loop (`if true; then`)")

@@ -147,7 +147,12 @@ def test_a_non_integer_tp_is_a_usage_error_naming_the_flag_and_value():
     launch = parse_launch(argv=["vllm", "serve", "Qwen3-30B-A3B", "--tensor-parallel-size", "eight"])
     with pytest.raises(UsageError) as exc:
         lint_launch(launch, target="MI300X", aiter_version=A20)
-    assert str(exc.value) == "tp must be an integer, got 'eight'"
+    assert str(exc.value) == "the launch's tensor-parallel size must be an integer, got 'eight'"
+    launch = parse_launch(argv=["vllm", "serve", "Qwen3-30B-A3B", "--tensor-parallel-size", "$TP"])
+    with pytest.raises(UsageError) as exc:   # a script variable nothing set: say so and how to give it
+        lint_launch(launch, target="MI300X", aiter_version=A20)
+    assert str(exc.value) == ("the launch's tensor-parallel size must be an integer, got '$TP' — a variable the "
+                              "launch does not set? give it with --env NAME=VALUE")
 
 
 def test_ray_dp_warns_about_an_aiter_variable_the_launch_sets_even_when_the_plan_does_not_need_it():

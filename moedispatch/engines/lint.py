@@ -60,6 +60,8 @@ class Launch:
     #: what follows the engine's arguments on its line as shell syntax (``> server.log 2>&1 &``, ``| tee log``): not
     #: the engine's, kept at the end of a fix line
     shell_tail: list[str] = field(default_factory=list)
+    #: what lint could not read exactly (a script's branches, a container's --env-file), said as warnings
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ def _engine_of(tokens: list[str]) -> tuple[str, int] | None:
         base = os.path.basename(tok)
         if base == "vllm" and k + 1 < len(tokens) and tokens[k + 1] == "serve":
             return "vllm", k + 2
+        if tok == "vllm.entrypoints.cli.main" and k + 1 < len(tokens) and tokens[k + 1] == "serve":
+            return "vllm", k + 2   # `python -m vllm.entrypoints.cli.main serve MODEL`: the CLI's own entry point
         if tok in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"):
             return "vllm", k + 1
         if tok in ("sglang.launch_server", "sglang.srt.server") or base == "sglang.launch_server":
@@ -180,8 +184,8 @@ def _parse_args(engine: str, args: Sequence[str]) -> tuple[str | None, dict[str,
         elif name in dests:
             if key:
                 flags[key] = not name.startswith(("--disable-", "--no-"))
-        elif not tok.startswith("-") and model is None and engine == "vllm" and not flags:
-            model = tok
+        elif not tok.startswith("-") and model is None and engine == "vllm":
+            model = tok   # vLLM serve's positional model_tag, before or after the options (argparse intermixes)
         i += 1
     model = str(flags.pop("model")) if "model" in flags else model
     return model, flags
@@ -276,6 +280,10 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
     engine reads: the script's exports and the command line's own assignments — or, for an engine inside ``docker
     run`` / ``podman run``, only the container's ``-e`` (:func:`_container_env`)."""
     caller = dict(variables or {})   # the environment the launch runs in (what `docker run -e K` can pass)
+    notes: list[str] = []
+    flow: list[str] = []   # the branches and loops the script is inside
+    in_branch: dict[str, str] = {}   # variables a branch or loop sets → the branch's first line
+    engine_line = ""
     script_env: dict[str, str] = {}
     line_env: dict[str, str] = {}
     tokens: list[str] | None = None
@@ -289,6 +297,16 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                 toks = shlex.split(stripped, comments=True)
             except ValueError as exc:
                 raise UsageError(f"cannot read the script line {stripped[:60]!r}: {exc}") from None
+            word = toks[0].rstrip(";") if toks else ""
+            if word in ("if", "case", "for", "while", "until"):
+                flow.append(stripped)
+            elif word in ("fi", "esac", "done") and flow:
+                flow.pop()
+            if flow and toks and (toks[0] == "export" or all(_ASSIGN.match(t) for t in toks)):
+                for t in toks[1:] if toks[0] == "export" else toks:
+                    m = _ASSIGN.match(t)
+                    if m:
+                        in_branch.setdefault(m.group(1), flow[0])
             if toks and toks[0] == "export":
                 for t in toks[1:]:
                     m = _ASSIGN.match(t)
@@ -305,10 +323,18 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                 tokens = rest
                 script_env.update(prefix)
                 line_env = prefix
+                engine_line = line
             elif not rest:  # a plain assignment line: a shell variable (exported only with `export`)
                 variables.update(prefix)
         if tokens is None:
             raise UsageError(f"no `vllm serve …` or `python -m sglang.launch_server …` line in {source}")
+        # a branch that sets what the launch reads (its environment, or a variable its line uses): the conditions
+        # are not evaluated, so say which value was taken
+        read = sorted(k for k in in_branch if engine_env({k: ""}) or re.search(rf"\$\{{?{k}\b", engine_line))
+        if read:
+            notes.append(f"{source} sets {', '.join(read)} inside a branch or loop (`{in_branch[read[0]][:50]}`): "
+                         "lint reads every assignment in order and ignores the conditions — check the values it "
+                         "used (the JSON report's env) or give them with --env K=V")
     else:
         tokens = list(argv or [])
         if tokens and tokens[0] == "env":
@@ -318,7 +344,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
             assert m
             script_env[m.group(1)] = line_env[m.group(1)] = m.group(2)
         if not tokens:
-            raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)")
+            raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tensor-parallel-size 8)")
     found = _engine_of(tokens)
     if found is None:
         raise UsageError(f"not a vLLM or SGLang launch: {' '.join(tokens[:4])!r} (expected `vllm serve …` or "
@@ -326,6 +352,10 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
     engine, start = found
     tokens, tail = _split_shell_tail(tokens)
     model, flags = _parse_args(engine, tokens[start:])
+    files = [t.partition("=")[2] or (tokens[i + 1] if i + 1 < start else "")
+             for i, t in enumerate(tokens[:start]) if t == "--env-file" or t.startswith("--env-file=")]
+    notes += [f"{tokens[_container_run(tokens[:start]) or 0]} run --env-file {f}: lint does not read it — give its "
+              "variables with --env K=V" for f in files]
     if _container_run(tokens[:start]) is not None:
         # the engine reads the container's environment: its -e/--env, not what the host exports or sets before
         # `docker` (https://docs.docker.com/reference/cli/docker/container/run/#env)
@@ -333,18 +363,28 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
     else:
         merged = dict(script_env)
     merged.update(env or {})
-    return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments", line_env, tail)
+    return Launch(engine, model, flags, merged, tokens, source if text is not None else "arguments", line_env, tail,
+                  notes)
 
 
 # -- checking -------------------------------------------------------------------------------------------------------
 
+#: How a message names each parallel size lint reads (the option spellings differ per engine).
+_SIZE_NAMES = {"tp": "tensor-parallel size", "dp": "data-parallel size", "ep": "expert-parallel size",
+               "pp": "pipeline-parallel size"}
+
+
 def _int(flags: Mapping[str, Any], key: str, default: int = 1) -> int:
+    name = _SIZE_NAMES.get(key, key)
+    raw = flags.get(key, default)
     try:
-        value = int(flags.get(key, default))
+        value = int(raw)
     except (TypeError, ValueError):
-        raise UsageError(f"{key} must be an integer, got {flags.get(key)!r}") from None
+        hint = (" — a variable the launch does not set? give it with --env NAME=VALUE"
+                if isinstance(raw, str) and "$" in raw else "")
+        raise UsageError(f"the launch's {name} must be an integer, got {raw!r}{hint}") from None
     if value < 1:
-        raise UsageError(f"{key} must be positive, got {value}")
+        raise UsageError(f"the launch's {name} must be positive, got {value}")
     return value
 
 
@@ -464,6 +504,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     caps, first_line = resolve_capabilities(target, aiter_version)
     tp, ep, attn_tp = _plan_layout(launch)
     findings = _launch_findings(launch, engine, version, eng)
+    findings += [Finding("warning", note, None, None) for note in launch.notes]
     if attn_tp != tp:
         findings.append(Finding("info", f"data-parallel attention without expert parallelism: {engine} {version} "
                                 f"shards the experts tensor-parallel over all {tp} ranks (MoE TP {tp}, attention TP "
@@ -721,11 +762,16 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
     opts = _newest_options(launch.engine)
     dests, values = opts["dest"], set(opts["value_options"])
     head, args = list(launch.argv[:found[1]]), list(launch.argv[found[1]:])
-    # the user's options as (dest, tokens) runs; positional tokens stay as they are
+    # the user's options as (dest, tokens) runs; positional tokens stay as they are; an option the engine release's
+    # parser rejects (said as its own error) is left out: the corrected command must start
+    unknown = {tok for tok, _hint in unknown_options(launch, recipe.version)}
     runs: list[tuple[str | None, list[str]]] = []
     i = 0
     while i < len(args):
         tok = args[i]
+        if tok in unknown:
+            i += 1
+            continue
         name = _canonical(launch.engine, tok.partition("=")[0] if tok.startswith("--") else tok)
         if name in dests:
             take = 2 if name in values and "=" not in tok and i + 1 < len(args) else 1
@@ -842,7 +888,7 @@ def _doc(launch: Launch, version: str, model: str, caps: Any, tp: int, ep: int,
     unique = list(dict.fromkeys(findings))
     unique.sort(key=lambda f: order[f.severity])
     return {"schema": SCHEMA, "engine": launch.engine, "engine_version": version, "model": model,
-            "target": caps.target_dict(), "parallel": {"tp": tp, "ep": ep},
+            "target": capdb.target_entry(caps), "parallel": {"tp": tp, "ep": ep},
             "env": engine_env(launch.env),
             "launch": _launch_dict(launch), "findings": [f.to_dict() for f in unique]}
 
@@ -861,8 +907,9 @@ def render_lint(doc: dict[str, Any], fmt: str = "table", width: int | None = Non
     if fmt == "json":
         return json.dumps(doc, indent=2) + "\n"
     t = doc["target"]
+    part = f" {t['partition']}, {t['compute_units']} CUs" if t.get("partition") else ""
     lines = wrap(f"lint {doc['engine']} {doc['engine_version']} launch of {doc['model']} on {t['gfx']} "
-                 f"({t.get('product') or '?'}), AITER {t.get('aiter_version') or 'none'}, tp={doc['parallel']['tp']} "
+                 f"({t.get('product') or '?'}{part}), AITER {t.get('aiter_version') or 'none'}, tp={doc['parallel']['tp']} "
                  f"ep={doc['parallel']['ep']}", "", width, hang=4)
     if not doc["findings"]:
         lines.append("  no findings")
@@ -870,9 +917,42 @@ def render_lint(doc: dict[str, Any], fmt: str = "table", width: int | None = Non
         lines += wrap(f["message"], f"  {f['severity'].upper():<7} ", width, hang=0)
         if f["source"]:
             lines += wrap(f["source"], "          source: ", width, hang=0)
-        if f["fix"]:
-            lines += wrap(f["fix"], "          fix:    ", width, hang=0)
+        if f["fix"]:   # pasted into a shell: wrapped only between shell words, with ` \` continuations
+            lines += _wrap_shell(f["fix"], "          fix:    ", width)
     return "\n".join(lines) + "\n"
+
+
+def _shell_words(line: str) -> list[str]:
+    """``line`` split at the spaces outside quotes (each piece as written, quotes kept)."""
+    words, cur, quote = [], "", None
+    for ch in line:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == " ":
+            if cur:
+                words.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    return words + ([cur] if cur else [])
+
+
+def _wrap_shell(line: str, lead: str, width: int | None) -> list[str]:
+    """A fix line fitted to ``width`` the way a shell reads it back as one command: broken only between words
+    outside quotes, each broken line ending in a backslash (a word longer than the width stands alone)."""
+    if width is None or len(lead) + len(line) <= width:
+        return [lead + line]
+    pad = " " * len(lead)
+    out, cur, empty = [], lead, True
+    for word in _shell_words(line):
+        if not empty and len(cur) + 1 + len(word) + 2 > width:
+            out.append(cur + " \\")
+            cur, empty = pad + word, False
+        else:
+            cur, empty = cur + ("" if empty else " ") + word, False
+    return out + [cur]
 
 
 def run_cli(args: Any, out: Any) -> int:
@@ -899,7 +979,7 @@ def run_cli(args: Any, out: Any) -> int:
         raise UsageError(f"lint takes a FILE or engine arguments after `--`, not both (got {args.file!r} and "
                          f"{shlex.join(engine_args[:3])}{' …' if len(engine_args) > 3 else ''})")
     if text is None and not engine_args:
-        raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tp 8)")
+        raise UsageError("lint needs a FILE or engine arguments after `--` (e.g. -- vllm serve MODEL --tensor-parallel-size 8)")
     given = parse_env_args(args.env or [], "--env")
     source = "stdin" if args.file == "-" else (args.file or "the script")
     launch = parse_launch(text, engine_args if text is None else None, None, {**os.environ, **given}, source=source)

@@ -176,7 +176,7 @@ def run(argv: Sequence[str], *, guard: str | None = None, target: str | None = N
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        raise UsageError("exec needs the launch after `--` (e.g. moedispatch exec -- vllm serve MODEL --tp 8)")
+        raise UsageError("exec needs the launch after `--` (e.g. moedispatch exec -- vllm serve MODEL --tensor-parallel-size 8)")
     mode = mode_from(guard, env)
     if execvpe is os.execvpe and shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
         raise UsageError(f"cannot launch {argv[0]!r}: not found on PATH — activate the engine's environment (or give "
