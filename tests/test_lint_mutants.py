@@ -920,3 +920,16 @@ def test_what_lint_cannot_read_exactly_is_said():
     assert quiet.notes == []
     used = L.parse_launch('if true; then\n  TP=8\nfi\nvllm serve m --tensor-parallel-size $TP\n', source="s.sh")
     assert used.notes[0].startswith("s.sh sets TP inside a branch or loop (`if true; then`)")
+
+
+def test_a_release_older_than_every_modelled_one_is_not_judged_by_another_releases_rules():
+    """vLLM 0.20.0 (capability_db models 0.23.0–0.33.0): lint once said ERROR "no known way to select triton" (exit 3,
+    and `exec --guard refuse` refused) — a gap in moedispatch's data, not a known-wrong launch. Now a warning says the
+    MoE checks did not run, as the in-engine guard turns itself off for an unmodelled release."""
+    doc = _lint(["vllm", "serve", "openai/gpt-oss-120b"], engine_version="0.20.0", aiter="0.1.20.post1")
+    assert not _sev(doc, "error")
+    (w,) = [f for f in _sev(doc, "warning") if "outside the releases" in f["message"]]
+    assert w["message"].startswith("vllm 0.20.0 is outside the releases moedispatch models (0.23.0–0.33.0): only the "
+                                   "command line and its environment were checked")
+    assert not [f for f in _sev(_lint(["vllm", "serve", "openai/gpt-oss-120b"], engine_version="0.23.0"), "warning")
+                if "outside the releases" in f["message"]]

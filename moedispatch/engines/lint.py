@@ -408,6 +408,20 @@ def _plan_layout(launch: Launch) -> tuple[int, int, int]:
     return attn_tp, ep, attn_tp
 
 
+def _outside_releases(engine: str, version: str, eng: Mapping[str, Any]) -> str | None:
+    """Why ``version`` cannot be judged — older than the oldest release capability_db models (a newer one is judged
+    by the newest's rules, with a warning: _launch_findings) — or None."""
+    known = [Version(v) for v in eng.get("releases", [])]
+    if not known:
+        return None
+    v, oldest, newest = Version(version), min(known), max(known)
+    if v < oldest:
+        return (f"{engine} {version} is outside the releases moedispatch models ({oldest}–{newest}): only the command "
+                "line and its environment were checked — none of the engine's MoE path checks ran (pass "
+                "--engine-version with a modelled release to judge the launch by its rules)")
+    return None
+
+
 #: Where each engine shards a data-parallel launch's experts over every rank without expert parallelism.
 _DP_MOE_SOURCE = {
     "vllm": "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/config.py (FusedMoEParallelConfig.make: "
@@ -518,6 +532,11 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 "built-in name, a checkpoint folder or config.json"))
         findings += [Finding("info", first_line, None, None)] if first_line else []  # the target it assumed
         return _doc(launch, version, str(ref), caps, tp, ep, findings)
+    outside = _outside_releases(engine, version, eng)
+    if outside is not None:   # judged by no other release's rules (as the in-engine guard turns itself off)
+        findings.append(Finding("warning", outside, "capability_db/engines.toml", None))
+        findings += [Finding("info", first_line, None, None)] if first_line else []
+        return _doc(launch, version, spec.name, caps, tp, ep, findings)
     try:
         # The launch's own AITER environment decides what AITER runs (and so the padding its kernels need).
         plan = plan_model(spec, caps, tp, ep, warnings=warnings, runtime=Runtime.build(env=launch.env))
