@@ -228,3 +228,16 @@ def test_exec_has_no_json_report(capsys):
     assert main(["exec", "--format", "json", "--", *LINE]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no JSON report" in err
+
+
+def test_fix_mode_on_a_container_launch_starts_the_corrected_docker_run_not_the_advice():
+    """Lint's fix for a docker launch starts with advice in words (``add -e VLLM_ROCM_USE_AITER=1 to `docker run```)
+    — fix mode once ran `add` as the command; it now takes the corrected `docker run -e … vllm serve …` that follows
+    (and lints it again first)."""
+    argv = ["docker", "run", "--rm", "rocm/vllm:latest", "vllm", "serve", "amd/MiniMax-M3-MXFP4",
+            "--tensor-parallel-size", "8", "--moe-backend", "aiter"]
+    out = guard.decide(argv, {}, "fix", guard._lint, target="MI355X", aiter_version="0.1.20.post1")
+    assert "    fix: add -e VLLM_ROCM_USE_AITER=1 to `docker run`" in out.report   # the first error's advice
+    assert out.action == "launch-fixed", out.report
+    assert out.argv[:4] == ("docker", "run", "-e", "VLLM_ROCM_USE_AITER=1") and "--rm" in out.argv
+    assert out.argv[out.argv.index("vllm"):][:3] == ("vllm", "serve", "amd/MiniMax-M3-MXFP4")
