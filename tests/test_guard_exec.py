@@ -241,3 +241,13 @@ def test_fix_mode_on_a_container_launch_starts_the_corrected_docker_run_not_the_
     assert out.action == "launch-fixed", out.report
     assert out.argv[:4] == ("docker", "run", "-e", "VLLM_ROCM_USE_AITER=1") and "--rm" in out.argv
     assert out.argv[out.argv.index("vllm"):][:3] == ("vllm", "serve", "amd/MiniMax-M3-MXFP4")
+
+
+def test_a_corrected_command_lint_cannot_read_is_not_launched():
+    def lint(argv, env, **_kw):
+        if tuple(argv) != ("vllm", "serve", "m"):
+            raise UsageError("the launch's tensor-parallel size must be an integer, got 'x'")
+        return _doc(("error", "bad", "vllm serve m --tensor-parallel-size x"))
+    out = guard.decide(["vllm", "serve", "m"], {}, "fix", lint)
+    assert out.action == "refuse" and any("still known-wrong — the launch's tensor-parallel size" in line
+                                          for line in out.report)

@@ -142,7 +142,11 @@ def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callabl
             tried.append(fixed)
             extra, new_argv = fixed
             new_env = {**env, **extra}
-            again = [g for g in lint(tuple(new_argv), new_env, **lint_args)["findings"] if g["severity"] == "error"]
+            try:
+                again = [g for g in lint(tuple(new_argv), new_env, **lint_args)["findings"]
+                         if g["severity"] == "error"]
+            except UsageError as exc:   # a corrected command lint cannot read is not a corrected command
+                again = [{"message": str(exc)}]
             if again:
                 report.append(f"moedispatch exec: not the corrected command {shlex.join(new_argv)}: still "
                               f"known-wrong — {again[0]['message']}")
