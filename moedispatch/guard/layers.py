@@ -34,7 +34,7 @@ class LayerModel:
     def __init__(self, engine: str, version: str, argv: Sequence[str], spec: Any, env: Mapping[str, str],
                  target: str | None) -> None:
         launch = lint.parse_launch(None, list(argv), {}, dict(env))
-        tp, ep = lint._plan_layout(launch)
+        tp, ep, _attention_tp = lint._plan_layout(launch)   # the MoE layers at the MoE's own TP
         self.engine, self.version, self.env = engine, version, dict(env)
         self.caps, _ = resolve_capabilities(target, None)
         self.quant_method = spec.quant_method
