@@ -122,7 +122,7 @@ FAST_TESTS = [
     "tests/test_mutants_s13_select.py",  # seed-13 survivors: misspelt hooks, kept notes, trial order, blocked allocations
     "tests/test_mutants_s14_cost.py",   # seed-14 survivors: fused-key block scale, decode details, plugin logger, bands
     "tests/test_mutants_s14_core.py",   # seed-14 survivors: tile effects, CSV lint copies/overrides, wint4 ksplit, Padding
-    "tests/test_mutants_s14_engines.py",  # seed-14 survivors: vLLM fp8/aiter env choices, memory warning, lint JSON
+    "tests/test_mutants_s14_engines.py",  # seed-14 survivors: vLLM fp8 refinement note, aiter env fallback, memory warning, lint JSON
     "tests/test_faults.py",             # in-process faults: a backend's bad padding/notes fall through (seed 14)
     # existing in-process tests that pin rule-bearing code and were not in this list (found by the seed-13 survivors:
     # two of them were killed by these files, which mutmut did not run)

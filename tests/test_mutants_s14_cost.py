@@ -26,14 +26,9 @@ from moedispatch.sources import models
 from moedispatch.testing import fake_capabilities
 
 from test_cost import MINIMAX_TP4, _rows
+from test_mutants_s13_cost import A20, mi355x  # noqa: F401 (mi355x: the shared MI355X fixture)
 
-A20 = "0.1.20.post1"
 DS_V3 = "a8w8_blockscale_tuned_fmoe_ds_v3.csv"
-
-
-@pytest.fixture(scope="module")
-def mi355x():
-    return fake_capabilities("MI355X", A20)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from moedispatch.engines.lint import render_lint
 from moedispatch.testing import fake_capabilities
 from test_engine_mutants import A20, ON, _moe, _plan, _row
 from test_lint_mutants import _newest_aiter  # noqa: F401 - autouse: empty HF cache, clean env
-from test_mutants_s13_engines import FP8_SRC, NOT_ROCM, _lint
+from test_mutants_s13_engines import FP8_SRC, _lint
 
 UNQUANTIZED_SRC = "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/oracle/unquantized.py"
 
@@ -52,23 +52,6 @@ def test_vllms_fp8_block_refinement_note_cites_the_fp8_oracle():
     assert (c.backend, c.kernel_class, c.intermediate_per_rank) == ("TRITON", "TritonExperts", 192)
     assert Reason("vLLM refines the 128x128 FP8 scale blocks to 64x64 to fit intermediate/rank 192; only Triton "
                   "takes refined blocks", "note", FP8_SRC) in c.reasons
-
-
-def test_vllm_forced_cutlass_on_an_unaligned_fp8_shard_pads_then_refuses():
-    """Same layer with --moe-backend cutlass: it maps to VLLM_CUTLASS, which has no ROCm expert class in the engine
-    model (no [backend.fp8.VLLM_CUTLASS] row: no class, so none takes refined blocks). oracle/fp8.py therefore pads
-    the shard to whole 128-blocks for the forced backend (192 → 256), then raises: not a ROCm backend."""
-    plan = _plan("Qwen3-235B-A22B-Instruct-2507-FP8", product="MI300X")
-    d = _moe(plan)
-    assert "VLLM_CUTLASS" not in capdb.load_toml("engines/vllm.toml")["backend"]["fp8"]
-    c = ec.choice_for_layer(d.layer, plan.caps, "vllm", env=ON, moe_backend="cutlass",
-                            quant_method=plan.model.quant_method)
-    msg = f"FP8 MoE backend VLLM_CUTLASS does not support the deployment configuration since {NOT_ROCM}."
-    assert _row(c) == ("vllm", "0.33.0", "cutlass", "VLLM_CUTLASS", None, None, None, msg, "select", None)
-    assert c.reasons == (
-        Reason(f"vLLM 0.33.0 refuses the layer: {msg}", "failed", FP8_SRC),
-        Reason("vLLM pads the TP shard to whole 128-blocks for the forced backend (192 → 256)", "padding", FP8_SRC),
-        Reason(f"VLLM_CUTLASS: {NOT_ROCM}", "failed", FP8_SRC))
 
 
 # -- engines/layout.py: realize_layout (weights that leave little KV cache) ----------------------------------------
