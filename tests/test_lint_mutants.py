@@ -15,6 +15,7 @@ import shlex
 
 import pytest
 
+from moedispatch._util.width import wrap_shell
 from moedispatch.cli import main
 from moedispatch.core.errors import UsageError
 from moedispatch.data import capdb
@@ -896,7 +897,7 @@ def test_a_fix_line_wraps_as_one_shell_command_and_drops_an_option_the_parser_re
     assert fixes and all("--enable-ep-moe" not in fix for fix in fixes)
     text = L.render_lint(doc, width=60)   # wrapped between shell words with ` \` continuations: bash reads it back
     for fix in fixes:
-        wrapped = L._wrap_shell(fix, "          fix:    ", 60)
+        wrapped = wrap_shell(fix, "          fix:    ", 60)
         assert "\n".join(wrapped) in text and all(len(line) <= 60 or " " not in line.strip() for line in wrapped)
         pasted = "\n".join([wrapped[0][len("          fix:    "):]] + wrapped[1:])
         assert shlex.split(pasted.replace("\\\n", " ")) == shlex.split(fix)

@@ -82,6 +82,24 @@ def _fit_shell(line: str, width: int) -> list[str]:
     return out
 
 
+def wrap_shell(text: str, indent: str, width: int | None) -> list[str]:
+    """``indent + text`` (one shell command) fitted to ``width``: broken only between shell words outside quotes,
+    each broken line ending in `` \\`` and the next aligned under the text (``None``: one line)."""
+    if width is None or len(indent) + len(text) <= width:
+        return [indent + text]
+    pad = " " * len(indent)
+    out: list[str] = []
+    cur = indent
+    for word in _SHELL_WORD.findall(text):
+        start = cur == indent
+        if start or len(cur) + 1 + len(word) + 2 <= width:
+            cur = cur + word if start else f"{cur} {word}"
+            continue
+        out.append(cur + " \\")
+        cur = pad + word
+    return out + [cur]
+
+
 def fit(text: str, width: int | None, *, shell: bool = False) -> str:
     """Every line of ``text`` within ``width`` columns (``None``: ``text`` unchanged), for reports rendered line by
     line: a ``# comment`` continues as ``#   …``; with ``shell``, a command continues with `` \\`` and an indent;

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from packaging.version import Version
 
 from moedispatch._util.suggest import did_you_mean
-from moedispatch._util.width import wrap
+from moedispatch._util.width import wrap, wrap_shell
 from moedispatch.core.families import FUSED_MOE_BACKENDS
 from moedispatch.core.errors import CapabilityDBError, MoedispatchError, UsageError
 from moedispatch.data import capdb
@@ -937,41 +937,8 @@ def render_lint(doc: dict[str, Any], fmt: str = "table", width: int | None = Non
         if f["source"]:
             lines += wrap(f["source"], "          source: ", width, hang=0)
         if f["fix"]:   # pasted into a shell: wrapped only between shell words, with ` \` continuations
-            lines += _wrap_shell(f["fix"], "          fix:    ", width)
+            lines += wrap_shell(f["fix"], "          fix:    ", width)
     return "\n".join(lines) + "\n"
-
-
-def _shell_words(line: str) -> list[str]:
-    """``line`` split at the spaces outside quotes (each piece as written, quotes kept)."""
-    words, cur, quote = [], "", None
-    for ch in line:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == " ":
-            if cur:
-                words.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    return words + ([cur] if cur else [])
-
-
-def _wrap_shell(line: str, lead: str, width: int | None) -> list[str]:
-    """A fix line fitted to ``width`` the way a shell reads it back as one command: broken only between words
-    outside quotes, each broken line ending in a backslash (a word longer than the width stands alone)."""
-    if width is None or len(lead) + len(line) <= width:
-        return [lead + line]
-    pad = " " * len(lead)
-    out, cur, empty = [], lead, True
-    for word in _shell_words(line):
-        if not empty and len(cur) + 1 + len(word) + 2 > width:
-            out.append(cur + " \\")
-            cur, empty = pad + word, False
-        else:
-            cur, empty = cur + ("" if empty else " ") + word, False
-    return out + [cur]
 
 
 def run_cli(args: Any, out: Any) -> int:

@@ -20,10 +20,10 @@ import os
 import shlex
 import shutil
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from moedispatch._util.width import wrap
 from moedispatch.core.errors import UsageError
 from moedispatch.core.workload import engine_env
 from moedispatch.engines import lint
@@ -204,6 +204,5 @@ def _wrap(line: str, width: int | None) -> str:
     """A report line fitted to the terminal (continuation lines indented); a ``fix:`` line stays whole, to paste."""
     if width is None or len(line) <= width or line.lstrip().startswith("fix: "):
         return line
-    indent = " " * (len(line) - len(line.lstrip()) + 4)
-    return "\n".join(textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
-                                    break_on_hyphens=False))
+    indent = line[: len(line) - len(line.lstrip())]
+    return "\n".join(wrap(line.lstrip(), indent, width, hang=4))
