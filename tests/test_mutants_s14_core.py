@@ -100,14 +100,28 @@ def test_an_override_is_compared_with_the_default_set_of_the_planned_aiter_relea
     ("0.1.10.dev36+g1a2b3c4", "v0.1.9–v0.1.10"),
     ("0.1.16.post2.dev5", "v0.1.16.post1–v0.1.16.post6"),
     ("0.1.20.dev3", "HEAD e4048607 (v0.1.20+)"),
+    ("0.1.19rc2", "v0.1.19"),           # a release candidate carries its release's code
+    ("0.1.19rc2+gfx950", "v0.1.19"),
+    ("0.1.13.post1.dev4", "v0.1.13.post1"),
+    ("0.1.18", "v0.1.18"),
 ])
 def test_an_aiter_dev_or_prerelease_build_takes_the_rules_of_its_release_range(version, rules):
     """AITER wheels built from source carry dev/pre-release versions (``0.1.7.post2.dev18``, ``0.1.10.dev36+g…``):
-    lookup_rules matches the public version against the release ranges with pre-releases allowed, so such a build
-    gets the rules of the range it falls in (PEP 440 ordering: 0.1.10.dev36 < 0.1.11; a 0.1.20 dev build is past
-    every range: HEAD's). packaging >= 26 matches a pre-release even without ``prereleases=True``; packaging 21–25
-    (pyproject: packaging>=21) needs it, or every such build would get HEAD's rules."""
+    lookup_rules places the public version in the release ranges by PEP 440's exclusive ``<`` (0.1.10.dev36 <
+    0.1.11; a dev or pre-release build of a release is not below it: 0.1.19rc2 takes v0.1.19's rules, a 0.1.20 dev
+    build HEAD's). The comparison is moedispatch's own (``rules._below``): packaging's ``SpecifierSet.contains``
+    answered pre-releases differently across its releases 21–26 (pyproject: packaging>=21)."""
     assert lookup_rules(version).name == rules
+
+
+def test_release_ranges_do_not_depend_on_the_installed_packaging(monkeypatch):
+    """The ranges are decided without packaging's specifier logic (it changed between releases): lookup_rules must
+    not import packaging.specifiers at all."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "packaging.specifiers", None)   # importing it now raises ImportError
+    assert lookup_rules("0.1.19rc2").name == "v0.1.19"
+    assert lookup_rules("0.1.16.post2.dev5").name == "v0.1.16.post1–v0.1.16.post6"
 
 
 # -- walk._dispatch_cktile_or_wint4: the untuned a16wi4 fallback reads AITER_KSPLIT -------------------------------

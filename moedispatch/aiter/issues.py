@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from moedispatch._util.caches import memoize
 from moedispatch.aiter.activation import acting_env
 from moedispatch.aiter.key import DispatchKey
+from moedispatch.aiter.rules import release_of
 from moedispatch.aiter.steps import DispatchStep
 from moedispatch.core.errors import CapabilityDBError
 from moedispatch.data import capdb
@@ -187,12 +188,9 @@ def _issue_matches(issue: DispatchIssue, step: DispatchStep, key: DispatchKey, v
         if version is None:
             return None
         from packaging.specifiers import SpecifierSet
-        from packaging.version import InvalidVersion, Version
 
-        try:
-            if not SpecifierSet(issue.aiter).contains(Version(Version(version).public), prereleases=True):
-                return None
-        except InvalidVersion:
+        release = release_of(version)
+        if release is None or release not in SpecifierSet(issue.aiter):
             return None
     if issue.buckets and step.bucket not in issue.buckets:
         return None

@@ -6,6 +6,7 @@ Pure data and pure functions: nothing here reads a tuned CSV."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from moedispatch.aiter.vocab import BF16, FP8, GELU, Q_1X128, Q_TOKEN, SILU, SRC_FUSED_MOE
 from moedispatch.core.workload import PADDED_M_TIERS
@@ -191,17 +192,31 @@ def lookup_rules(version: "str | Rules | None") -> Rules:
         return HEAD_RULES
     if version == "legacy":
         return LEGACY_RULES
-    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    release = release_of(str(version))
+    if release is None:
+        return HEAD_RULES
+    for spec, rules in _RULES:
+        if release < Version(spec[1:]):
+            return rules
+    return HEAD_RULES
+
+
+def release_of(version: str) -> Any:
+    """The AITER release whose code a version carries, as a packaging ``Version`` (None if it does not parse): the
+    version without its pre-release, dev and local parts — ``0.1.19rc2`` and ``0.1.19.dev4+g1a2b`` are 0.1.19,
+    ``0.1.7.post2.dev18`` (the PyPI amd-aiter wheel) is 0.1.7.post2. Release ranges (:func:`lookup_rules`, the
+    dispatch issues' ``aiter`` specifiers) are decided on it, so no packaging release's pre-release handling decides
+    them (``SpecifierSet.contains`` answered ``0.1.19rc2`` against ``<0.1.19.post1`` differently in packaging 21–26)."""
     from packaging.version import InvalidVersion, Version
 
     try:
-        public = Version(Version(str(version)).public)
+        v = Version(version)
     except InvalidVersion:
-        return HEAD_RULES
-    for spec, rules in _RULES:
-        if SpecifierSet(spec).contains(public, prereleases=True):
-            return rules
-    return HEAD_RULES
+        return None
+    post = f".post{v.post}" if v.post is not None else ""
+    return Version(f"{v.epoch}!{'.'.join(map(str, v.release))}{post}")
 
 
 # -- token buckets -------------------------------------------------------------------------------------------------
