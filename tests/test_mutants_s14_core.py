@@ -213,3 +213,13 @@ def test_a_dispatch_warning_without_a_stated_confidence_is_a_confirmed_note():
     notes = [r for r in dispatch_reasons(bare, "aiter-flydsl", "flydsl") if r.text == warning]
     assert notes == [Reason(warning, "note", confidence="confirmed")]
     assert notes == [r for r in dispatch_reasons(dp, "aiter-flydsl", "flydsl") if r.text == warning]
+
+
+@pytest.mark.parametrize("version, at_least", [("0.1.20", True), ("0.1.20.dev3", True), ("0.1.20rc1+rocm7", True),
+                                               ("0.1.19.post2", False), (None, False), ("not-a-version", False)])
+def test_a_since_release_check_reads_a_build_as_the_release_it_carries(version, at_least):
+    """rules._at_least (the 0.1.20 SiTUv2 gfx942 path, FlyDSL's tile resolve): a 0.1.20 dev build takes HEAD's
+    rules (lookup_rules above), so it is also "at least 0.1.20" — one notion of a build's release (release_of)."""
+    from moedispatch.aiter.rules import _at_least
+
+    assert _at_least(version, "0.1.20") is at_least

@@ -252,9 +252,8 @@ def get_padded_M(M: int, model: "str | Rules" = "head") -> int:
 
 
 def _at_least(version: str | None, floor: str) -> bool:
-    from packaging.version import InvalidVersion, Version
+    """The release a version carries (:func:`release_of`: ``0.1.20.dev3`` → 0.1.20) is ``floor`` or later."""
+    from packaging.version import Version
 
-    try:
-        return version is not None and Version(Version(version).public) >= Version(floor)
-    except InvalidVersion:
-        return False
+    release = release_of(version) if version is not None else None
+    return release is not None and release >= Version(floor)

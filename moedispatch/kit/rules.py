@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from moedispatch._util.caches import memoize
+from moedispatch.aiter.rules import release_of
 from moedispatch.data import capdb
 from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.capabilities import Capabilities
@@ -237,10 +237,10 @@ def _version_in(spec: str, version: str | None) -> bool:
         return True
     if version is None:
         return False
-    try:
-        return Version(Version(version).public) in SpecifierSet(spec)
-    except InvalidVersion:
+    release = release_of(version)   # 0.1.19rc2 → 0.1.19, as the dispatch rules and issues decide ranges
+    if release is None:
         return True  # unknown version string: assume affected (conservative)
+    return release in SpecifierSet(spec)
 
 
 # One test per predicate key: (value from the issue, layer, caps, padded inter, kernel inter pad) -> matches.
