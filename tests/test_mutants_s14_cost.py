@@ -144,6 +144,17 @@ def test_a_dispatch_entry_whose_config_is_a_row_mapping_lends_that_row(mi355x):
     assert (c.basis, c.us) == ("tuned", row.us) and c.detail.startswith(f"tuned row {row.where}")
 
 
+
+def test_a_row_mapping_without_where_is_named_once(mi355x):
+    """A config mapping without ``where`` (a caller's own row): the detail says "tuned row" once — it said "tuned row
+    tuned row"."""
+    rows = {r.token: r for r in _rows(MINIMAX_TP4, mi355x)}
+    entry = lambda t, lo: {"tokens": [lo, t], "basis": "tuned", "config": {**rows[t]._asdict(), "where": ""}}  # noqa: E731
+    (c,) = cost.predict(MINIMAX_TP4, mi355x, backend_family="aiter-ck", tokens=256, dispatch=[entry(256, 129)])
+    assert c.detail.startswith("tuned row;") or c.detail == "tuned row", c.detail
+    assert "tuned row tuned row" not in c.detail
+
+
 # -- model.py fit_decode: iterate until fixed_us moves by at most 1e-8 -------------------------------------------
 
 def test_the_decode_fit_iterates_until_the_fixed_term_moves_by_at_most_1e_8():

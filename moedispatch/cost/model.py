@@ -491,6 +491,12 @@ def _heuristic_band(c: Cost, band: Mapping[str, Any], floor: float) -> Cost:
                 f"({band['source']})")
 
 
+def _at(where: str) -> str:
+    """`` (where)`` for a tuned row's source; empty when the row names none (rows handed in as mappings without
+    ``where``)."""
+    return f" ({where})" if where else ""
+
+
 def predict_one(geo: Geometry, m: int, table: Mapping[int, tuple[float, str]], caps: Any, priors: Priors,
                 peaks: Mapping[str, Any], *, kind: str = "aiter", ctx: "release.ReleaseContext | None" = None,
                 skipped: Sequence[str] = ()) -> Cost:
@@ -502,7 +508,8 @@ def predict_one(geo: Geometry, m: int, table: Mapping[int, tuple[float, str]], c
     if m in table:
         us, where = table[m]
         lo, hi = release.bars_for("tuned", ctx, priors.tuned)
-        return Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned", f"tuned row {where}{_whose(ctx)}")
+        return Cost(m, us, min(us, max(us * lo, floor)), us * hi, "tuned",
+                    f"tuned row{' ' + where if where else ''}{_whose(ctx)}")
     below = [t for t in known if t < m]
     above = [t for t in known if t > m]
     if kind == "aiter" and below and above:
@@ -511,7 +518,7 @@ def predict_one(geo: Geometry, m: int, table: Mapping[int, tuple[float, str]], c
         us = max(interpolate(m, (a, table[a][0]), (b, table[b][0]), work), floor)
         lo, hi = release.bars_for("interpolated", ctx, priors.interpolated)
         return Cost(m, us, max(us * lo, floor), us * hi, "interpolated",
-                    f"log-log between tuned rows at {a} ({table[a][1]}) and {b} ({table[b][1]}) tokens"
+                    f"log-log between tuned rows at {a}{_at(table[a][1])} and {b}{_at(table[b][1])} tokens"
                     f"{_whose(ctx)}")
     us, low, high, detail, _level = _roofline_cost(geo, m, caps, priors, peaks, floor)
     if below or above:
@@ -529,7 +536,8 @@ def predict_one(geo: Geometry, m: int, table: Mapping[int, tuple[float, str]], c
             ratio = us / _roofline_cost(geo, t, caps, priors, peaks, 0.0)[0]
         anchored = max(anchor_us * ratio, floor)
         low, high, us = max(low * anchored / us, floor), high * anchored / us, anchored
-        detail += f"; scaled from the tuned row at {t} tokens ({anchor_where}, {anchor_us:.1f} µs){_whose(ctx)}"
+        detail += (f"; scaled from the tuned row at {t} tokens ({anchor_where + ', ' if anchor_where else ''}"
+                   f"{anchor_us:.1f} µs){_whose(ctx)}")
     if skipped:
         detail += f"; tuned rows not used: {'; '.join(skipped[:3])}"
     if kind != "aiter":
@@ -593,7 +601,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
             t: dict[int, tuple[float, str]] = {}
             for r in clean:
                 t.setdefault(int(_row_get(r, "token")),
-                             (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "tuned row")))
+                             (float(_row_get(r, "us")), str(_row_get(r, "where", "") or "")))
             tables[cache_key] = (t, [f"{_row_get(r, 'where', '?')}: {why}" for r, why in rejected])
         return tables[cache_key]
 
