@@ -378,9 +378,47 @@ def test_sglang_layout_flags():
     assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "2", "--enable-dp-attention"])) == (8, 1, 4)
     assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "3", "--enable-dp-attention"])) == (8, 1, 8)
     assert L._plan_layout(L.parse_launch(None, [*base, "--dp", "8", "--enable-dp-attention", "--ep-size", "8"])) == (
-        1, 8, 1)
+        8, 8, 1)
+    # 1 < EP < TP with data-parallel attention: the MoE's TP is tp_size // ep_size = 4 (runtime_context.py
+    # derive_spawn_ranks), not the attention TP // EP = 2 it was planned at (plan tp 4, ep 2).
+    launch = L.parse_launch(None, [*base, "--dp", "2", "--enable-dp-attention", "--ep-size", "2"])
+    assert L._plan_layout(launch) == (8, 2, 4)
+    from moedispatch.core.layers import moe_tp_size
+
+    assert moe_tp_size(*L._plan_layout(launch)[:2]) == 4
     doc = _lint(["SGLANG_USE_AITER=1", *base, "--ep-size", "8"], target="MI300X")
     assert doc["parallel"] == {"tp": 8, "ep": 8}
+
+
+def test_sglang_dp_attention_with_ep_keeps_its_layout_in_the_fix_and_says_the_moe_tp():
+    """DeepSeek-V3 --tp 8 --dp 2 --enable-dp-attention --ep-size 2 on MI355X: the info names MoE TP 4 and attention
+    TP 4; the fix (the recipe) keeps --tp-size 8 --ep-size 2 --enable-dp-attention --dp-size 2 (it was --tp-size 4
+    --ep-size 2, another launch)."""
+    doc = _lint(["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8",
+                 "--ep-size", "2", "--enable-dp-attention", "--dp", "2"], target="MI355X")
+    infos = [f["message"] for f in doc["findings"] if "data-parallel attention" in f["message"]]
+    assert infos == ["data-parallel attention with expert parallelism: sglang 0.5.23 shards the MoE by its own sizes "
+                     "(TP 8 / EP 2: MoE TP 4), the attention at TP 4"]
+    fixes = [f["fix"] for f in doc["findings"] if f.get("fix") and "launch_server" in f["fix"]]
+    assert fixes and all("--tp-size 8 --ep-size 2 --enable-dp-attention --dp-size 2" in fx for fx in fixes), fixes
+
+
+def test_sglang_moe_dp_size_is_not_planned_and_says_so():
+    """--moe-dp-size 2 (MoE data-parallel over context-parallel groups): lint does not plan a MoE sharding it does
+    not model — a warning naming it, no MoE finding, no error."""
+    doc = _lint(["SGLANG_USE_AITER=1", "python3", "-m", "sglang.launch_server", "--model-path",
+                 "deepseek-ai/DeepSeek-V3", "--tp", "8", "--moe-dp-size", "2"], target="MI355X")
+    warn = [f for f in doc["findings"] if "--moe-dp-size" in f["message"]]
+    assert len(warn) == 1 and warn[0]["severity"] == "warning" and "runtime_context.py" in warn[0]["source"]
+    assert not [f for f in doc["findings"] if f["severity"] == "error"]
+
+
+def test_an_expert_parallel_size_that_does_not_divide_cites_the_engines_ep_rule():
+    """--tp 8 --ep-size 3: the error names SGLang's EP rule (moe_ep_setup.py), not the attention heads' source."""
+    doc = _lint(["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8",
+                 "--ep-size", "3"], target="MI355X")
+    (err,) = [f for f in doc["findings"] if f["severity"] == "error"]
+    assert "moe_ep_setup.py" in err["source"] and err["fix"].startswith("pick an expert-parallel size")
 
 
 def test_vllm_has_no_aiter_gate():

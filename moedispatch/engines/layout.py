@@ -198,14 +198,16 @@ def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: t
                          f"({plan.decisions[0].layer.experts_per_rank if plan.decisions else '?'} per rank)",
                          "source": layout_src})
     else:
+        # SGLang: --tp-size is the world, the MoE is tensor-parallel over world // ep; attention TP = world // dp
+        # (Plan.attention_tp when the launch gives it: lint's data-parallel attention with 1 < EP < world).
         world = max(tp, ep)
-        dp = world // tp
+        dp = world // attn if plan.attention_tp else world // tp
         if world > 1:
             args.append({"arg": eng["tp_arg"].format(tp=world), "why": f"SGLang's --tp-size is the world size ({world} "
                          "GPUs)", "source": layout_src})
         if dp > 1:
-            args.append({"arg": eng["dp_arg"].format(dp=dp), "why": f"attention TP {tp}: {dp} data-parallel attention "
-                         "groups inside the world", "source": layout_src})
+            args.append({"arg": eng["dp_arg"].format(dp=dp), "why": f"attention TP {world // dp}: {dp} data-parallel "
+                         "attention groups inside the world", "source": layout_src})
             args.append({"arg": "--enable-dp-attention", "why": "data-parallel attention (attention TP = tp-size / "
                          "dp-size)", "source": layout_src})
         if ep > 1:

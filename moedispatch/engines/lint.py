@@ -146,7 +146,7 @@ _DEST_KEYS = {
     "sglang": {"model_path": "model", "tp_size": "tp", "ep_size": "ep", "dp_size": "dp",
                "moe_runner_backend": "moe_backend", "quantization": "quantization", "pp_size": "pp",
                "chunked_prefill_size": "max_batched_tokens", "enable_dp_attention": "dp_attention",
-               "enable_ep_moe": "ep_flag"},
+               "enable_ep_moe": "ep_flag", "moe_dp_size": "moe_dp"},
 }
 
 
@@ -371,7 +371,7 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
 
 #: How a message names each parallel size lint reads (the option spellings differ per engine).
 _SIZE_NAMES = {"tp": "tensor-parallel size", "dp": "data-parallel size", "ep": "expert-parallel size",
-               "pp": "pipeline-parallel size"}
+               "pp": "pipeline-parallel size", "moe_dp": "MoE data-parallel size (--moe-dp-size)"}
 
 
 def _int(flags: Mapping[str, Any], key: str, default: int = 1) -> int:
@@ -389,11 +389,12 @@ def _int(flags: Mapping[str, Any], key: str, default: int = 1) -> int:
 
 
 def _plan_layout(launch: Launch) -> tuple[int, int, int]:
-    """(plan tp, plan ep, attention tp) of the launch: the MoE's tensor-parallel degree, the expert-parallel degree
-    and the attention's TP. Data-parallel attention without expert parallelism shards the experts tensor-parallel
-    over every rank (:attr:`moedispatch.plan.plan.Plan.attention_tp`): vLLM's ``--data-parallel-size`` without
-    ``--enable-expert-parallel`` (MoE TP = TP × DP), SGLang's ``--enable-dp-attention`` without ``--ep-size`` (MoE TP
-    = --tp-size)."""
+    """(plan tp, plan ep, attention tp) of the launch: the plan's tensor-parallel degree (its MoE TP is
+    ``moe_tp_size(plan tp, plan ep)``), the expert-parallel degree and the attention's TP
+    (:attr:`moedispatch.plan.plan.Plan.attention_tp`). vLLM: ``--data-parallel-size`` without
+    ``--enable-expert-parallel`` shards the experts tensor-parallel over every rank (MoE TP = TP × DP), with it EP =
+    TP × DP. SGLang: the MoE's TP is ``tp_size // ep_size`` whatever ``--enable-dp-attention`` does to the attention
+    (attention TP = tp_size // dp_size); ``--moe-dp-size`` > 1 is not modelled (:func:`_unmodelled_layout`)."""
     f = launch.flags
     tp, dp = _int(f, "tp"), _int(f, "dp")
     if launch.engine == "vllm":
@@ -403,9 +404,22 @@ def _plan_layout(launch: Launch) -> tuple[int, int, int]:
     attn_tp = tp // dp if f.get("dp_attention") and tp % dp == 0 else tp
     ep = _int(f, "ep")
     ep = tp if f.get("ep_flag") and ep == 1 else ep
-    if ep == 1:
-        return tp, 1, attn_tp
-    return attn_tp, ep, attn_tp
+    return tp, ep, attn_tp
+
+
+def _unmodelled_layout(launch: Launch) -> str | None:
+    """Why lint cannot plan this launch's MoE sharding, or None: SGLang's ``--moe-dp-size`` > 1 (the MoE
+    data-parallel over context-parallel groups: MoE TP = tp_size // moe_dp_size // ep_size, sgl-project/sglang@v0.5.23
+    runtime_context.py derive_spawn_ranks) is not modelled."""
+    if launch.engine == "sglang" and _int(launch.flags, "moe_dp") > 1:
+        return (f"--moe-dp-size {launch.flags['moe_dp']} (the MoE data-parallel over context-parallel groups: MoE TP = "
+                "tp-size / moe-dp-size / ep-size) is not modelled: only the command line and its environment were "
+                "checked — none of the MoE plan's checks ran")
+    return None
+
+
+_MOE_DP_SOURCE = ("sgl-project/sglang@v0.5.23:python/sglang/srt/runtime_context.py (derive_spawn_ranks: moe_tp_rank = "
+                  "tp_rank % (tp_size // moe_dp_size // moe_ep_size))")
 
 
 def _outside_releases(engine: str, version: str, eng: Mapping[str, Any]) -> str | None:
@@ -428,6 +442,15 @@ _DP_MOE_SOURCE = {
             "flatten_tp_across_dp_and_pcp when enable_expert_parallel is off)",
     "sglang": "sgl-project/sglang@v0.5.23:python/sglang/srt/model_executor/model_runner_components/moe_ep_setup.py "
               "(moe_tp_size = tp_size // moe_ep_size // moe_dp_size; --enable-dp-attention splits only the attention)",
+}
+
+
+#: Where each engine requires the expert-parallel size to divide the tensor-parallel one.
+_EP_SOURCE = {
+    "vllm": "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/config.py (FusedMoEParallelConfig.make: "
+            "EP size = TP × DP with --enable-expert-parallel)",
+    "sglang": "sgl-project/sglang@v0.5.23:python/sglang/srt/model_executor/model_runner_components/moe_ep_setup.py "
+              "(tp_size must be divisible by ep_size; moe_tp_size = tp_size // moe_ep_size // moe_dp_size)",
 }
 
 
@@ -519,10 +542,14 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
     tp, ep, attn_tp = _plan_layout(launch)
     findings = _launch_findings(launch, engine, version, eng)
     findings += [Finding("warning", note, None, None) for note in launch.notes]
-    if attn_tp != tp:
+    if attn_tp != tp and ep == 1:
         findings.append(Finding("info", f"data-parallel attention without expert parallelism: {engine} {version} "
                                 f"shards the experts tensor-parallel over all {tp} ranks (MoE TP {tp}, attention TP "
                                 f"{attn_tp}); the MoE is planned at TP {tp}", _DP_MOE_SOURCE[engine], None))
+    elif attn_tp != tp and engine == "sglang":
+        findings.append(Finding("info", f"data-parallel attention with expert parallelism: {engine} {version} shards "
+                                f"the MoE by its own sizes (TP {tp} / EP {ep}: MoE TP {tp // ep if tp % ep == 0 else 1}"
+                                f"), the attention at TP {attn_tp}", _DP_MOE_SOURCE[engine], None))
     warnings = [first_line] if first_line else []
     if unreadable is not None:
         # What needs only the command line and its environment is still checked (newcomer minor 20); the plan is not.
@@ -533,8 +560,11 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         findings += [Finding("info", first_line, None, None)] if first_line else []  # the target it assumed
         return _doc(launch, version, str(ref), caps, tp, ep, findings)
     outside = _outside_releases(engine, version, eng)
+    where = "capability_db/engines.toml"
+    if outside is None and _unmodelled_layout(launch) is not None:
+        outside, where = _unmodelled_layout(launch), _MOE_DP_SOURCE
     if outside is not None:   # judged by no other release's rules (as the in-engine guard turns itself off)
-        findings.append(Finding("warning", outside, "capability_db/engines.toml", None))
+        findings.append(Finding("warning", outside, where, None))
         findings += [Finding("info", first_line, None, None)] if first_line else []
         return _doc(launch, version, spec.name, caps, tp, ep, findings)
     try:
@@ -543,8 +573,12 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         if attn_tp != tp:
             plan = dataclasses.replace(plan, attention_tp=attn_tp)
     except UsageError as exc:
+        # core.layers' two expert-parallel refusals: "ep E must divide tp T …", "N experts cannot be split … ep E"
+        ep_wrong = ep > 1 and (str(exc).startswith("ep ") or "split evenly over ep" in str(exc))
         findings.append(Finding("error", f"TP {tp} / EP {ep} cannot shard {spec.name}: {exc}",
-                                eng.get("heads_source"), "pick a TP that divides the model (e.g. 1, 2, 4, 8)"))
+                                _EP_SOURCE[engine] if ep_wrong else eng.get("heads_source"),
+                                "pick an expert-parallel size that divides the tensor-parallel size and the expert "
+                                "count" if ep_wrong else "pick a TP that divides the model (e.g. 1, 2, 4, 8)"))
         findings += [Finding("info", first_line, None, None)] if first_line else []
         return _doc(launch, version, spec.name, caps, tp, ep, findings)
     recipe = build_recipe(plan, engine, version)
