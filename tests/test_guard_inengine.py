@@ -36,6 +36,10 @@ def test_mode_defaults_to_warn_and_the_config_channel_wins_over_the_environment(
     ({}, {"moedispatch": "refuse"}, "must be an object"),
     ({}, {"moedispatch": {"mdoe": "refuse"}}, "unknown key(s) mdoe"),
     ({}, {"moedispatch": {"target": ""}}, "guard target must be a GPU name"),
+    # A mistyped target is a setting it cannot honour (it was "could not check … starts unchecked", also in refuse).
+    ({"MOEDISPATCH_GUARD": "refuse"}, {"moedispatch": {"target": "MI355"}},
+     "additional config moedispatch.target='MI355': unknown target 'MI355' (did you mean 'MI355X'?)"),
+    ({"MOEDISPATCH_GUARD": "refuse", "MOEDISPATCH_TARGET": "MI355"}, None, "MOEDISPATCH_TARGET='MI355': unknown"),
 ])
 def test_a_setting_the_guard_cannot_honour_is_an_error_not_a_default(env, extra, needle):
     with pytest.raises(UsageError) as exc:

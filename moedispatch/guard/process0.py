@@ -67,6 +67,14 @@ def settings(env: Mapping[str, str], extra: Any = None) -> Settings:
     target = own.get("target", env.get(_TARGET_ENV))
     if target is not None and (not isinstance(target, str) or not target.strip()):
         raise UsageError(f"moedispatch guard target must be a GPU name like MI355X, got {target!r}")
+    if target is not None:
+        from moedispatch.data import capdb
+
+        named = f"additional config {CONFIG_KEY}.target" if "target" in own else _TARGET_ENV
+        try:   # a target the guard cannot plan for is a setting it cannot honour, not a launch it could not check
+            capdb.target_capabilities(target.strip(), None)
+        except UsageError as exc:
+            raise UsageError(f"{named}={target!r}: {exc}") from None
     return Settings(mode.strip().lower(), target.strip() if target else None, where)
 
 

@@ -49,14 +49,18 @@ def _on_rocm() -> bool:
 
 def register() -> None:
     """SGLang's entry point: register the resolution hook and confirm it is in SGLang's table."""
+    from sglang.srt.arg_groups import resolution_hooks as rh
+
     try:
         version = p0.installable("sglang", _STATE, _on_rocm)
     except UsageError as exc:
-        p0.say(f"{p0.PREFIX}: {exc} — not installed")
-        raise
+        # SGLang only logs a plugin that raises here, and would then start unguarded: the launch is stopped where
+        # SGLang does propagate an error instead — its server-args resolution (as refuse does).
+        p0.say(f"{p0.PREFIX}: {exc} — the launch is stopped at server-args resolution")
+        rh.register_resolution_hook(STEP)(_refusing(f"{p0.PREFIX}: {exc}"))
+        return
     if version is None:
         return
-    from sglang.srt.arg_groups import resolution_hooks as rh
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -64,6 +68,14 @@ def register() -> None:
     if moe_step not in rh._HOOKS.get(STEP, ()):
         p0.say(f"{p0.PREFIX}: NOT ACTIVE — SGLang {version} did not register the {STEP} hook; launches are unchecked")
     HookRegistry.register(LAYER, after_layer, HookType.AFTER)
+
+
+def _refusing(message: str) -> Any:
+    """A ``handle_moe_kernel_config`` step that runs SGLang's own and then stops the launch with ``message``."""
+    def refuse(server_args: Any, previous: Any) -> None:
+        previous(server_args)
+        raise ValueError(message)
+    return refuse
 
 
 def _layer_hook_applied() -> bool:

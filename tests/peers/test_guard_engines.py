@@ -69,6 +69,9 @@ CASES = {
                           {**VLLM_ON, "MOEDISPATCH_GUARD": "warn",
                            "GUARD_ADDITIONAL_CONFIG": json.dumps({"moedispatch": {"mode": "refuse"}})}),
     "bad-mode": ("vllm", ["model", "Qwen3-30B-A3B", "8"], {**VLLM_ON, "MOEDISPATCH_GUARD": "refsue"}),
+    # A mistyped target in refuse mode stops the launch (it started unchecked: a newcomer's review).
+    "bad-target": ("vllm", ["model", "Qwen3-Next-80B-A3B-FP8", "8"],
+                   {**VLLM_ON, "MOEDISPATCH_GUARD": "refuse", "MOEDISPATCH_TARGET": "MI355"}),
     # The stale-model alarm: fires on a planted wrong fact, quiet on the real data (every case above).
     "planted": ("vllm", ["model", "Qwen3-30B-A3B", "8"], {**VLLM_ON, "GUARD_PLANT": "unquantized-silu"}),
     # Guards on the guard.
@@ -84,6 +87,9 @@ CASES = {
                            {**SGLANG_ON, "MOEDISPATCH_GUARD": "refuse"}),
     "sglang-fix-triton": ("sglang", ["Qwen3-235B-A22B-Instruct-2507-MXFP4", "4", "triton"],
                           {**SGLANG_ON, "MOEDISPATCH_GUARD": "fix"}),
+    # A mode SGLang's plugin loader would swallow (it only logs a failing plugin): stopped at resolution instead.
+    "sglang-bad-mode": ("sglang", ["Qwen3-235B-A22B-Instruct-2507-MXFP4", "4", "triton"],
+                        {**SGLANG_ON, "MOEDISPATCH_GUARD": "refsue"}),
     # SGLang per layer: its own FusedMoE(...) resolves AITER at TP2 (intermediate/rank 384) and Triton at TP4 (192,
     # its AITER CK gate needs 128-aligned shards); the guard's hook predicts both, and alarms on a planted fact.
     "sglang-layer-tp2": ("sglang", ["Qwen3-30B-A3B", "2", "auto"], {**SGLANG_ON, "GUARD_LAYER": "1"}),
@@ -144,6 +150,9 @@ def test_warn_never_raises_and_the_config_channel_sets_the_mode(runs):
     assert not r["ok"] and "moedispatch guard (refuse)" in r["error"]
     r = runs["bad-mode"]
     assert not r["ok"] and "MOEDISPATCH_GUARD='refsue'" in r["error"] and "expected one of" in r["error"]
+    r = runs["bad-target"]
+    assert not r["ok"] and "MOEDISPATCH_TARGET='MI355': unknown target 'MI355'" in r["error"], r
+    assert "starts unchecked" not in r["stderr"]
 
 
 def test_stale_model_alarm_fires_on_a_planted_fact_and_is_quiet_on_real_data(runs):
@@ -172,6 +181,8 @@ def test_sglang_resolution_hook_refuses_and_fixes(runs):
     assert r["ok"] and r["moe_runner_backend"] == "auto"
     r = runs["sglang-fix-triton"]
     assert r["ok"] and r["moe_runner_backend"] == "auto" and "the corrected launch checks clean" in r["stderr"]
+    r = runs["sglang-bad-mode"]
+    assert not r["ok"] and "MOEDISPATCH_GUARD='refsue': expected one of" in r["error"], r
 
 
 def test_sglang_per_layer_check_follows_sglangs_own_layer(runs):
