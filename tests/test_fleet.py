@@ -322,3 +322,40 @@ def test_a_decode_only_bucket_issue_the_nodes_do_not_handle(cli, tmp_path):
     fixed = {"AITER_BF16_FP8_MOE_BOUND": "0"}
     proc = fleet(_probe("n1", env=fixed), _probe("n2", env=fixed))
     assert proc.returncode == 0 and "ROCm/aiter#5233" not in proc.stdout, proc.stdout
+
+
+def test_a_node_without_aiter_is_planned_without_it(cli, tmp_path):
+    """A probe with ``aiter.installed: false`` (newcomer review): the node was planned as if it had the newest AITER
+    (aiter-flydsl, the same fingerprint as a 0.1.20.post1 node, "ready"); its engines will not run AITER."""
+    bare = _probe("n3")
+    bare["aiter"] = {"installed": False}
+    proc = _fleet(cli, _write(tmp_path, _probe("n1"), _probe("n2"), bare), "--format", "json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 3 and {n["name"]: n["aiter_version"] for n in doc["nodes"]}["n3"] is None
+    assert any("node(s) n3 plan differently from n1, n2: AITER 0.1.20.post1 vs none" in p for p in doc["problems"])
+    moe = {name: v["moe"] for name, v in doc["roles"][0]["nodes"].items()}
+    assert not any("aiter" in m for m in moe["n3"]), moe
+
+
+def test_a_fleet_that_only_emulates_is_not_ready(cli, tmp_path):
+    """Two equal nodes whose AITER is too old for any native MoE kernel: they agree, but the reference emulation is
+    not for serving — not "ready"."""
+    proc = _fleet(cli, _write(tmp_path, _probe("n1", aiter="0.1.7"), _probe("n2", aiter="0.1.7")))
+    assert proc.returncode == 3, proc.stdout
+    assert "only on the reference emulation" in proc.stdout
+
+
+@pytest.mark.parametrize("patch, needle", [
+    ({"gpus": {"a": 1}}, "gpus must be a list of objects"),
+    ({"gpus": ["gfx950"]}, "gpus must be a list of objects"),
+    ({"gpus": [None]}, "gpus must be a list of objects"),
+    ({"gpus": [{"index": 0}]}, "gpus[0] names no gfx or product"),
+    ({"aiter": [1]}, "aiter must be an object"),
+    ({"aiter": {"installed": True, "version": "0.1.20"}}, "aiter.version.value is not a version string"),
+    ({"aiter": {"installed": True, "version": {"value": 20}}}, "aiter.version.value is not a version string"),
+])
+def test_a_malformed_probe_file_is_one_line_exit_2(cli, tmp_path, patch, needle):
+    """Malformed probe files (newcomer review: KeyError / AttributeError tracebacks, exit 1)."""
+    proc = _fleet(cli, _write(tmp_path, {**_probe("n1"), **patch}))
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

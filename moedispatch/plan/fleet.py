@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from moedispatch.core.errors import MoedispatchError, UsageError
 from moedispatch.core.workload import Runtime, parse_tokens
-from moedispatch.data.capdb import target_capabilities
+from moedispatch.data.capdb import default_aiter_version, target_capabilities
 from moedispatch.plan.plan import Plan, plan_model
 from moedispatch.plan.roles import Role
 
@@ -36,7 +36,8 @@ TARGET_ENV = "MOEDISPATCH_TARGET"
 
 @dataclass(frozen=True)
 class Node:
-    """One node as its probe file describes it: ``target`` (product[:partition] or gfx), the AITER release, the
+    """One node as its probe file describes it: ``target`` (product[:partition] or gfx), the AITER release it serves
+    with (None: no AITER on the node — planned without AITER, as its engines will run, not as the newest release), the
     environment its engine processes see, and the file it came from."""
 
     name: str
@@ -58,21 +59,34 @@ def node_from_probe(doc: Any, source: str) -> Node:
                          "`moedispatch probe --format json > FILE` on the node")
     override = doc.get("target_override")
     gpus = doc.get("gpus") or []
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        raise UsageError(f"{source}: gpus must be a list of objects ({{\"gfx\": …, \"product\": …}})")
     if override:
         target = str(override.get("value") if isinstance(override, dict) else override)
     elif gpus:
-        archs = sorted({g.get("gfx") for g in gpus if isinstance(g, dict)})
+        archs = sorted({str(g.get("gfx")) for g in gpus})
         if len(archs) > 1:
-            raise UsageError(f"{source}: GPUs of different archs ({', '.join(map(str, archs))}) on one node: plan "
+            raise UsageError(f"{source}: GPUs of different archs ({', '.join(archs)}) on one node: plan "
                              "each with MOEDISPATCH_TARGET, or split the node")
         g = gpus[0]
         target = g.get("product") or g.get("gfx")
+        if not isinstance(target, str) or not target:
+            raise UsageError(f"{source}: gpus[0] names no gfx or product")
         if g.get("partition") and g.get("product"):
             target = f"{g['product']}:{g['partition']}"
     else:
         raise UsageError(f"{source}: the probe found no GPU and no MOEDISPATCH_TARGET: the node cannot be planned")
     aiter = doc.get("aiter") or {}
-    version = (aiter.get("version") or {}).get("value") if aiter.get("installed") else None
+    if not isinstance(aiter, dict):
+        raise UsageError(f"{source}: aiter must be an object ({{\"installed\": …, \"version\": {{\"value\": …}}}})")
+    version = None   # no AITER on the node: planned without it (never as the newest release)
+    if aiter.get("installed"):
+        found = aiter.get("version")
+        value = found.get("value") if isinstance(found, dict) else None
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"{source}: aiter.installed is true but aiter.version.value is not a version string "
+                             f"(got {found!r:.60})")
+        version = value.strip()
     env = doc.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise UsageError(f"{source}: env must map variable names to strings")
@@ -80,7 +94,8 @@ def node_from_probe(doc: Any, source: str) -> Node:
     # probed files ('default' = the newest capability_db knows), as moedispatch.probe.targets.cli_aiter_version does.
     override = env.get(AITER_VERSION_ENV, "").strip()
     if override and override.lower() != "installed":
-        version = None if override.lower() == "default" else override
+        version = default_aiter_version() if override.lower() == "default" else \
+            None if override.lower() in ("none", "absent", "no") else override
     node = doc.get("node") or {}
     if not isinstance(node, dict):
         raise UsageError(f"{source}: node must be an object ({{\"host\": …}})")
@@ -157,6 +172,11 @@ class FleetReport:
                 if missing:
                     out.append(f"role {r.role.name}: node {name} ({by_name[name].describe()}) has no correct MoE "
                                f"backend for {len(missing)} layer(s)")
+                emulated = [d.layer.index for d in plan.decisions if d.layer.kind == "moe" and d.backend == "emulation"]
+                if emulated:   # the reference dequantize-to-BF16 path: correct, ~20x slower, not for serving
+                    out.append(f"role {r.role.name}: node {name} ({by_name[name].describe()}) runs {len(emulated)} MoE "
+                               "layer(s) only on the reference emulation (dequantize to BF16, not for serving): no "
+                               "native kernel is correct there — see `moedispatch explain` on that node")
             for (role, name), why in self.engine_errors.items():
                 if role == r.role.name:
                     out.append(f"role {r.role.name}: node {name}: {self.engine} cannot launch its plan: {why}")
@@ -275,7 +295,7 @@ def plan_fleet(model: Any, nodes: Sequence[Node], roles: Sequence[Role], **plan_
         res = RoleResult(role)
         for n in members:
             try:
-                caps = target_capabilities(n.target, n.aiter_version)
+                caps = target_capabilities(n.target, n.aiter_version or "none")
                 runtime = Runtime.build(parse_tokens(f"{role.lo}-{role.hi}"), env=dict(n.env),
                                         serving=(role.lo, role.hi))
                 res.plans[n.name] = plan_model(model, caps, role.tp, role.ep, runtime=runtime, **plan_kwargs)
