@@ -50,3 +50,20 @@ def test_table_shows_both(cli):
     out = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X")
     layout = next(line for line in out.stdout.splitlines() if line.startswith("layout"))
     assert "plan fingerprint" in layout and "decision fingerprint" in layout
+
+
+def test_a_variable_the_dispatch_model_does_not_read_leaves_it_and_a_typo_is_named(cli):
+    """AITER_LOG_MORE=1 in one rank's shell, or a mistyped --aiter-env key, changed the decision fingerprint (a
+    correct multi-rank launch then "plans differently"; newcomer review) and the typo was planned silently. Now only
+    the variables the dispatch model reads (core.workload.AITER_ENV) enter it; the others are still shown, and an
+    --aiter-env key outside AITER_ENV is a warning with the closest name."""
+    base = _doc(cli, "--target", "MI355X")
+    logged = _doc(cli, "--target", "MI355X", env={"AITER_LOG_MORE": "1"})
+    typo = _doc(cli, "--target", "MI355X", "--aiter-env", "AITER_BYPAS_TUNE_CONFIG=1")
+    assert base["decision_fingerprint"] == logged["decision_fingerprint"] == typo["decision_fingerprint"]
+    assert logged["aiter_env"] == {"AITER_LOG_MORE": "1"}
+    assert any("--aiter-env AITER_BYPAS_TUNE_CONFIG: not a variable" in w and "'AITER_BYPASS_TUNE_CONFIG'" in w
+               for w in typo["warnings"])
+    real = _doc(cli, "--target", "MI355X", "--aiter-env", "AITER_BYPASS_TUNE_CONFIG=1")
+    assert real["decision_fingerprint"] != base["decision_fingerprint"]
+    assert not [w for w in real["warnings"] if "--aiter-env" in w]

@@ -91,7 +91,8 @@ def check_aiter_env(env: Mapping[str, str]) -> tuple[str, ...]:
                  f"\"1\" as on)" for key in FLAG_ENV if key in env and str(env[key]) not in ("0", "1"))
 
 
-#: Any other ``AITER_*`` variable is kept too (it cannot change the model but is shown); logging is not a plan input.
+#: Any other ``AITER_*`` variable is kept too (it cannot change the model but is shown; the decision fingerprint reads
+#: only :func:`dispatch_env`); logging is not a plan input.
 _ENV_PREFIXES = ("AITER_",)
 _NOT_PLAN_INPUTS = ("AITER_LOG_LEVEL",)
 
@@ -104,6 +105,23 @@ def aiter_env(environ: Mapping[str, str] | None = None, overrides: Mapping[str, 
            if (k in AITER_ENV or k.startswith(_ENV_PREFIXES)) and k not in _NOT_PLAN_INPUTS}
     env.update({str(k): str(v) for k, v in (overrides or {}).items()})
     return dict(sorted(env.items()))
+
+
+def unread_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
+    """A warning per ``--aiter-env`` key that moedispatch's model of AITER's fused-MoE dispatch does not read (not in
+    :data:`AITER_ENV`): a typo (``AITER_BYPAS_TUNE_CONFIG``) would otherwise plan as if it were set. Such keys are
+    shown with the environment but do not enter the decision fingerprint (:meth:`dispatch_env`)."""
+    from moedispatch._util.suggest import did_you_mean
+
+    return tuple(f"--aiter-env {key}: not a variable moedispatch's model of AITER's fused-MoE dispatch reads"
+                 f"{did_you_mean(key, AITER_ENV)}; shown, not planned for" for key in sorted(overrides)
+                 if key not in AITER_ENV)
+
+
+def dispatch_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``env`` the dispatch model reads (:data:`AITER_ENV`): what must agree across ranks. Other
+    ``AITER_*`` variables (``AITER_LOG_MORE``, a typo) are shown with a plan but cannot change it."""
+    return {k: v for k, v in sorted(env.items()) if k in AITER_ENV}
 
 
 def parse_env_args(items: Iterable[str], flag: str = "--aiter-env") -> dict[str, str]:
@@ -181,7 +199,8 @@ class Runtime:
             raise UsageError("token counts must be positive integers")
         _check_counts(counts, "tokens")
         merged = aiter_env(env, overrides)
-        return cls(counts, tuple(merged.items()), check_aiter_env(merged), serving)
+        return cls(counts, tuple(merged.items()), check_aiter_env(merged) + unread_overrides(overrides or {}),
+                   serving)
 
     @property
     def env_dict(self) -> dict[str, str]:

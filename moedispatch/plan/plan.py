@@ -15,6 +15,7 @@ from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.decision import Decision
 from moedispatch.core.decision import NoBackendError
 from moedispatch.core.layers import MoELayer
+from moedispatch.core.workload import dispatch_env
 from moedispatch.sources.models import ModelSpec, expand_layers
 from moedispatch.core.reason import Reason, texts
 from moedispatch.selector.pure import select
@@ -99,7 +100,7 @@ class Plan:
         aiter = [{"rules": u["rules"], "rows": u["release"] or (u["origin"] if u["origin"] == "installed"
                                                                   else u["rows"])} for u in aiter_data(self)]
         payload = json.dumps({"target": target, "parallel": [self.tp, self.ep], "layers": layers,
-                              "aiter_env": dict(self.runtime.env) if self.runtime is not None else {},
+                              "aiter_env": dispatch_env(dict(self.runtime.env)) if self.runtime is not None else {},
                               "aiter": aiter}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
