@@ -260,6 +260,8 @@ def _add_aiter_configs(sub: Any) -> None:
     aiter_cfg.add_argument("--configs", help="a folder of tuned CSVs (an aiter package or its configs/ folder)")
     aiter_cfg.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
                            help="AITER environment to assume (repeatable), e.g. AITER_CONFIG_FMOE=/a.csv")
+    aiter_cfg.add_argument("--strict", action="store_true",
+                           help="exit 3 when a finding is an error (malformed rows, impossible timings), for CI")
 
 
 def _configure_logging(verbose: int, fmt: str | None, quiet: bool = False) -> None:

@@ -4,6 +4,7 @@ reached by no test."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -76,3 +77,54 @@ def test_an_override_says_what_of_the_default_set_it_replaces(head):
             if f.check == "shadowed" and "replaces the default set" in f.message]
     assert f.source == "https://github.com/sgl-project/sglang/pull/37072" and "are overridden by rows" in f.message
     assert not [f for f in aiter_lint.lint(cs, {}).findings if "replaces the default set" in f.message]
+
+
+# -- a newcomer's review: rows no key matches, untimed rows, a BOM, --strict -------------------------------------
+
+def test_rows_no_layer_key_can_match_are_named(head):
+    """A q_type AITER's enum lacks (csrc/include/aiter_enum.h), topk > expert, and us <= 0 gave no finding."""
+    r = _base(head)
+    rows = [r._replace(q_type="QuantType.per_Tokn", line=900), r._replace(topk=r.expert + 1, line=901),
+            r._replace(us=-5.0, line=902), r._replace(act_type="ActivationType.Silu2", line=903)]
+    found = [f for f in aiter_lint.lint(_set(head, rows)).findings if f.check == "unmatchable"]
+    text = " | ".join(f.message for f in found)
+    assert "q_type 'QuantType.per_Tokn' (did you mean 'QuantType.per_Token'?)" in text
+    assert "act_type 'ActivationType.Silu2'" in text
+    assert f"topk {r.expert + 1} > expert {r.expert}" in text and "us=-5.0" in text
+    assert [f.severity for f in found].count("info") == 1   # untimed rows are looked up as usual: info
+    assert not [f for f in aiter_lint.lint(_set(head, [r])).findings if f.check == "unmatchable"]
+
+
+def _write_set(tmp_path, lines, *, bom=False):
+    header = open(os.path.join(os.environ.get("MOEDISPATCH_AITER_DATA", "../shared/aiter"),
+                               "v0.1.20.post1/aiter/configs/tuned_fmoe.csv"), encoding="utf-8").read().splitlines()
+    d = tmp_path / "cfg"
+    d.mkdir()
+    (d / "tuned_fmoe.csv").write_text("\n".join(header[:1] + [header[i] for i in lines]) + "\n",
+                                      encoding="utf-8-sig" if bom else "utf-8")
+    return str(d)
+
+
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("MOEDISPATCH_AITER_DATA", "../shared/aiter")),
+                    reason="needs ../shared/aiter")
+def test_a_byte_order_mark_is_not_a_broken_header(tmp_path):
+    """pandas (AITER's reader) drops a UTF-8 BOM; the lint said 'header lacks column(s) cu_num' and explain dropped
+    the file silently."""
+    cs = ac.load_config_set(_write_set(tmp_path, [1, 2, 3], bom=True))
+    assert len(cs.rows) == 3 and not cs.warnings
+
+
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("MOEDISPATCH_AITER_DATA", "../shared/aiter")),
+                    reason="needs ../shared/aiter")
+def test_strict_exits_3_on_an_error_finding(tmp_path):
+    """`aiter-configs --strict` gates a CI step: exit 3 when a finding is an error (a row with more fields than the
+    header: pandas cannot read the file); without --strict the report is the output (exit 0)."""
+    import argparse
+
+    folder = _write_set(tmp_path, [1, 2])
+    with open(os.path.join(folder, "tuned_fmoe.csv"), "a", encoding="utf-8") as fh:
+        fh.write("gfx950,256,1,extra" + ",x" * 40 + "\n")
+    out: list[str] = []
+    args = argparse.Namespace(configs=folder, aiter_version=None, aiter_env=[], format="json", strict=False)
+    assert aiter_lint.run_cli(args, out.append) == 0
+    assert aiter_lint.run_cli(argparse.Namespace(**{**vars(args), "strict": True}), out.append) == 3

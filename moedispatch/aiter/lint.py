@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from moedispatch.data import aiter_configs as _cfg
 from moedispatch.data.aiter_configs import ConfigSet, TunedRow
-from moedispatch.aiter.rules import get_padded_M
+from moedispatch.aiter.rules import get_padded_M, lookup_rules
 from moedispatch.core.workload import parse_env_args
 from moedispatch.core.errors import UsageError
 from moedispatch.data import capdb
@@ -267,26 +267,30 @@ def _shadowed(cs: ConfigSet, env: Mapping[str, str]) -> list[Finding]:
                            f"{len(unreachable)} rows have a token no get_padded_M bucket produces "
                            f"({', '.join(sorted({str(r.token) for r in unreachable}, key=int))}): never looked up",
                            tuple(r.where for r in unreachable[:20]), _cfg.SOURCE_LOOKUP))
-    if model == "head":
+    # The release's own lookup (its Rules, read at each tag): whether flydsl_fallback rows are dropped and whether the
+    # exact dict can match a CSV act_type string (v0.1.19 and v0.1.13.x and older key on str(activation)).
+    rules = lookup_rules("legacy" if model != "head" else cs.version if cs.version else "head")
+    drops_tagged = model == "head" and not rules.flydsl_fallback_rows   # v0.1.11-v0.1.17 read them without flydsl
+    if drops_tagged:
         tagged = [r for r in cs.rows if r.tag == "flydsl_fallback"]
         if tagged:
             out.append(Finding("shadowed", "info",
-                               f"{len(tagged)} rows tagged flydsl_fallback are dropped before the lookup at HEAD "
-                               "(get_cfg_2stages): never used, even without flydsl", tuple(r.where for r in tagged[:20]),
-                               _cfg.SOURCE_LOOKUP))
+                               f"{len(tagged)} rows tagged flydsl_fallback are dropped before the lookup at "
+                               f"{rules.name} (get_cfg_2stages): never used, even without flydsl",
+                               tuple(r.where for r in tagged[:20]), _cfg.SOURCE_LOOKUP))
     seen: dict[tuple, TunedRow] = {}
     seen_act: dict[tuple, TunedRow] = {}
     dups, act_dups = [], []
     for r in cs.rows:
         if model == "head" and r.tag == "flydsl_fallback":
-            continue
+            continue   # never in the lookup dicts (dropped, or a separate table read only without flydsl)
         k = r.key(with_gfx=model == "head")
         if k in seen:
             dups.append((r, seen[k]))
         else:
             seen[k] = r
         ka = r.key(with_gfx=model == "head", act="*")
-        if model == "head" and ka in seen_act and seen_act[ka].act_type != r.act_type:
+        if not rules.act_exact and rules.act_wildcard and ka in seen_act and seen_act[ka].act_type != r.act_type:
             act_dups.append((r, seen_act[ka]))
         seen_act.setdefault(ka, r)
     if dups:
@@ -296,8 +300,8 @@ def _shadowed(cs: ConfigSet, env: Mapping[str, str]) -> list[Finding]:
                            _cfg.SOURCE_LOOKUP))
     if act_dups:
         out.append(Finding("shadowed", "warning",
-                           f"{len(act_dups)} rows differ from an earlier row only in act_type; AITER HEAD's exact "
-                           f"lookup keys on the ActivationType enum and cannot match the CSV's strings, so the "
+                           f"{len(act_dups)} rows differ from an earlier row only in act_type; AITER {rules.name}'s "
+                           f"exact lookup keys on the ActivationType enum and cannot match the CSV's strings, so the "
                            f"act-wildcard match returns the earlier row (e.g. {act_dups[0][0].where} "
                            f"({act_dups[0][0].act_type.split('.')[-1]}) behind {act_dups[0][1].where} "
                            f"({act_dups[0][1].act_type.split('.')[-1]}))",
@@ -318,6 +322,45 @@ def _shadowed(cs: ConfigSet, env: Mapping[str, str]) -> list[Finding]:
     return out
 
 
+#: AITER's enums as its key spells them (ROCm/aiter@e4048607:csrc/include/aiter_enum.h, the single source of
+#: truth aiter/ops/enum.py parses): a row naming another member is never matched by a real layer's key.
+_ENUMS = {
+    "act_type": tuple(f"ActivationType.{m}" for m in ("No", "Silu", "Gelu", "Swiglu", "Situv2")),
+    "q_type": tuple(f"QuantType.{m}" for m in ("No", "per_Tensor", "per_Token", "per_1x32", "per_1x128",
+                                                "per_128x128", "per_256x128", "per_1024x128")),
+}
+_ENUM_SOURCE = ("https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2d45c0879/csrc/include/"
+                "aiter_enum.h")
+
+
+def _unmatchable(cs: ConfigSet) -> list[Finding]:
+    """Rows no layer's lookup key can name (an enum member AITER does not have, more experts per token than experts)
+    and timings that are no time (``us`` missing, zero or negative: the tuner writes a positive µs)."""
+    from moedispatch._util.suggest import did_you_mean
+
+    out: list[Finding] = []
+    for column, members in _ENUMS.items():
+        bad = [r for r in cs.rows if getattr(r, column) not in members]
+        if bad:
+            value = getattr(bad[0], column)
+            out.append(Finding("unmatchable", "warning",
+                               f"{len(bad)} rows name {column} {value!r}{did_you_mean(value, members)}, not a member "
+                               "of AITER's enum: no layer's lookup key matches them", tuple(r.where for r in bad[:20]),
+                               _ENUM_SOURCE))
+    wide = [r for r in cs.rows if r.topk > r.expert]
+    if wide:
+        out.append(Finding("unmatchable", "warning",
+                           f"{len(wide)} rows route each token to more experts than they have (e.g. topk {wide[0].topk}"
+                           f" > expert {wide[0].expert}): no layer has this shape", tuple(r.where for r in wide[:20])))
+    untimed = [r for r in cs.rows if not r.tag and (r.us is None or not r.us > 0)]
+    if untimed:
+        out.append(Finding("unmatchable", "info",
+                           f"{len(untimed)} rows carry no timing (us empty, zero or negative; e.g. us={untimed[0].us!r}"
+                           "): the lookup still returns their kernels (rows pinned by hand carry 0), but the cost "
+                           "model does not use their µs", tuple(r.where for r in untimed[:20])))
+    return out
+
+
 def _malformed(cs: ConfigSet) -> list[Finding]:
     out = [Finding("malformed", "error", w) for w in cs.warnings]  # each one "file[:line]: what" (aiter_configs)
     shifted = [r for r in cs.rows if r.defects]
@@ -332,7 +375,8 @@ def _malformed(cs: ConfigSet) -> list[Finding]:
 def lint(cs: ConfigSet, env: Mapping[str, str] | None = None) -> LintReport:
     """Run every check on ``cs`` (``env``: the AITER env, for the override check)."""
     env = dict(env or {})
-    findings = _malformed(cs) + _copied(cs) + _impossible(cs) + _compute(cs) + _shared_cu(cs) + _shadowed(cs, env)
+    findings = (_malformed(cs) + _unmatchable(cs) + _copied(cs) + _impossible(cs) + _compute(cs) + _shared_cu(cs)
+                + _shadowed(cs, env))
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order.get(f.severity, 3), f.check))
     rows_copied = sum(len(f.rows) for f in findings if f.check == "copied-timing")
@@ -392,5 +436,9 @@ def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
             raise UsageError(f"--aiter-version {version!r} is not a PEP 440 version, 'installed' or a release of "
                              f"moedispatch's AITER index ({tags[0]} … {tags[-1]})") from None
         cs = _cfg.load_config_set(None, env=env, version=version)
-    emit(render(lint(cs, env), getattr(args, "format", "table")))
-    return 0
+    findings = lint(cs, env)
+    emit(render(findings, getattr(args, "format", "table")))
+    # --strict: exit 3 on an error finding (as lint), so a CI step over a tuned set can gate on it; without it the
+    # report is the output (AITER's own shipped sets carry error-severity timing findings).
+    strict = getattr(args, "strict", False)
+    return 3 if strict and any(f.severity == "error" for f in findings.findings) else 0

@@ -164,7 +164,8 @@ def parse_csv(path: str, display: str, *, dispatch: str = "head",
     shape; line numbers are kept; the full lint passes None).
     """
     try:
-        fh = open(path, newline="", encoding="utf-8", errors="replace")
+        # utf-8-sig: a byte-order mark is not part of the first column's name (pandas drops it too)
+        fh = open(path, newline="", encoding="utf-8-sig", errors="replace")
     except OSError as exc:
         return [], [f"{display}: cannot read: {exc.strerror or exc}"]
     with fh:
