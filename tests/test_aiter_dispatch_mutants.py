@@ -1455,13 +1455,16 @@ def test_issue_predicates(pred, hit, miss):
 
 
 def test_issue_version_range_and_kernel_regex():
-    """``aiter`` is a PEP 440 specifier on the AITER version planned for (its public part); no version or an
-    unparsable one matches no ranged issue; ``kernel`` is searched (re.search) in each kernel name."""
+    """``aiter`` is a PEP 440 specifier on the release the planned AITER version carries (rules.release_of: a
+    release candidate of 0.1.17 is 0.1.17); no version or an unparsable one matches no ranged issue; ``kernel`` is
+    searched (re.search) in each kernel name."""
     k = key(inter_dim=384)
     s = _ck_step(k)
     rng = issue(aiter=">=0.1.17,<0.1.20")
     assert _issue_matches(rng, s, k, "0.1.19.post2+rocm7.1") == "moe_ck2stages_gemm1 (default)"
-    assert _issue_matches(rng, s, k, "0.1.17rc1") is None and _issue_matches(rng, s, k, "0.1.20") is None
+    assert _issue_matches(rng, s, k, "0.1.17rc1") == "moe_ck2stages_gemm1 (default)"
+    assert _issue_matches(rng, s, k, "0.1.16.post6") is None and _issue_matches(rng, s, k, "0.1.20") is None
+    assert _issue_matches(rng, s, k, "0.1.20rc1") is None   # 0.1.20's code, outside <0.1.20
     assert _issue_matches(rng, s, k, None) is None and _issue_matches(rng, s, k, "garbage") is None
     assert _issue_matches(issue(), s, k, None) == "moe_ck2stages_gemm1 (default)"
     assert _issue_matches(issue(kernel="gemm2"), s, k, None) == "moe_ck2stages_gemm2 (default)"

@@ -128,3 +128,41 @@ def test_strict_exits_3_on_an_error_finding(tmp_path):
     args = argparse.Namespace(configs=folder, aiter_version=None, aiter_env=[], format="json", strict=False)
     assert aiter_lint.run_cli(args, out.append) == 0
     assert aiter_lint.run_cli(argparse.Namespace(**{**vars(args), "strict": True}), out.append) == 3
+
+
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("MOEDISPATCH_AITER_DATA", "../shared/aiter")),
+                    reason="needs ../shared/aiter")
+def test_what_makes_aiter_raise_is_an_error(tmp_path):
+    """A key repeated across merged files: AITER raises RuntimeError at the first fused_moe call and rewrites the CSVs
+    (ROCm/aiter@e4048607:aiter/jit/core.py update_config_files) — an error, not a 'shadowed' warning. An
+    AITER_CONFIG_FMOE naming no existing file: AITER raises FileNotFoundError (it was 'AITER skips it')."""
+    folder = _write_set(tmp_path, [1, 2])
+    os.mkdir(os.path.join(folder, "model_configs"))
+    lines = open(os.path.join(folder, "tuned_fmoe.csv"), encoding="utf-8").read().splitlines()
+    with open(os.path.join(folder, "model_configs", "x_tuned_fmoe.csv"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join([lines[0], lines[1]]) + "\n")
+    found = aiter_lint.lint(ac.load_config_set(folder)).findings
+    assert [f.severity for f in found if "duplicate shape entries" in f.message] == ["error"]
+    missing = ac.load_config_set(None, env={"AITER_CONFIG_FMOE": str(tmp_path / "nope.csv")}, version="0.1.20.post1")
+    (err,) = [f for f in aiter_lint.lint(missing).findings if "FileNotFoundError" in f.message]
+    assert err.severity == "error" and "nope.csv" in err.message
+
+
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("MOEDISPATCH_AITER_DATA", "../shared/aiter")),
+                    reason="needs ../shared/aiter")
+def test_an_override_with_a_configs_folder_is_compared_with_that_folder(tmp_path):
+    """`aiter-configs --configs DIR --aiter-env AITER_CONFIG_FMOE=F`: AITER reads F instead of DIR's set; the report
+    says DIR is not read and compares F with DIR (it compared with the installed AITER, silently)."""
+    import argparse
+    import json
+
+    folder = _write_set(tmp_path, [1, 2, 3])
+    (tmp_path / "o").mkdir()
+    override = _write_set(tmp_path / "o", [1])
+    out: list[str] = []
+    aiter_lint.run_cli(argparse.Namespace(configs=folder, aiter_version=None, format="json", strict=False,
+                                          aiter_env=[f"AITER_CONFIG_FMOE={override}/tuned_fmoe.csv"]), out.append)
+    doc = json.loads(out[0])
+    assert any(f"--configs {folder} is not read" in n for n in doc["configs"]["notes"])
+    (f,) = [f for f in doc["findings"] if "replaces the default set" in f["message"]]
+    assert f"(tuned CSVs in {folder})" in f["message"] and "2 of its 3 rows are no longer looked up" in f["message"]

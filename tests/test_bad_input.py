@@ -358,7 +358,8 @@ CASES: list[Case] = [
     X("aiter-env-gptoss-bound", "--aiter-env", "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=1e3",
       needle="GPTOSS_SWIGLU_MXFP4_BF16_BOUND"),
     X("aiter-env-config-missing", "--aiter-env", "AITER_CONFIG_FMOE=/nonexistent/tuned.csv",
-      needle="/nonexistent/tuned.csv: listed in the tuned set but not found", expect=0),
+      needle="AITER raises FileNotFoundError at its first fused-MoE call: AITER_CONFIG_FMOE names no existing file "
+             "(/nonexistent/tuned.csv)", expect=0),
     X("aiter-env-config-not-csv", "--aiter-env", "AITER_CONFIG_FMOE={path}", setup=_file("passwd", "root:x:0:0\n"),
       needle="passwd:1: header lacks column", expect=0),
     X("aiter-env-flydsl-true", "--aiter-env", "AITER_FLYDSL_FORCE=true", needle="AITER_FLYDSL_FORCE", expect=0),
@@ -366,7 +367,7 @@ CASES: list[Case] = [
     X("shell-bypass-maybe", env={"AITER_BYPASS_TUNE_CONFIG": "maybe"}, needle="AITER_BYPASS_TUNE_CONFIG"),
     X("shell-ksplit-word", env={"AITER_KSPLIT": "auto"}, needle="AITER_KSPLIT"),
     X("shell-config-missing", env={"AITER_CONFIG_FMOE": "/nonexistent/tuned.csv"}, expect=0,
-      needle="/nonexistent/tuned.csv: listed in the tuned set but not found"),
+      needle="AITER raises FileNotFoundError at its first fused-MoE call"),
     # -- MOEDISPATCH_* in the environment
     X("env-plugin-timeout-word", env={"MOEDISPATCH_PLUGIN_TIMEOUT": "abc"}, needle="MOEDISPATCH_PLUGIN_TIMEOUT"),
     X("env-plugin-timeout-negative", env={"MOEDISPATCH_PLUGIN_TIMEOUT": "-5"}, needle="MOEDISPATCH_PLUGIN_TIMEOUT"),

@@ -25,6 +25,7 @@ below, with the datasheet each figure comes from.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -255,7 +256,7 @@ def _shared_cu(cs: ConfigSet) -> list[Finding]:
     return out
 
 
-def _shadowed(cs: ConfigSet, env: Mapping[str, str]) -> list[Finding]:
+def _shadowed(cs: ConfigSet, env: Mapping[str, str], base: ConfigSet | None = None) -> list[Finding]:
     out: list[Finding] = []
     model = cs.dispatch
     valid = {get_padded_M(m, model) for m in (1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097, 8193,
@@ -306,11 +307,12 @@ def _shadowed(cs: ConfigSet, env: Mapping[str, str]) -> list[Finding]:
                            f"({act_dups[0][0].act_type.split('.')[-1]}) behind {act_dups[0][1].where} "
                            f"({act_dups[0][1].act_type.split('.')[-1]}))",
                            tuple(r.where for r, _ in act_dups[:20]), _cfg.SOURCE_LOOKUP, "derived"))
-    if cs.merge_error:
-        out.append(Finding("shadowed", "warning", cs.merge_error, (), _cfg.SOURCE_MERGE))
+    if cs.merge_error:   # "AITER raises …": the first fused-MoE call fails (an error), else rows silently dropped
+        out.append(Finding("shadowed", "error" if cs.merge_error.startswith("AITER raises") else "warning",
+                           cs.merge_error, (), _cfg.SOURCE_MERGE))
     override = (env.get("AITER_CONFIG_FMOE") or "").strip()
     if override and cs.origin == "env":
-        base = _cfg.load_config_set(None, version=cs.version)
+        base = base if base is not None else _cfg.load_config_set(None, version=cs.version)
         mine = {r.key(with_gfx=False) for r in cs.rows}
         lost = [r for r in base.rows if r.key(with_gfx=False) not in mine]
         replaced = [r for r in base.rows if r.key(with_gfx=False) in mine]
@@ -372,11 +374,12 @@ def _malformed(cs: ConfigSet) -> list[Finding]:
     return out
 
 
-def lint(cs: ConfigSet, env: Mapping[str, str] | None = None) -> LintReport:
-    """Run every check on ``cs`` (``env``: the AITER env, for the override check)."""
+def lint(cs: ConfigSet, env: Mapping[str, str] | None = None, base: ConfigSet | None = None) -> LintReport:
+    """Run every check on ``cs`` (``env``: the AITER env, for the override check; ``base``: the set an
+    AITER_CONFIG_FMOE override replaces — default the installed AITER's, else the release's)."""
     env = dict(env or {})
     findings = (_malformed(cs) + _unmatchable(cs) + _copied(cs) + _impossible(cs) + _compute(cs) + _shared_cu(cs)
-                + _shadowed(cs, env))
+                + _shadowed(cs, env, base))
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order.get(f.severity, 3), f.check))
     rows_copied = sum(len(f.rows) for f in findings if f.check == "copied-timing")
@@ -416,12 +419,17 @@ def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     env = parse_env_args(getattr(args, "aiter_env", None) or [])
     version = getattr(args, "aiter_version", None)
     directory = getattr(args, "configs", None)
+    base = None
     if directory:
         import os
 
         if not os.path.isdir(directory):
             raise UsageError(f"--configs {directory!r} is not a directory")
         cs = _cfg.load_config_set(directory, env=env, version=None if version in (None, "installed") else version)
+        if cs.origin == "env":   # AITER_CONFIG_FMOE replaces the set: the folder is what it replaces, not read
+            base = _cfg.load_config_set(directory, version=None if version in (None, "installed") else version)
+            cs = dataclasses.replace(cs, notes=cs.notes + (f"--configs {directory} is not read as the tuned set: "
+                                                           "AITER_CONFIG_FMOE replaces it (compared below)",))
     elif version in (None, "installed"):
         cs = _cfg.load_config_set(version, env=env)
     elif version == "bundled" or version in {r.tag for r in _cfg.releases()}:
@@ -436,7 +444,7 @@ def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
             raise UsageError(f"--aiter-version {version!r} is not a PEP 440 version, 'installed' or a release of "
                              f"moedispatch's AITER index ({tags[0]} … {tags[-1]})") from None
         cs = _cfg.load_config_set(None, env=env, version=version)
-    findings = lint(cs, env)
+    findings = lint(cs, env, base)
     emit(render(findings, getattr(args, "format", "table")))
     # --strict: exit 3 on an error finding (as lint), so a CI step over a tuned set can gate on it; without it the
     # report is the output (AITER's own shipped sets carry error-severity timing findings).

@@ -349,16 +349,23 @@ def _display(path: str, root: str | None, prefix: str) -> str:
 
 # -- merge ---------------------------------------------------------------------------------------------------------
 
-def _merge(files: list[tuple[str, str]], dispatch: str,
-           model_dims: frozenset[int] | None = None) -> tuple[list[TunedRow], list[str], bool, str | None]:
+def _merge(files: list[tuple[str, str]], dispatch: str, model_dims: frozenset[int] | None = None,
+           override: bool = False) -> tuple[list[TunedRow], list[str], bool, str | None]:
     """Parse and concatenate like ``update_config_files``; returns (rows, warnings, broken, merge_error)."""
     rows: list[TunedRow] = []
     warnings: list[str] = []
     broken = False
     present = [(p, d) for p, d in files if os.path.isfile(p)]
+    if override and not present:
+        # update_config_files returns a single path as is (pd.read_csv then raises) and raises itself when none of
+        # several exists: AITER's first fused_moe call fails (ROCm/aiter@e4048607:aiter/jit/core.py lines 266-287).
+        missing = ", ".join(d for _p, d in files)
+        return [], [f"{missing}: not found"], True, (
+            f"AITER raises FileNotFoundError at its first fused-MoE call: AITER_CONFIG_FMOE names no existing file "
+            f"({missing}); modelled as if no tuned row existed ({SOURCE_MERGE})")
     for path, display in files:
         if not os.path.isfile(path):
-            # AITER: a listed file that does not exist is skipped with an INFO line (the default file must exist).
+            # AITER: one of several listed files that does not exist is skipped with an INFO line.
             warnings.append(f"{display}: listed in the tuned set but not found (AITER skips it)")
     if not present:
         return [], warnings + ["no tuned fmoe CSV found: dispatch uses heuristics only"], True, None
@@ -410,7 +417,7 @@ def _load_cached(files: tuple[tuple[str, str], ...], stamps: tuple, dispatch: st
                  version: str | None, commit: str | None, notes: tuple[str, ...],
                  model_dims: frozenset[int] | None = None) -> ConfigSet:
     del stamps  # part of the cache key only
-    rows, warnings, broken, merge_error = _merge(list(files), dispatch, model_dims)
+    rows, warnings, broken, merge_error = _merge(list(files), dispatch, model_dims, override=origin == "env")
     return ConfigSet(label=label, origin=origin, dispatch=dispatch, version=version,
                      files=tuple(d for _, d in files), rows=tuple(rows), warnings=tuple(warnings), broken=broken,
                      merge_error=merge_error, commit=commit, notes=notes)
