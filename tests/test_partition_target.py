@@ -225,3 +225,13 @@ def test_the_recipe_header_names_the_partition():
     assert "on gfx950 (MI355X), CPX partition (32 CUs), AITER 0.1.20.post1, tp=64 ep=64" in head
     whole = plan_model(load_model("GLM-5.1-MXFP4"), fake_capabilities("MI355X", "0.1.20.post1"), 8, 1)
     assert "partition" not in render_recipe(whole, "vllm").splitlines()[0]
+
+
+def test_the_same_launch_head_reads_as_a_sentence(cli):
+    """GLM-5.1-MXFP4 TP64 on MI355X: aiter-ck and aiter-flydsl name the same launch (AITER runs FlyDSL); the decision's
+    first line said "so the launch both name is named after the family it runs" (newcomer review)."""
+    out = cli("explain", "--model", "GLM-5.1-MXFP4", "--target", "MI355X", "--tp", "64", "--aiter-version",
+              "0.1.20.post1", env={"COLUMNS": "400"})
+    assert ("aiter-flydsl: correct for this layer; AITER's dispatcher never runs the higher-preference aiter-ck's "
+            "family at this allocation: both name the same launch, which is named after the family AITER runs"
+            in out.stdout), out.stdout[:2000]

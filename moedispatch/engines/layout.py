@@ -194,9 +194,9 @@ def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: t
             args.append({"arg": eng["dp_arg"].format(dp=dp), "why": f"the experts span {ep} GPUs: {dp} data-parallel "
                          f"replicas of TP {tp} (world size {world})", "source": layout_src})
         if ep > 1:
+            moe = next((d.layer for d in plan.decisions if d.layer.kind == "moe"), None)   # not a dense first layer
             args.append({"arg": eng["ep_arg"].format(ep=ep), "why": f"experts sharded over all {world} TP×DP ranks "
-                         f"({plan.decisions[0].layer.experts_per_rank if plan.decisions else '?'} per rank)",
-                         "source": layout_src})
+                         f"({moe.experts_per_rank if moe is not None else '?'} per rank)", "source": layout_src})
     else:
         # SGLang: --tp-size is the world, the MoE is tensor-parallel over world // ep; attention TP = world // dp
         # (Plan.attention_tp when the launch gives it: lint's data-parallel attention with 1 < EP < world).

@@ -937,7 +937,11 @@ def render_recipe(plan: Plan, engine: str, *, fmt: str = "table", version: str |
         mem = (f"; ~{lo.weights_gib:.0f} GiB weights/rank of {lo.budget_gib:.0f} GiB usable"
                if lo.weights_gib is not None and lo.budget_gib is not None else "")
         lines.append(f"# layout: world size {lo.world} (tp {lo.tp} × dp {lo.dp}, ep {lo.ep}){mem}")
-    lines.append(f"# MoE plan: {recipe.backend or 'no backend'}")
+    planned = sorted({d.backend for d in plan.decisions if d.layer.kind == "moe" and d.backend})
+    if recipe.backend or not planned:
+        lines.append(f"# MoE plan: {recipe.backend or 'no backend'}")
+    else:   # refused: the plan's own pick, which no launch of this engine release takes (it said "no backend")
+        lines.append(f"# MoE plan: {', '.join(planned)}; no {engine} {recipe.version} launch runs it (below)")
     lines += [f"# {line}" for line in recipe.path_lines()]
     for run in recipe.runs:
         merged: list[list[Any]] = []

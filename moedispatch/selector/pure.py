@@ -278,7 +278,8 @@ def _head(winner: Backend, candidates: Sequence[Backend], force: str | None, fai
         head = f"forced with --backend {winner.name}; its checks pass"
     elif slower.get(top.name, "").startswith(SAME_LAUNCH):
         head = (f"{winner.name}: correct for this layer; AITER's dispatcher never runs the higher-preference "
-                f"{top.name}'s family at this allocation, so the launch both name is named after the family it runs")
+                f"{top.name}'s family at this allocation: both name the same launch, which is named after the "
+                "family AITER runs")
     elif len(supported_names) > 1 and winner is not top:
         head = (f"{winner.name}: correct for this layer and predicted faster than the higher-preference "
                 f"{top.name}: {_cost_reason(winner.name, costs, top.name)}")
