@@ -899,6 +899,10 @@ def _main(argv: Sequence[str] | None) -> int:
             raise UsageError("moedispatch: a command is required (explain, compare, lint, exec, fleet, probe, backends, "
                              "models, verify, aiter-configs); see moedispatch --help")
         _configure_logging(args.verbose, args.log_format, args.quiet)
+        for flag in ("engine_version", "aiter_version", "target", "model", "backend"):
+            value = getattr(args, flag, None)
+            if isinstance(value, str) and not value.strip():   # "" must not mean "the default" silently
+                raise UsageError(f"--{flag.replace('_', '-')} is empty: give a value or leave the option out")
         from moedispatch._util.deadline import set_fd_capture
 
         set_fd_capture(True)  # the CLI owns fd 1: plugin writes to it during discovery are captured too

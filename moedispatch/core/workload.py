@@ -142,8 +142,8 @@ def parse_tokens(text: str) -> tuple[int, ...]:
     out: set[int] = set()
     for part in str(text).split(","):
         part = part.strip()
-        if not part:
-            continue
+        if not part:   # "1,,2" or a trailing comma: a typo, not "no count here"
+            raise UsageError(f"--tokens {text!r}: an empty item between commas (expected e.g. 1,64,4096 or 1-512)")
         lo_s, dash, hi_s = part.partition("-")
         try:
             lo = int(lo_s)
