@@ -372,6 +372,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if getattr(args, "engine_version", None) and not getattr(args, "recipe", None):
         sys.stderr.write("moedispatch: warning: --engine-version goes with --recipe vllm|sglang and is ignored "
                          "without it (for --engine use ENGINE@VERSION)\n")
+    if getattr(args, "engine", None) and getattr(args, "recipe", None):
+        sys.stderr.write("moedispatch: warning: --engine is ignored with --recipe (the recipe is the launch; run "
+                         "explain --engine … without --recipe for the engine's own per-layer choice)\n")
+    ignored = [flag for flag, on in (("--recipe", getattr(args, "recipe", None)), ("--what-if", args.what_if),
+                                     ("--html", getattr(args, "html", None) is not None)) if on]
+    if getattr(args, "tuning_list", None) and ignored:
+        sys.stderr.write(f"moedispatch: warning: --tuning-list prints only the tuning CSV; {', '.join(ignored)} "
+                         "ignored (run them without --tuning-list)\n")
     if getattr(args, "engine_env", None) and not getattr(args, "engine", None):
         sys.stderr.write("moedispatch: warning: --engine-env goes with --engine vllm|sglang[@VERSION] and is ignored "
                          "without it\n")

@@ -575,3 +575,15 @@ def test_the_suite_is_large():
     """The issue asks for at least 150 cases (the report's 108 plus more), with unique ids."""
     assert len(CASES) >= 150
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("args, warning", [
+    (("--engine-version", "0.33.0"), "--engine-version goes with --recipe vllm|sglang and is ignored"),
+    (("--recipe", "vllm", "--engine", "sglang"), "--engine is ignored with --recipe"),
+    (("--recipe", "vllm", "--tuning-list"), "--tuning-list prints only the tuning CSV; --recipe ignored"),
+])
+def test_a_flag_that_does_nothing_with_another_says_so(cli, args, warning):
+    """Accepted, never silent (newcomer review: --recipe vllm --engine sglang printed the recipe alone, --tuning-list
+    dropped the recipe)."""
+    out = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", *args)
+    assert out.returncode == 0 and f"moedispatch: warning: {warning}" in out.stderr, out.stderr
