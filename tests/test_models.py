@@ -403,3 +403,24 @@ def test_situ_constants_are_read_under_the_engines_config_keys():
     assert dict(parse_config(cfg, name="k3", source="path").activation_params) == {"beta": 2.0}
     cfg.pop("situ_beta")
     assert parse_config(cfg, name="k3", source="path").activation_params == ()
+
+
+def test_a_recipe_serves_a_cached_checkpoint_by_its_repo_id(tmp_path, monkeypatch, no_network):
+    """A model found in the local HF cache: the engine command names the repo id (the engine resolves the same
+    cache); it named the snapshot path, which becomes the served model name clients must send (newcomer review).
+    A folder the user names is still served by its path."""
+    from moedispatch.data.capdb import target_capabilities
+    from moedispatch.engines.recipes import build_recipe
+    from moedispatch.render.explain import plan_model
+
+    cfg = {**BASE, "hidden_size": 2048, "intermediate_size": 768, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral"}
+    snap = _hf_cache(tmp_path / "hub", "acme/Mix", cfg)
+    for var in ("HF_HUB_CACHE", "HF_HOME", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    caps = target_capabilities("MI300X", "0.1.20.post1")
+    cached = build_recipe(plan_model(load_model("acme/Mix"), caps, 1, 1), "vllm", None)
+    assert cached.command.startswith("vllm serve acme/Mix "), cached.command
+    folder = build_recipe(plan_model(load_model(str(snap)), caps, 1, 1), "vllm", None)
+    assert folder.command.startswith(f"vllm serve {snap} "), folder.command

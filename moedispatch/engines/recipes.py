@@ -509,7 +509,10 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
             recipe.alternatives = [a for a in _alternatives(plan, engine, version)
                                    if not _reference_only(a["backend"])]
         return recipe
-    model_ref = plan.model.path or _hf_id(plan.model.name) or plan.model.name
+    # A model found in the local HF cache is served by its repo id (the engine resolves the same cache; the snapshot
+    # path would become the served model name clients must send); a folder the user named, by its path.
+    model_ref = (plan.model.name if plan.model.source == "hf-cache" else plan.model.path) \
+        or _hf_id(plan.model.name) or plan.model.name
     parts = [eng["command"].format(model=model_ref)] + [a["arg"] for a in recipe.args]
     recipe.command = " \\\n    ".join(parts)
     recipe.runs = engine_runs(plan, engine, version, recipe)
