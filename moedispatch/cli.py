@@ -393,9 +393,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         return _explain_roles(args, model, caps, registry, warnings, first_line)
     runtime = Runtime.build(parse_tokens(args.tokens) if args.tokens is not None else None,
                             overrides=_env_pairs(args.aiter_env, "--aiter-env"))
+    from moedispatch.engines.layout import heads_warning
+
+    # In the plan's warnings (text, JSON, HTML, recipe); a TP the MoE cannot shard stays the one-line error, alone.
+    heads = heads_warning(model, args.tp)
     plan = plan_model(model, caps, args.tp, args.ep, backends=registry.backends, force=args.backend,
-                      strict=args.strict_plugins, warnings=warnings, runtime=runtime)
-    _warn_heads(model, args.tp)  # after planning: a TP the MoE cannot shard is the one-line error, alone
+                      strict=args.strict_plugins, warnings=warnings + ([heads] if heads else []), runtime=runtime)
     if getattr(args, "pin_file", None):
         from moedispatch.plan.pinning import pin_plan
 
@@ -631,18 +634,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from moedispatch.render import compare
 
     return compare.run_cli(args, _print)
-
-
-def _warn_heads(model: Any, tp: int) -> None:
-    """A TP that does not divide the model's attention heads is a launch no engine starts (vLLM and SGLang shard the
-    heads evenly): said on stderr; the MoE plan is still made as asked."""
-    from moedispatch.engines.layout import attention_heads
-
-    heads = attention_heads(model)
-    if heads is not None and tp > 1 and heads[0] % tp:
-        sys.stderr.write(f"moedispatch: warning: --tp {tp}: {model.name} has {heads[0]} attention heads, not divisible "
-                         f"by {tp}: no engine launches this layout (vLLM and SGLang shard the heads evenly); the MoE "
-                         "plan below is made as asked\n")
 
 
 def _explain_roles(args: argparse.Namespace, model: Any, caps: Any, registry: Any, warnings: list,

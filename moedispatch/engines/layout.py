@@ -75,6 +75,16 @@ def _raw_config(model: Any) -> dict[str, Any] | None:
     return cfg
 
 
+def heads_warning(model: Any, tp: int) -> str | None:
+    """The warning for a TP that does not divide the model's attention heads — a launch no engine starts (vLLM and
+    SGLang shard the heads evenly); the MoE plan is still made as asked. None when it divides or is unknown."""
+    heads = attention_heads(model)
+    if heads is None or tp <= 1 or heads[0] % tp == 0:
+        return None
+    return (f"--tp {tp}: {model.name} has {heads[0]} attention heads, not divisible by {tp}: no engine launches this "
+            "layout (vLLM and SGLang shard the heads evenly); the MoE plan is made as asked")
+
+
 def attention_heads(model: Any) -> tuple[int, int] | None:
     """(attention heads, KV heads) of the model, or None when its config does not say."""
     cfg = _raw_config(model)

@@ -403,8 +403,11 @@ def run_cli(args: Any, emit: Callable[[str], None]) -> int:
 
     def plan_variant(model: Any, variant: Variant) -> Any:
         caps, first_line = resolved[variants.index(variant)]
+        from moedispatch.engines.layout import heads_warning
+
+        heads = heads_warning(model, variant.tp)
         warnings = (([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
-                    + list(registry.warnings))
+                    + list(registry.warnings) + ([heads] if heads else []))
         return plan_model(model, caps, variant.tp, variant.ep, backends=registry.backends, strict=strict,
                           warnings=warnings, **extra)
 
