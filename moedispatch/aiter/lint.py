@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from moedispatch._util.suggest import did_you_mean
 from moedispatch.data import aiter_configs as _cfg
 from moedispatch.data.aiter_configs import ConfigSet, TunedRow
 from moedispatch.aiter.rules import get_padded_M, lookup_rules
@@ -338,8 +339,6 @@ _ENUM_SOURCE = ("https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1
 def _unmatchable(cs: ConfigSet) -> list[Finding]:
     """Rows no layer's lookup key can name (an enum member AITER does not have, more experts per token than experts)
     and timings that are no time (``us`` missing, zero or negative: the tuner writes a positive µs)."""
-    from moedispatch._util.suggest import did_you_mean
-
     out: list[Finding] = []
     for column, members in _ENUMS.items():
         bad = [r for r in cs.rows if getattr(r, column) not in members]

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from moedispatch._util.suggest import did_you_mean
 from moedispatch.core.errors import UsageError
 
 __all__ = ["Runtime", "check_aiter_env", "INT_ENV", "FLAG_ENV", "DEFAULT_TOKENS", "MAX_TOKENS", "MAX_TOKEN_COUNTS", "PADDED_M_TIERS", "SERVING_BUCKETS", "AITER_ENV", "aiter_env",
@@ -111,8 +112,6 @@ def unread_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
     """A warning per ``--aiter-env`` key that moedispatch's model of AITER's fused-MoE dispatch does not read (not in
     :data:`AITER_ENV`): a typo (``AITER_BYPAS_TUNE_CONFIG``) would otherwise plan as if it were set. Such keys are
     shown with the environment but do not enter the decision fingerprint (:meth:`dispatch_env`)."""
-    from moedispatch._util.suggest import did_you_mean
-
     return tuple(f"--aiter-env {key}: not a variable moedispatch's model of AITER's fused-MoE dispatch reads"
                  f"{did_you_mean(key, AITER_ENV)}; shown, not planned for" for key in sorted(overrides)
                  if key not in AITER_ENV)

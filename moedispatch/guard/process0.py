@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from moedispatch.core.errors import UsageError
 from moedispatch.core.workload import engine_env
+from moedispatch.data import capdb
 from moedispatch.engines import lint
 from moedispatch.engines.choice import ENGINES, _data
 from moedispatch.guard.launch import GUARD_ENV, MODES, decide
@@ -68,8 +69,6 @@ def settings(env: Mapping[str, str], extra: Any = None) -> Settings:
     if target is not None and (not isinstance(target, str) or not target.strip()):
         raise UsageError(f"moedispatch guard target must be a GPU name like MI355X, got {target!r}")
     if target is not None:
-        from moedispatch.data import capdb
-
         named = f"additional config {CONFIG_KEY}.target" if "target" in own else _TARGET_ENV
         try:   # a target the guard cannot plan for is a setting it cannot honour, not a launch it could not check
             capdb.target_capabilities(target.strip(), None)

@@ -27,6 +27,7 @@ from moedispatch._util.width import fit, wrap
 from moedispatch.core.errors import UsageError
 from moedispatch.core.reason import with_marker
 from moedispatch.data.capdb import target_label
+from moedispatch.engines.layout import heads_warning
 from moedispatch.plan.plan import layer_span, plan_model, plan_to_json
 from moedispatch.probe.targets import resolve_capabilities
 from moedispatch.selector import plugins
@@ -403,8 +404,6 @@ def run_cli(args: Any, emit: Callable[[str], None]) -> int:
 
     def plan_variant(model: Any, variant: Variant) -> Any:
         caps, first_line = resolved[variants.index(variant)]
-        from moedispatch.engines.layout import heads_warning
-
         heads = heads_warning(model, variant.tp)
         warnings = (([first_line] if first_line else []) + [f"plugin error: {e}" for e in registry.errors]
                     + list(registry.warnings) + ([heads] if heads else []))
