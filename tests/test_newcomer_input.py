@@ -239,3 +239,12 @@ def test_a_tp_that_does_not_divide_the_heads_is_said(cli):
     cmp = json.loads(cli("compare", "--model", "Qwen3-30B-A3B", "--tp", "3,4", "--format", "json").stdout)
     assert [any(needle in w for w in v["warnings"]) for v in cmp["variants"]] == [True, False]
     assert "attention heads" not in cli("explain", "--model", "GLM-5.1-MXFP4", "--tp", "8").stdout
+
+
+@pytest.mark.parametrize("target", ["MI300A", "gfx90a"])
+def test_a_target_without_datasheet_peaks_says_it_is_not_priced(cli, target):
+    """No cost line and no total, silently (newcomer review): now one warning says why."""
+    doc = json.loads(cli("explain", "--model", "Mixtral-8x7B", "--target", target, "--format", "json").stdout)
+    assert any(w.startswith("no cost for ") and "no datasheet peaks" in w for w in doc["warnings"]), doc["warnings"]
+    priced = json.loads(cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--format", "json").stdout)
+    assert not any(w.startswith("no cost for ") for w in priced["warnings"])

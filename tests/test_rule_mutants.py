@@ -503,6 +503,12 @@ def test_arch_reason_explains_missing_mx_instructions(builtins):
     assert unknown.endswith("— gfx942 has no MX/FP4 scaled-MFMA matrix instructions")
     native = flydsl.check(layer, fake_capabilities("gfx942", AITER, native_mx=True)).reasons[0].text
     assert native.endswith("target is gfx942 (MI300X)")
+    # A kernel that also runs on gfx942 (CK a16w16) is not missing MX instructions on gfx90a (newcomer review: a bf16
+    # layer's rejection blamed MX/FP4 scaled MFMA).
+    ck = next(b for b in builtins if b.name == "aiter-ck")
+    bf16 = ck.check(moe_layer("Mixtral-8x7B", 1), fake_capabilities("gfx90a", AITER)).reasons
+    assert any("needs gfx942 or gfx950 for weights bf16" in r.text for r in bf16)
+    assert not any("scaled-MFMA" in r.text for r in bf16)
 
 
 def test_emulation_runner_is_built_for_the_layer():

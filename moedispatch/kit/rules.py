@@ -416,7 +416,8 @@ class RuleBackend(Backend):
     @staticmethod
     def _arch_reason(archs: list[str], what: str, caps: Capabilities, source: str | None = None) -> Reason:
         why = ""
-        if any(a == "gfx950" for a in archs) and not caps.native_mx and caps.gfx is not None:
+        # Only when the kernel is gfx950-only is MX the reason (a16w16 CK also runs on gfx942: no MX involved).
+        if archs and all(a == "gfx950" for a in archs) and not caps.native_mx and caps.gfx is not None:
             why = f" — {caps.gfx}" + (f" ({caps.family})" if caps.family else "") + \
                 " has no MX/FP4 scaled-MFMA matrix instructions"
         return Reason(f"needs {' or '.join(archs)} for {what}; target is {caps.arch_label}{why}", "failed", source)

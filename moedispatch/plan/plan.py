@@ -167,6 +167,18 @@ def _pad_ratio_warnings(decisions: Sequence[Decision], caps: Capabilities, backe
     return out
 
 
+def _unpriced_warnings(decisions: Sequence[Decision], caps: Capabilities, runtime: Any) -> list[Reason]:
+    """One warning when the plan was costed (a Runtime) but no chosen MoE backend got a cost: the target has no
+    datasheet peaks in capability_db/gpus.toml (MI300A, gfx90a, gfx1100 …) — the report would otherwise just lack
+    its cost lines and total."""
+    chosen = [d for d in decisions if d.layer.kind == "moe" and d.backend]
+    if runtime is None or not chosen or any(d.cost for d in chosen):
+        return []
+    return [Reason(f"no cost for {caps.arch_label}: capability_db/gpus.toml has no datasheet peaks ([peak.<product>]"
+                   " table) for it, so nothing is priced; backends are ordered by correctness and preference only",
+                   "warning", "capability_db/gpus.toml")]
+
+
 def _tuned_set_warnings(decisions: Sequence[Decision], caps: Capabilities) -> list[Reason]:
     """What is wrong with a tuned set the user pointed AITER at (``AITER_CONFIG_FMOE``, ``--aiter-configs`` /
     ``MOEDISPATCH_AITER_CONFIGS``) — a file that does not exist, a CSV that is no tuned fmoe table — once per plan,
@@ -245,6 +257,7 @@ def _plan_warnings(model: ModelSpec, caps: Capabilities, decisions: Sequence[Dec
     out_warnings += [r.with_kind("warning") for d in decisions if d.backend for r in d.of_kind("caveat")]
     out_warnings += _pad_ratio_warnings(decisions, caps, backends, runtime)
     out_warnings += _tuned_set_warnings(decisions, caps)
+    out_warnings += _unpriced_warnings(decisions, caps, runtime)
     missing = [d.layer.index for d in decisions if not d.ok]
     if missing:
         out_warnings.append(Reason(f"{len(missing)} MoE layer(s) have no backend: {_ranges(missing)}", "warning"))
