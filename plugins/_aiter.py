@@ -99,7 +99,8 @@ def version_floor_notes(layer: MoELayer, caps: Capabilities) -> list[Reason]:
         if layer.model_type in model_types and caps.aiter_version is not None and not caps.aiter_at_least(high):
             out.append(Reason(
                 f"sources disagree on the AITER floor for this model's AITER MoE path: {low} per {low_src}, "
-                f"{high} per {high_src}; target AITER {caps.aiter_version} is below the higher one — moedispatch "
+                f"{high} per {high_src}; target AITER {caps.aiter_version} is below "
+                f"{'the higher one' if caps.aiter_at_least(low) else 'both'} — moedispatch "
                 "enforces only the kernel features it needs", "caveat", f"{low_src}; {high_src}", "aiter-floor",
                 "unconfirmed"))
     return out

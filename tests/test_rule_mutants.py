@@ -538,3 +538,20 @@ def test_third_party_backend_is_costed_with_the_runtime(caps, builtins):
     assert " vs aiter-ck " in head and head.endswith(" at 1 token")
     ck = d.rejection("aiter-ck")
     assert ck.supported and [(c.tokens, c.basis) for c in ck.cost] == [(1, "roofline"), (8192, "roofline")]
+
+
+@pytest.mark.parametrize("version, says", [("0.1.15", "below both"), ("0.1.16", "below the higher one"),
+                                           ("0.1.16.post2", None), ("0.1.20.post1", None)])
+def test_the_aiter_floor_conflict_says_which_floors_the_target_misses(version, says):
+    """MiniMax-M3's AITER floor: 0.1.15.post3 (vllm#46419) vs 0.1.16.post2 (the vLLM recipes). A target below both
+    said "below the higher one" (newcomer review)."""
+    from moedispatch.testing import fake_capabilities
+    from moedispatch_plugins._aiter import version_floor_notes
+
+    layer = moe_layer("MiniMax-M3-MXFP4", 8)
+    notes = [r.text for r in version_floor_notes(layer, fake_capabilities("MI355X", version))]
+    if says is None:
+        assert notes == []
+    else:
+        (text,) = notes
+        assert f"target AITER {version} is {says} — moedispatch enforces only" in text
