@@ -62,10 +62,11 @@ def swiglu_decode_note(layer: MoELayer, combo: Combo) -> list[Reason]:
     """aiter v0.1.15.post3 fused_moe_ runs bf16 activations for Swiglu + SEPARATED at M < 256."""
     if layer.act.dtype == "mxfp4" and layer.activation.startswith("swigluoai"):
         return [Reason(
-            "AITER's own policy for Swiglu with separate gate/up runs decode batches (M < 256 tokens, "
-            "GPTOSS_SWIGLU_MXFP4_BF16_BOUND) with bf16 activations and applies the checkpoint's MXFP4 activation QDQ "
-            "from M >= 256. Unlike Triton / CK-Tile, which have no MXFP4-activation path at all, this is the path "
-            "vLLM accepted as correct for amd/MiniMax-M3-MXFP4 (GSM8K 0.940)", "note",
+            "AITER's own policy for Swiglu with separate gate/up runs, by default (GPTOSS_SWIGLU_MXFP4_BF16_BOUND "
+            "unset: 256), decode batches (M < 256 tokens) with bf16 activations and applies the checkpoint's MXFP4 "
+            "activation QDQ from M >= 256 (another bound moves that line: the plan's `aiter` lines show what runs "
+            "under the launch's environment). Unlike Triton / CK-Tile, which have no MXFP4-activation path at all, "
+            "the default is the path vLLM accepted as correct for amd/MiniMax-M3-MXFP4 (GSM8K 0.940)", "note",
             f"{A3}:aiter/fused_moe.py (fused_moe_); https://github.com/vllm-project/vllm/pull/46419")]
     return []
 

@@ -248,3 +248,14 @@ def test_a_target_without_datasheet_peaks_says_it_is_not_priced(cli, target):
     assert any(w.startswith("no cost for ") and "no datasheet peaks" in w for w in doc["warnings"]), doc["warnings"]
     priced = json.loads(cli("explain", "--model", "Mixtral-8x7B", "--target", "MI355X", "--format", "json").stdout)
     assert not any(w.startswith("no cost for ") for w in priced["warnings"])
+
+
+def test_a_what_if_switch_that_changes_activations_carries_the_accuracy_caveat(cli):
+    """MiniMax-M3-MXFP4 TP8 on MI355X: --what-if recommends GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0 (its gain is the padding it
+    drops); the recipe's line for the same switch warned it changes numerics, the what-if did not (newcomer review).
+    One helper now (plan.whatif.numerics_change) says it for both."""
+    out = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--aiter-version",
+              "0.1.20.post1", "--what-if", env={"COLUMNS": "1000"})
+    line = next(x for x in out.stdout.splitlines() if "what-if set GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0" in x)
+    assert "changes numerics: at tokens 1–64 AITER runs mxfp4 activations instead of bf16" in line
+    assert "check accuracy (e.g. GSM8K) before serving" in line

@@ -38,7 +38,7 @@ from moedispatch.engines import choice as ec
 from moedispatch.engines.choice import recipe_engine_groups
 from moedispatch.kit.rules import evaluate_issues
 from moedispatch.plan.plan import _ranges, plan_model, plan_to_json
-from moedispatch.plan.whatif import switch_variants
+from moedispatch.plan.whatif import numerics_change, switch_variants
 from moedispatch.selector import plugins
 from moedispatch.selector.pure import select
 from moedispatch.selector.runtime import (blocking_reasons, costs_for, dispatch_for, dispatch_reasons,
@@ -773,26 +773,10 @@ def _runtime_env(plan: Plan, chosen: str, env: dict[str, dict[str, str]]) -> Non
 
 
 def _numerics(plan: Plan, d: Decision, name: str, env: dict[str, str]) -> str | None:
-    """What exporting ``name`` changes numerically for ``d``'s layer under the simulated call shape: the activation
-    dtype AITER quantizes to, per planned token count, with ``env`` against ``env`` without ``name`` (the dispatch
-    model's activation policy, fused_moe.py ``_fused_moe_impl``); None when it changes none (issue 23 item 4)."""
+    """What exporting ``name`` changes numerically for ``d``'s layer under the simulated call shape
+    (:func:`moedispatch.plan.whatif.numerics_change`, env with ``name`` against env without it; issue 23 item 4)."""
     tokens = plan.runtime.tokens if plan.runtime is not None else ()
-
-    def dtypes(e: dict[str, str]) -> dict[int, str]:
-        dp = dispatch_for(d.layer, plan.caps, d.padding, Runtime(tokens=tokens, env=tuple(sorted(e.items()))))
-        return {t: s.activation_dtype for s in dp.steps for t in tokens if s.tokens[0] <= t <= s.tokens[1]}
-
-    on, off = dtypes(env), dtypes({k: v for k, v in env.items() if k != name})
-    changed: dict[tuple[str | None, str | None], list[int]] = {}
-    for t in tokens:
-        if on.get(t) != off.get(t):
-            changed.setdefault((off.get(t), on.get(t)), []).append(t)
-    if not changed:
-        return None
-    parts = [f"at {_tok([ts[0], ts[-1]])} AITER runs {new} activations instead of {old}"
-             for (old, new), ts in changed.items()]
-    return ("changes numerics: " + "; ".join(parts) + f" (layer {d.layer.index}'s call shape). No published "
-            "accuracy evaluation of this switch is known to moedispatch: check accuracy (e.g. GSM8K) before serving")
+    return numerics_change(d.layer, plan.caps, d.padding, tokens, env, {k: v for k, v in env.items() if k != name})
 
 
 def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "Recipe") -> "Recipe | None":

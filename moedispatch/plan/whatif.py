@@ -21,6 +21,7 @@ from moedispatch.cost.worklist import tuning_worklist, untuned_csv
 from moedispatch.core.costs import format_cost
 from moedispatch.data import capdb
 from moedispatch.selector.pure import select
+from moedispatch.selector.runtime import dispatch_for
 from moedispatch.core.workload import Runtime
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,6 +49,32 @@ _SWITCHES: tuple[tuple[tuple[tuple[str, str], ...], str, str], ...] = (
      "MXFP4 activations at every batch size and the shared expert folded into the routed call",
      f"{_FM} (fused_moe_); https://github.com/vllm-project/vllm/pull/46474"),
 )
+
+
+def numerics_change(layer: "MoELayer", caps: "Capabilities", padding: Any, tokens: Sequence[int],
+                    env: dict[str, str], before: dict[str, str]) -> str | None:
+    """What running under ``env`` instead of ``before`` changes numerically for the layer: the activation dtype AITER
+    quantizes to, per token count (the dispatch model's activation policy, fused_moe.py ``_fused_moe_impl``), with the
+    accuracy caveat; None when it changes none. One home for recipes' switches and --what-if's."""
+    def dtypes(e: dict[str, str]) -> dict[int, str]:
+        dp = dispatch_for(layer, caps, padding, Runtime(tokens=tuple(tokens), env=tuple(sorted(e.items()))))
+        return {t: s.activation_dtype for s in dp.steps for t in tokens if s.tokens[0] <= t <= s.tokens[1]}
+
+    on, off = dtypes(env), dtypes(before)
+    changed: dict[tuple[str | None, str | None], list[int]] = {}
+    for t in tokens:
+        if on.get(t) != off.get(t):
+            changed.setdefault((off.get(t), on.get(t)), []).append(t)
+    if not changed:
+        return None
+    parts = [f"at {_tok_range(ts[0], ts[-1])} AITER runs {new} activations instead of {old}"
+             for (old, new), ts in changed.items()]
+    return ("changes numerics: " + "; ".join(parts) + f" (layer {layer.index}'s call shape). No published "
+            "accuracy evaluation of this switch is known to moedispatch: check accuracy (e.g. GSM8K) before serving")
+
+
+def _tok_range(lo: int, hi: int) -> str:
+    return "token 1" if lo == hi == 1 else f"tokens {lo}" if lo == hi else f"tokens {lo}–{hi}"
 
 
 def switch_variants(runtime: "Runtime") -> list[tuple[tuple[tuple[str, str], ...], str, str, "Runtime"]]:
@@ -108,9 +135,12 @@ def what_if(decision: "Decision", caps: "Capabilities", backends: Sequence["Back
         alt_us = _us(alt)
         if alt_us is None or alt_us >= base * (1 - MIN_GAIN):
             continue
+        numerics = numerics_change(layer, caps, alt.padding, runtime.tokens, variant.env_dict, runtime.env_dict) \
+            if variant is not runtime else None   # a switch that changes activations carries recipes' caveat
         out.append(Reason(
             f"what-if: {change}: {_padding_text(alt)}, {format_cost(alt.cost[-1])} vs {format_cost(decision.cost[-1])} "
-            f"at {tokens} tokens ({alt_us / base - 1:+.0%})", "note", source, None, "derived"))
+            f"at {tokens} tokens ({alt_us / base - 1:+.0%})" + (f"; {numerics}" if numerics else ""), "note", source,
+            None, "derived"))
         break  # the cheapest change that helps
     else:
         if decision.backend == "emulation":  # no switch or release helps: say what would run natively instead
