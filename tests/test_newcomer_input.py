@@ -259,3 +259,19 @@ def test_a_what_if_switch_that_changes_activations_carries_the_accuracy_caveat(c
     line = next(x for x in out.stdout.splitlines() if "what-if set GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0" in x)
     assert "changes numerics: at tokens 1–64 AITER runs mxfp4 activations instead of bf16" in line
     assert "check accuracy (e.g. GSM8K) before serving" in line
+
+
+def test_the_taken_path_is_costed_under_the_environment_the_recipe_exports(cli):
+    """MiniMax-M3-MXFP4 TP8 on MI355X, vLLM: the recipe exports VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1 (and the
+    switch GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0); its [taken] line was costed without the fusion variable (31,504 µs at
+    8192 tokens, heuristic kernels) while explain under both variables predicts the fused shape's tuned rows. The two
+    now agree (newcomer review)."""
+    common = ("--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--aiter-version", "0.1.20.post1")
+    recipe = cli("explain", *common, "--recipe", "vllm", "--tokens", "8192", env={"COLUMNS": "1000"}).stdout
+    assert "export VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1" in recipe
+    taken = next(x for x in recipe.splitlines() if x.startswith("#   [taken]"))
+    doc = json.loads(cli("explain", *common, "--tokens", "8192", "--format", "json", "--aiter-env",
+                         "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1", "--aiter-env",
+                         "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0").stdout)
+    us = doc["cost_total"][0]["us"]
+    assert f"MoE total {us:,.0f} µs" in taken, (taken, us)

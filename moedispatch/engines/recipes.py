@@ -579,7 +579,10 @@ def launch_paths(plan: Plan, engine: str, version: str) -> list[LaunchPath]:
         for backend, decisions in group:
             bad, rows, warns = _try_backend(plan, engine, version, backend, decisions)
             if not bad:
-                costs, families = _path_outcome(plan, engine, version, backend, decisions, args, dict(env))
+                # Costed under what the recipe exports with this path: the model caveats' dispatch variables too
+                # (MiniMax-M3's VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1 changes the key AITER looks up).
+                costed = {**_caveat_dispatch_env(plan, engine, backend), **dict(env)}
+                costs, families = _path_outcome(plan, engine, version, backend, decisions, args, costed)
                 paths.append(LaunchPath(args, env, tuple(b for b, _ in group), backend, tuple(refusals), costs,
                                         families, rows=tuple(rows), warnings=tuple(warns)))
                 break
@@ -810,6 +813,13 @@ def _realized_with_switch(plan: Plan, engine: str, version: str | None, first: "
                 f"exports it — `moedispatch explain … --aiter-env` with it shows that plan", "note", source))
             return r
     return None
+
+
+def _caveat_dispatch_env(plan: Plan, engine: str, backend: str) -> dict[str, str]:
+    """The environment the model caveats that apply to ``backend`` export and AITER's dispatch reads (AITER_ENV)."""
+    moe = [d for d in plan.decisions if d.layer.kind == "moe"]
+    return {e["name"]: e["value"] for cav in engine_data(engine).get("caveat", [])
+            if _caveat_applies(cav, engine, plan, backend, moe) for e in cav.get("env", []) if e["name"] in AITER_ENV}
 
 
 def _caveat_applies(cav: dict[str, Any], engine: str, plan: Plan, backend: str | None,
