@@ -310,7 +310,8 @@ CASES: list[Case] = [
     X("target-partition-only", "--target", ":CPX", needle=":CPX"),
     X("target-list", "--target", "MI300X,MI355X", needle="MI300X,MI355X"),
     X("aiter-version-junk", "--aiter-version", "lots", needle="lots"),
-    X("aiter-version-too-old", "--aiter-version", "0.0.1", needle="0.0.1 is older than every release", expect=0),
+    X("aiter-version-too-old", "--aiter-version", "0.0.1", needle="0.0.1 is older than every release "
+      "capability_db/aiter.toml's kernel-feature table covers", expect=0),
     X("aiter-version-future", "--aiter-version", "99.0", needle="99.0", expect=0),
     X("aiter-version-empty", "--aiter-version", "", needle="aiter-version"),
     X("explain-aiter-configs-missing", "--aiter-configs", "/nonexistent/configs", needle="/nonexistent/configs"),

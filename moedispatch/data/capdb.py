@@ -589,8 +589,9 @@ def target_capabilities(
         known = sorted(Version(v) for v in aiter_db()["known_versions"])
         if public not in known:
             if public < known[0]:  # no floor below the oldest: say what is assumed instead
-                notes.append(f"AITER {version} is older than every release capability_db/aiter.toml knows (oldest "
-                             f"{known[0]}): every feature whose floor is later is assumed absent")
+                notes.append(f"AITER {version} is older than every release capability_db/aiter.toml's kernel-feature "
+                             f"table covers (oldest {known[0]}): every feature whose floor is later is assumed absent "
+                             "(the tuned rows and dispatch rules are the AITER index's own, read per release)")
             else:
                 notes.append(
                     f"AITER {version} is not in capability_db/aiter.toml; features assumed from the nearest floor"
