@@ -334,10 +334,15 @@ def _by_runtime(layer: MoELayer, caps: Capabilities, candidates: list[Backend], 
     winner = by_name[order[0][0]]
     same = _same_launch(winner, alive, plans, dispatch)
     if same is not None:
-        for name in (winner.name, *same[1]):
-            if name != same[0].name:
-                slower[name] = same[2]
+        renamed = {winner.name, *same[1]} - {same[0].name}
+        for name in renamed:
+            slower[name] = same[2]
         winner = same[0]
+        # A loser compared with a backend that is now "the same launch" is compared with the named winner instead
+        # (GLM-5.1-MXFP4 TP64: "emulation slower: aiter-asm 20 µs vs …" while the layer is aiter-flydsl's).
+        for name, why in order[1:]:
+            if name not in renamed and why is not None and any(why.startswith(f"{r} ") for r in renamed):
+                slower[name] = _cost_reason(winner.name, costs, name)
     return winner, plans[winner.name]
 
 
