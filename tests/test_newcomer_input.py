@@ -275,3 +275,13 @@ def test_the_taken_path_is_costed_under_the_environment_the_recipe_exports(cli):
                          "GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0").stdout)
     us = doc["cost_total"][0]["us"]
     assert f"MoE total {us:,.0f} µs" in taken, (taken, us)
+
+
+def test_a_forced_backend_that_cannot_run_offers_dropping_it_first(cli):
+    """--backend aiter-asm on MiniMax-M3-MXFP4 (its activation is not ASM's): the nearest alternative offered was
+    another layout (--tp 8 --ep 8) with the selector's choice; the nearest change is to drop --backend."""
+    out = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--aiter-version",
+              "0.1.20.post1", "--backend", "aiter-asm", "--recipe", "vllm", "--format", "json")
+    alt = json.loads(out.stdout)["alternatives"]
+    assert alt[0]["change"] == "drop --backend" and alt[0]["backend"] == "aiter-flydsl"
+    assert alt[0]["env"].get("GPTOSS_SWIGLU_MXFP4_BF16_BOUND") == "0"   # the switch vLLM's allocation needs

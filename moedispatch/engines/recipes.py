@@ -855,6 +855,17 @@ def _reference_only(backend: str | None) -> bool:
 def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]:
     """The nearest safe launches: same engine release at another TP/EP, another release, the other engine."""
     out: list[dict[str, Any]] = []
+    if any(d.forced for d in plan.decisions if d.layer.kind == "moe"):
+        # A forced --backend is the nearest change of all: the same layout with the selector's own choice.
+        try:   # the plan's own runtime: the recipe may need an AITER switch to realize the selector's choice
+            alt = plan_model(plan.model, plan.caps, plan.tp, plan.ep, warnings=[], runtime=plan.runtime)
+        except MoedispatchError:
+            alt = None
+        r = build_recipe(alt, engine, version, alternatives=False) if alt is not None and alt.ok else None
+        if r is not None and r.ok:
+            out.append({"change": "drop --backend", "engine": engine, "engine_version": version,
+                        "backend": r.backend, "command": r.command, "env": _env_of(r)})
+            return out
     layouts = []
     for tp in sorted({1, 2, 4, 8, plan.tp}):  # the plan's own TP too: at TP 64, EP 64 is the nearest change
         for ep in sorted({1, tp}):
