@@ -359,3 +359,18 @@ def test_a_malformed_probe_file_is_one_line_exit_2(cli, tmp_path, patch, needle)
     proc = _fleet(cli, _write(tmp_path, {**_probe("n1"), **patch}))
     assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_plan_warnings_and_node_local_tuned_files_are_reported(cli, tmp_path):
+    """A probe file carries the node's environment, not its files: a node whose AITER_CONFIG_FMOE names a file this
+    host cannot read was 'ready' with a plan made on heuristics and no warning (newcomer review). Now it is a problem
+    naming the file, and each role lists its node plans' warnings (text and JSON)."""
+    odd = _probe("n3", env={"AITER_CONFIG_FMOE": "/nonexistent/x.csv"})
+    pattern = _write(tmp_path, _probe("n1"), _probe("n2"), odd)
+    proc = _fleet(cli, pattern)
+    assert proc.returncode == 3
+    assert "node n3: its AITER_CONFIG_FMOE names file(s) this host cannot read (/nonexistent/x.csv)" in proc.stdout
+    assert "warning (n3): tuned set AITER_CONFIG_FMOE=/nonexistent/x.csv: AITER raises FileNotFoundError" in proc.stdout
+    doc = json.loads(_fleet(cli, pattern, "--format", "json").stdout)
+    found = [w for w in doc["roles"][0]["warnings"] if "FileNotFoundError" in w["message"]]
+    assert found and found[0]["nodes"] == ["n3"]

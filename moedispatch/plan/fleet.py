@@ -189,6 +189,12 @@ class FleetReport:
                                f"{'moedispatch ' + tool if tool else 'another moedispatch'} (here: {_own_version()}) "
                                "or reads other AITER files; install the same moedispatch on every node")
             out += _unhandled_issues(r, by_name)
+            for name in r.plans:
+                unread = _unreadable_tuned_files(by_name[name])
+                if unread and self.origin == "probe files":
+                    out.append(f"role {r.role.name}: node {name}: its AITER_CONFIG_FMOE names file(s) this host "
+                               f"cannot read ({', '.join(unread)}): the plan made here is not the node's own — run "
+                               "`moedispatch fleet --ray` (each node plans itself) or make the files readable here")
             groups = r.groups()
             if len(groups) > 1:
                 ranked = sorted(groups.values(), key=len, reverse=True)
@@ -206,6 +212,7 @@ class FleetReport:
                            **({"moedispatch": self.node_tools[n.name]} if n.name in self.node_tools else {})}
                           for n in self.nodes],
                 "roles": [{**r.role.to_dict(), "errors": r.errors,
+                           "warnings": [{"message": text, "nodes": names} for text, names in plan_warnings(r)],
                            "nodes": {name: {"decision_fingerprint": p.decision_fingerprint,
                                             **({"planned_on_node": self.node_plans[(r.role.name, name)]}
                                                if (r.role.name, name) in self.node_plans else {}),
@@ -234,6 +241,22 @@ def _unhandled_issues(r: RoleResult, nodes: Mapping[str, Node]) -> list[str]:
         out.append(f"role {r.role.name}: node(s) {', '.join(sorted(set(names)))}: its token range reaches {issue} at "
                    f"{where} (bucket {bucket}, {kernel}): {effect} [{source}]{fix}")
     return out
+
+
+def _unreadable_tuned_files(node: Node) -> list[str]:
+    """The paths of the node's AITER_CONFIG_FMOE that this host cannot read (a probe file carries the node's
+    environment, not its files: the plan reads them here)."""
+    value = dict(node.env).get("AITER_CONFIG_FMOE", "").strip()
+    return [p for p in value.split(os.pathsep) if p.strip() and not os.path.isfile(p.strip())] if value else []
+
+
+def plan_warnings(r: "RoleResult") -> list[tuple[str, list[str]]]:
+    """Each distinct warning of a role's node plans with the nodes whose plan carries it, in first-seen order."""
+    seen: dict[str, list[str]] = {}
+    for name, plan in r.plans.items():
+        for w in plan.warnings:
+            seen.setdefault(w.text, []).append(name)
+    return list(seen.items())
 
 
 def _moe_summary(plan: Plan) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from moedispatch._util.width import fit
-from moedispatch.plan.fleet import FleetReport, _moe_summary
+from moedispatch.plan.fleet import FleetReport, _moe_summary, plan_warnings
 
 __all__ = ["render_fleet"]
 
@@ -29,6 +29,10 @@ def render_fleet(report: FleetReport, *, fmt: str = "table", width: int | None =
             lines.append(f"        decision fingerprint {fp}: {', '.join(names)} — {summary}")
         for name, why in r.errors.items():
             lines.append(f"        {name}: cannot be planned — {why}")
+        everyone = len(r.plans)
+        for text, names in plan_warnings(r):   # what explain would print on each node, once per role
+            who = "all nodes" if len(names) == everyone else ", ".join(names)
+            lines.append(f"        warning ({who}): {text}")
     problems = report.problems()
     lines.append("")
     lines.append("verdict " + ("NOT READY:" if problems else "ready: every role's nodes agree and run"))
