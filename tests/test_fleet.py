@@ -294,7 +294,7 @@ def test_a_switch_vllm_ray_actors_will_not_receive_from_probe_files(cli, tmp_pat
     proc = cli(*args)
     assert proc.returncode == 3
     (line,) = [x.strip() for x in proc.stdout.splitlines() if "will not receive" in x]
-    assert line.startswith("role decode: node(s) n1, n2: its plan needs GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0")
+    assert line.startswith("role decode: node(s) n1, n2: the vLLM recipe for its plan exports GPTOSS_SWIGLU_MXFP4_BF16_BOUND=0")
     assert "export VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=GPTOSS_ where vLLM is launched" in line
     assert "vllm/ray/ray_env.py" in line
     assert cli(*args, env={"VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY": "GPTOSS_"}).returncode == 0

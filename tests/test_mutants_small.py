@@ -144,8 +144,8 @@ def test_fleet_ray_lost_switch_is_one_line_per_role_naming_its_nodes():
     assert report.engine_errors == {}
     assert report.launch_problems[0] == existing and len(report.launch_problems) == 2
     line = report.launch_problems[1]
-    assert line.startswith(f"role decode: node(s) n1, n2: its plan needs {GPTOSS}=0, which vLLM's Ray data-parallel "
-                           "actors will not receive")
+    assert line.startswith(f"role decode: node(s) n1, n2: the vLLM recipe for its plan exports {GPTOSS}=0 (the launch "
+                           "realizes the plan only with it), which vLLM's Ray data-parallel actors will not receive")
     assert f"fix: export {EXTRA_P}=GPTOSS_ where vLLM is launched" in line
     assert line.endswith(f"[{_ray_env()['source']}]")
 
@@ -194,7 +194,8 @@ def test_ray_lost_env_node_must_set_the_same_value():
     needed = [{"name": GPTOSS, "value": "0"}]
     assert _lost_env(_ray_env(), needed, {GPTOSS: "0"}, {}) is None
     line = _lost_env(_ray_env(), needed, {GPTOSS: "1"}, {})
-    assert line is not None and line.startswith(f"its plan needs {GPTOSS}=0, which")
+    assert line is not None and line.startswith(
+        f"the vLLM recipe for its plan exports {GPTOSS}=0 (the launch realizes the plan only with it), which")
 
 
 def test_ray_lost_env_names_every_lost_variable_and_keeps_the_users_prefixes_first():
@@ -206,16 +207,19 @@ def test_ray_lost_env_names_every_lost_variable_and_keeps_the_users_prefixes_fir
     needed = [{"name": GPTOSS, "value": "0"}, {"name": "AITER_LOG_MORE", "value": "1"},
               {"name": "AITER_BF16_FP8_MOE_BOUND", "value": "0"}, {"name": "VLLM_ROCM_USE_AITER", "value": "1"}]
     line = _lost_env(ray, needed, {}, {})
-    assert line == (f"its plan needs {GPTOSS}=0, AITER_LOG_MORE=1, AITER_BF16_FP8_MOE_BOUND=0, which vLLM's Ray "
+    assert line == (f"the vLLM recipe for its plan exports {GPTOSS}=0, AITER_LOG_MORE=1, AITER_BF16_FP8_MOE_BOUND=0 (the "
+                    "launch realizes the plan only with it), which vLLM's Ray "
                     "data-parallel actors will not receive: this node's environment does not set it and vLLM copies "
                     f"only {', '.join(ray['prefixes'])} variables (and {EXTRA_P}) from the launching shell; fix: "
                     f"export {EXTRA_P}=AITER_,GPTOSS_ where vLLM is launched (or set it in the node's environment) "
                     f"[{ray['source']}]")
     line = _lost_env(ray, needed, {}, {EXTRA_P: "MORI_, GPTOSS_", EXTRA_N: "AITER_LOG_MORE"})
-    assert line is not None and line.startswith("its plan needs AITER_BF16_FP8_MOE_BOUND=0, which")
+    assert line is not None and line.startswith(
+        "the vLLM recipe for its plan exports AITER_BF16_FP8_MOE_BOUND=0 (the launch realizes the plan only with it), which")
     assert f"export {EXTRA_P}=MORI_,GPTOSS_,AITER_ where" in line
     line = _lost_env(ray, needed, {}, {EXTRA_N: "AITER_LOG_MORE,AITER_BF16_FP8_MOE_BOUND"})
-    assert line is not None and line.startswith(f"its plan needs {GPTOSS}=0, which")
+    assert line is not None and line.startswith(
+        f"the vLLM recipe for its plan exports {GPTOSS}=0 (the launch realizes the plan only with it), which")
 
 
 # -- moedispatch/aiter/pin.py: the pinned tuned set for ROCm/aiter#3933 ------------------------------------------

@@ -76,7 +76,8 @@ def _lost_env(ray: Mapping[str, Any], needed: list[dict[str, str]], node_env: Ma
         return None
     want = sorted({k.split("_", 1)[0] + "_" for k, _ in lost})
     have = ",".join(extra_p + [p for p in want if p not in extra_p])
-    return (f"its plan needs {', '.join(f'{k}={v}' for k, v in lost)}, which vLLM's Ray data-parallel actors will "
+    return (f"the vLLM recipe for its plan exports {', '.join(f'{k}={v}' for k, v in lost)} "
+            "(the launch realizes the plan only with it), which vLLM's Ray data-parallel actors will "
             f"not receive: this node's environment does not set it and vLLM copies only "
             f"{', '.join(ray['prefixes'])} variables (and {ray['extra_prefixes_env']}) from the launching shell; fix: "
             f"export {ray['extra_prefixes_env']}={have} where vLLM is launched (or set it in the node's environment) "
