@@ -275,14 +275,8 @@ def _check_padding(padding: Any, layer_: MoELayer, where: str) -> Padding:
     if padding.intermediate_multiple > 1 and padding.intermediate_per_rank % padding.intermediate_multiple:
         problems.append(f"intermediate_per_rank {padding.intermediate_per_rank} is not a multiple of "
                         f"intermediate_multiple {padding.intermediate_multiple}")
-    if padding.pad_semantics == "compute":
-        if padding.padded and not padding.zero_fill:
-            problems.append("pad_semantics 'compute' (the kernel computes over the whole padded extent) but "
-                            "zero_fill is False: the pad must then be zero-filled")
-    elif (padding.kernel_hidden_pad < padding.hidden_pad
-          or padding.kernel_intermediate_pad < padding.intermediate_pad) and not padding.zero_fill:
-        problems.append("a kernel pad is smaller than the allocated pad (the kernel computes over the pad region) "
-                        "but zero_fill is False: the pad must then be zero-filled")
+    if padding.zero_fill_problem():
+        problems.append(padding.zero_fill_problem())
     if problems:
         raise AssertionError(f"{where}: plan_padding() is inconsistent with the layer: " + "; ".join(problems))
     return padding

@@ -118,6 +118,22 @@ class Padding:
         if self.kernel_hidden_pad > self.hidden_pad or self.kernel_intermediate_pad > self.intermediate_pad:
             raise ValueError("a kernel pad cannot exceed the allocated pad")
 
+    def zero_fill_problem(self) -> str | None:
+        """Why this plan needs ``zero_fill`` and lacks it, or None — the Backend contract's pad rule, one home for the
+        selector (a plugin's plan that breaks it is rejected) and :func:`moedispatch.testing.assert_backend_contract`:
+        a kernel that computes over the padded extent (``pad_semantics`` 'compute'), or one told a smaller pad than
+        was allocated, reads the pad region — only zeros there keep the output right."""
+        if self.zero_fill:
+            return None
+        if self.pad_semantics == "compute":
+            if self.padded:
+                return ("pad_semantics 'compute' (the kernel computes over the whole padded extent) but zero_fill is "
+                        "False: the pad must then be zero-filled")
+        elif self.kernel_hidden_pad < self.hidden_pad or self.kernel_intermediate_pad < self.intermediate_pad:
+            return ("a kernel pad is smaller than the allocated pad (the kernel computes over the pad region) but "
+                    "zero_fill is False: the pad must then be zero-filled")
+        return None
+
     @classmethod
     def none(cls, layer: "MoELayer") -> "Padding":
         """Allocated sizes equal the original ones, every pad 0, no zero-fill."""

@@ -455,6 +455,23 @@ def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[in
     return tuple(got[t] for t in tokens)
 
 
+def _at_least_the_roofline(costs: tuple[Cost, ...], layer: Any, caps: Any, padding: Any) -> tuple[Cost, ...]:
+    """A plugin's answer, each cost raised to the datasheet roofline of the target where it is below it (no kernel
+    runs faster than the device: a 0.001 µs answer must not win a ranking); as it is where the target has no peaks."""
+    peaks, _product = _target_peaks(caps)
+    if peaks is None:
+        return costs
+    geo = Geometry.of_layer(layer, padding)
+    out = []
+    for c in costs:
+        floor = max(roofline_us(geo, c.tokens, peaks))
+        if c.us < floor:
+            c = Cost(c.tokens, floor, max(c.low, floor), max(c.high, floor), c.basis,
+                     f"{c.detail}; raised from {c.us:g} µs to the datasheet roofline {floor:.1f} µs")
+        out.append(c)
+    return tuple(out)
+
+
 def _release_context(caps: Any) -> release.ReleaseContext | None:
     """Whose µs the tuned rows of a plan for ``caps`` are (the tuned set :func:`_shape_rows` reads), or None when
     that cannot be said (then the same-release bars apply)."""
@@ -581,7 +598,7 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
     if pm is not None:
         plugin = _plugin_costs(pm, backend_family, layer, caps, tokens)
         if plugin is not None:
-            return plugin
+            return _at_least_the_roofline(plugin, layer, caps, padding)
     kind = backend_kind(backend_family)
     priors = load_priors()
     geo = Geometry.of_layer(layer, padding)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -127,8 +128,15 @@ def _env_list(name: str) -> list[str] | None:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+#: The hooks a plugin may implement (moedispatch/core/hookspecs.py: every function there marked as a spec).
+_HOOK_NAMES = tuple(sorted(n for n in dir(hookspecs) if callable(getattr(hookspecs, n, None))
+                           and hasattr(getattr(hookspecs, n), f"{hookspecs.PROJECT}_spec")))
+
+
 def _fmt_exc(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """``Type: message`` on one line: a multi-line message keeps its lines, joined (pluggy's PluginValidationError puts
+    the useful part — which argument the spec lacks — on its second line)."""
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -140,6 +148,7 @@ class _Collector:
         self.owner: dict[str, str] = {}
         self.records: list[PluginRecord] = []
         self.warnings: dict[str, list[str]] = {}  # plugin name -> warnings not yet in its record
+        self.denied: set[str] = set()  # backend names the deny list dropped (MOEDISPATCH_DISABLE_PLUGINS)
 
     def fail(self, message: str) -> None:
         if self.strict:
@@ -172,7 +181,7 @@ class _Collector:
         for caller in callers:
             if caller.spec is None:
                 message = (f"unknown hook {caller.name!r} (moedispatch hooks: "
-                           f"{', '.join(sorted(n for n in dir(hookspecs) if n.startswith('register_')))})")
+                           f"{', '.join(_HOOK_NAMES)}){did_you_mean(caller.name, _HOOK_NAMES)}")
                 self.fail(f"plugin {name!r}: {message}")
                 errors.append(message)
         for impl in pm.hook.register_backends.get_hookimpls():
@@ -211,6 +220,7 @@ class _Collector:
                     errors.append(problem)
                     continue
                 if item.name in self.deny:
+                    self.denied.add(item.name)
                     continue
                 if item.name in self.owner:
                     message = (f"duplicate backend name {item.name!r} (already registered by plugin "
@@ -261,7 +271,19 @@ def _validate_backend(item: Any) -> str | None:
         return f"backend {type(item).__name__} has no valid name (got {item.name!r})"
     if not isinstance(item.preference, int) or isinstance(item.preference, bool):
         return f"backend {item.name!r} preference must be an int, got {type(item.preference).__name__}"
+    if not _NAME.fullmatch(item.name):   # the allow/deny lists split on commas: a name must be listable there
+        return (f"backend name {item.name!r} must be lower-case words, digits and dots joined by hyphens or "
+                "underscores (e.g. 'acme-moe')")
+    family = getattr(item, "family", None)
+    if family is not None and not isinstance(family, str):
+        return f"backend {item.name!r} family must be a string or None, got {type(family).__name__}"
+    if not isinstance(getattr(item, "description", ""), str):
+        return f"backend {item.name!r} description must be a string, got {type(item.description).__name__}"
     return None
+
+
+#: What a backend name may be (the built-ins: aiter-ck, aiter-flydsl, triton, emulation …).
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 
 def _new_pm() -> pluggy.PluginManager:
@@ -286,10 +308,16 @@ def build_registry(
     collector = _Collector(strict, deny)
     pm = _new_pm()
     if load_entrypoints:
-        for ep in sorted(_entry_points(), key=lambda e: e.name):
-            if ep.name in deny or (allow is not None and ep.name not in allow):
+        eps = [(ep, *_dist_info(getattr(ep, "dist", None))) for ep in _entry_points()]
+        ep_names = {ep.name for ep, _p, _v in eps}
+        # An allow-list naming a backend (not an entry point) cannot be matched before loading: load every plugin
+        # then and keep the named backends below.
+        by_backend = allow is not None and any(a not in ep_names for a in allow)
+        # Built-ins register first: a third-party backend reusing a built-in's name is the duplicate, never the
+        # built-in (entry points sorted by name alone let an 'aaa-…' plugin take over 'aiter-ck').
+        for ep, package, version in sorted(eps, key=lambda t: (not _is_builtin(t[0], t[1]), t[0].name)):
+            if ep.name in deny or (allow is not None and ep.name not in allow and not by_backend):
                 continue
-            package, version = _dist_info(getattr(ep, "dist", None))
             builtin = _is_builtin(ep, package)
             try:
                 if builtin:
@@ -328,7 +356,8 @@ def build_registry(
         keep = collector.backends
     if deny:
         known = ({ep.name for ep in _entry_points()} if load_entrypoints else set()) | {n for n, _ in plugins}
-        unmatched = [d for d in deny if d not in known]
+        # a backend name is listable too: the one the list dropped (collector.denied) matched
+        unmatched = [d for d in deny if d not in known and d not in collector.denied]
         if unmatched:
             hints = [f"{d!r}{did_you_mean(d, sorted(known))}" for d in unmatched]
             message = (f"names no installed plugin: {', '.join(hints)} — nothing was "

@@ -99,6 +99,9 @@ def _check(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) 
         problem = "check() returned a Verdict whose reasons are not a tuple of str or Reason"
     elif not verdict.supported and not verdict.reasons:
         problem = "check() returned an unsupported Verdict with no reason"
+    elif verdict.supported and any(r.kind == "failed" for r in verdict.reasons):
+        problem = ("check() returned a supported Verdict carrying a 'failed' reason: "
+                   + next(r.text for r in verdict.reasons if r.kind == "failed"))
     if problem:
         return Verdict(False, (_plugin_failure(backend, problem, strict),))
     return verdict
@@ -122,6 +125,8 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
                    f"{padding.intermediate_pad} != {layer.intermediate_per_rank})")
     elif not isinstance(padding.notes, tuple) or not all(isinstance(n, Reason) for n in padding.notes):
         problem = "plan_padding() returned a Padding whose notes are not strings or Reasons"
+    elif padding.zero_fill_problem():   # the Backend contract's pad rule (docs/plugins.md): wrong output otherwise
+        problem = f"plan_padding() breaks the pad contract: {padding.zero_fill_problem()}"
     if problem:
         return _plugin_failure(backend, problem, strict)
     return padding

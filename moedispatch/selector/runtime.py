@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from moedispatch._util import deadline
 from moedispatch.core.errors import UsageError
 from moedispatch.core.families import BACKEND_OF_FAMILY, family_of
 from moedispatch.core.reason import Reason
@@ -293,6 +294,15 @@ def costs_for(backend: "Backend", layer: "MoELayer", caps: "Capabilities", paddi
               dispatch: Any = None, pm: Any = None) -> tuple[Any, ...]:
     """Predicted time per token count of ``backend`` running ``layer`` with ``padding`` (``()``: not predictable).
     ``pm``: the plugin manager whose ``moe_cost`` hook may answer for a third-party backend (basis ``plugin``)."""
+    if pm is not None and hasattr(pm, "hook"):
+        hook = pm.hook.moe_cost
+
+        def guarded(**kwargs: Any) -> Any:
+            # A third-party moe_cost runs as check()/plan_padding() do: on a worker thread with the plugin deadline
+            # (a hanging hook disables its plugin) and with its prints captured, never on the report's stdout.
+            return deadline.call_with_deadline(lambda: hook(**kwargs), what="moe_cost()", owner=backend,
+                                               where=f"layer {layer.index}")
+        pm = guarded
     try:
         return cost.predict(layer, caps, backend_family=backend.name, padding=padding, tokens=runtime.tokens,
                             dispatch=dispatch, pm=pm)
