@@ -184,3 +184,15 @@ def test_hook_errors_name_the_hooks_and_keep_pluggys_reason():
 
     reg = build_registry([("bad-argname", BadArg())])
     assert any("PluginValidationError" in e and "cfg" in e for e in reg.errors), reg.errors
+
+
+def test_a_plugin_with_no_hook_says_so():
+    """register_backends without @hookimpl: pluggy registers the module silently and it showed as "ok"."""
+    class Undecorated:
+        def register_backends(self):
+            return [Yes("never")]
+
+    reg = build_registry([("undecorated", Undecorated())])
+    rec = next(p for p in reg.plugins if p.name == "undecorated")
+    assert any("implements no register_backends hook (is it decorated with @moedispatch.hookimpl?)" in w
+               for w in rec.warnings), rec

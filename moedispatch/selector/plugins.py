@@ -233,6 +233,11 @@ class _Collector:
                     register_owner(item, name, token)
                 self.backends.append(item)
                 contributed.append(item.name)
+        if "register_backends" not in hooks and not errors:
+            # pluggy registers a module with no @hookimpl function silently: the plugin would show as "ok"
+            self.warnings.setdefault(name, []).append(
+                "implements no register_backends hook (is it decorated with @moedispatch.hookimpl?): it contributes "
+                "no backend")
         self.records.append(PluginRecord(name, package, version, hooks, tuple(contributed), tuple(errors), builtin,
                                          tuple(self.warnings.pop(name, ()))))
 
