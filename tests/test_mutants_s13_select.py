@@ -42,7 +42,8 @@ def test_a_plugin_with_a_misspelt_hook_is_logged_as_plugin_load_failed(caplog):
 
     with caplog.at_level(logging.WARNING, logger="moedispatch"):
         reg = mp.build_registry([("acme", Typo())], load_entrypoints=False)
-    message = "unknown hook 'register_backend' (moedispatch hooks: register_backends)"
+    message = ("unknown hook 'register_backend' (moedispatch hooks: moe_cost, register_backends) (did you mean "
+               "'register_backends'?)")
     events = [r.structlog_event for r in caplog.records if getattr(r, "structlog_event", {}).get("event")]
     assert [(e["event"], e["error"]) for e in events] == [("plugin_load_failed", f"plugin 'acme': {message}")]
     (rec,) = [p for p in reg.plugins if p.name == "acme"]

@@ -247,7 +247,8 @@ def test_misspelt_hook_is_reported_not_silently_ignored():
 
     reg = build_registry([("typo", Typo())], load_entrypoints=False)
     rec = next(p for p in reg.plugins if p.name == "typo")
-    assert rec.errors == ("unknown hook 'register_backend' (moedispatch hooks: register_backends)",)
+    assert rec.errors == ("unknown hook 'register_backend' (moedispatch hooks: moe_cost, register_backends) (did you mean "
+               "'register_backends'?)",)
     assert reg.names() == ()
     with pytest.raises(PluginError, match="unknown hook 'register_backend'"):
         build_registry([("typo", Typo())], load_entrypoints=False, strict=True)
