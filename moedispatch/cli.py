@@ -29,6 +29,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+class _Once(argparse._StoreAction):
+    """A single-value option given twice is an error (``--tokens 1 --tokens 4`` took the last one silently)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seen = getattr(namespace, "_given_once", set())
+        if self.dest in seen:
+            parser.error(f"{option_string} given twice (last {values!r}): give it once")
+        namespace._given_once = seen | {self.dest}
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _target_entry(caps):
     """The JSON ``target`` object (``partition`` added for a compute-partition target)."""
     from moedispatch.data.capdb import target_entry
@@ -93,9 +105,11 @@ def _common(p: argparse.ArgumentParser, *, target: bool = True) -> None:
     p.add_argument("--format", choices=["table", "json"], default="table",
                    help="table for people (default), json for programs (only JSON on stdout)")
     if target:
-        p.add_argument("--target", help="GPU arch or product, optionally one compute partition: gfx942, "
+        p.add_argument("--target", action=_Once, help="GPU arch or product, optionally one compute partition: gfx942, "
                                         "gfx950, MI300X, MI355X, MI355X:CPX, …")
-        p.add_argument("--aiter-version", help="AITER version on the target (e.g. 0.1.15.post3; 'installed' for the AITER in this Python; 'none')")
+        p.add_argument("--aiter-version", action=_Once,
+                       help="AITER version on the target (e.g. 0.1.15.post3; 'installed' for the AITER in this "
+                            "Python; 'none')")
         p.add_argument("--aiter-configs", metavar="DIR",
                        help="read AITER's tuned CSVs from this folder (a ROCm/aiter checkout, an aiter package or "
                             "its configs/) instead of the installed or bundled ones; env MOEDISPATCH_AITER_CONFIGS")
@@ -104,14 +118,15 @@ def _common(p: argparse.ArgumentParser, *, target: bool = True) -> None:
 def _add_explain(sub: Any) -> None:
     """explain: plan every layer of a model and say why."""
     explain = sub.add_parser("explain", help="plan every layer of a model and say why")
-    explain.add_argument("--model", required=True, help="built-in name, checkpoint folder or config.json")
+    explain.add_argument("--model", required=True, action=_Once, help="built-in name, checkpoint folder or config.json")
     _common(explain)
-    explain.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
-    explain.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
+    explain.add_argument("--tp", type=_positive, default=1, action=_Once, help="tensor-parallel degree (default 1)")
+    explain.add_argument("--ep", type=_positive, default=1, action=_Once, help="expert-parallel degree (default 1)")
     explain.add_argument("--backend", help="force one backend (exit 3 with its reasons if it cannot run)")
     explain.add_argument("--brief", action="store_true", help="one line per group of identical layers; with "
                          "--format json, each reason once (moedispatch.explain-brief/1)")
-    explain.add_argument("--tokens", help="token counts per call to plan AITER's dispatch and cost for, comma-separated "
+    explain.add_argument("--tokens", action=_Once,
+                         help="token counts per call to plan AITER's dispatch and cost for, comma-separated "
                          "(default 1,4,64,512,8192: decode and prefill)")
     explain.add_argument("--what-if", action="store_true",
                          help="per layer group, the cheapest change (AITER env switch, newer AITER) that makes it "
@@ -159,7 +174,8 @@ def _add_compare(sub: Any) -> None:
     compare.add_argument("--aiter-version", help="AITER versions to compare, comma-separated (e.g. 0.1.10,0.1.15.post3)")
     compare.add_argument("--tp", help="tensor-parallel degrees to compare, comma-separated (e.g. 4,8; default 1)")
     compare.add_argument("--ep", help="expert-parallel degrees to compare, comma-separated (default 1)")
-    compare.add_argument("--tokens", help="token counts per call to plan dispatch and cost for, comma-separated")
+    compare.add_argument("--tokens", action=_Once,
+                         help="token counts per call to plan dispatch and cost for, comma-separated")
     compare.add_argument("--aiter-env", action="append", default=[], metavar="KEY=VALUE",
                          help="AITER environment to assume (repeatable)")
     compare.add_argument("--strict-plugins", action="store_true", help="a failing plugin is an error")
@@ -186,7 +202,8 @@ def _add_verify(sub: Any) -> None:
     verify.add_argument("--ep", type=_positive, default=1, help="expert-parallel degree (default 1)")
     verify.add_argument("--layer", type=int, default=None, help="layer index (default: first MoE layer)")
     verify.add_argument("--experts", type=_positive, default=None, help="fewer experts to keep it fast")
-    verify.add_argument("--tokens", type=_positive, default=8, help="tokens routed through the layer (default 8)")
+    verify.add_argument("--tokens", type=_positive, default=8, action=_Once,
+                        help="tokens routed through the layer (default 8)")
     verify.add_argument("--seed", type=_seed, default=None, help="random seed of the layer's weights and inputs "
                                                                  "(0 … 2**63-1)")
     verify.add_argument("--backend", help="verify this backend's plan (forced, as explain's --backend; exit 3 with "
