@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-class _Once(argparse._StoreAction):
+class _Once(argparse.Action):
     """A single-value option given twice is an error (``--tokens 1 --tokens 4`` took the last one silently)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
@@ -38,7 +38,7 @@ class _Once(argparse._StoreAction):
         if self.dest in seen:
             parser.error(f"{option_string} given twice (last {values!r}): give it once")
         namespace._given_once = seen | {self.dest}
-        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, self.dest, values)
 
 
 def _target_entry(caps):

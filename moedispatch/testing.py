@@ -275,8 +275,8 @@ def _check_padding(padding: Any, layer_: MoELayer, where: str) -> Padding:
     if padding.intermediate_multiple > 1 and padding.intermediate_per_rank % padding.intermediate_multiple:
         problems.append(f"intermediate_per_rank {padding.intermediate_per_rank} is not a multiple of "
                         f"intermediate_multiple {padding.intermediate_multiple}")
-    if padding.zero_fill_problem():
-        problems.append(padding.zero_fill_problem())
+    if (broken := padding.zero_fill_problem()):
+        problems.append(broken)
     if problems:
         raise AssertionError(f"{where}: plan_padding() is inconsistent with the layer: " + "; ".join(problems))
     return padding

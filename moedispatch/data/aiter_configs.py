@@ -337,7 +337,8 @@ def default_files(configs_dir: str) -> list[str]:
     return files
 
 
-def _split_env_paths(value: str) -> list[str]:
+def split_env_paths(value: str) -> list[str]:
+    """The files of an ``AITER_CONFIG_FMOE`` value (os.pathsep-separated, as AITER splits it)."""
     return [p for p in value.split(os.pathsep) if p.strip()]
 
 
@@ -483,7 +484,7 @@ def load_config_set(source: str | None = None, *, env: Mapping[str, str] | None 
     env = dict(env or {})
     override = (env.get("AITER_CONFIG_FMOE") or "").strip()
     if override:
-        paths = _split_env_paths(override)
+        paths = split_env_paths(override)
         files = [(p, p) for p in paths]
         if version is None and source in (None, "installed"):
             version = installed_aiter()[0]  # the AITER that reads the override decides the lookup model

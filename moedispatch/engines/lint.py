@@ -449,8 +449,9 @@ _DP_MOE_SOURCE = {
 _EP_SOURCE = {
     "vllm": "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/config.py (FusedMoEParallelConfig.make: "
             "EP size = TP × DP with --enable-expert-parallel)",
-    "sglang": "sgl-project/sglang@v0.5.23:python/sglang/srt/model_executor/model_runner_components/moe_ep_setup.py "
-              "(tp_size must be divisible by ep_size; moe_tp_size = tp_size // moe_ep_size // moe_dp_size)",
+    "sglang": "sgl-project/sglang@v0.5.23:python/sglang/srt/runtime_context.py (derive_spawn_ranks: moe_tp_rank = "
+              "tp_rank % (tp_size // moe_dp_size // moe_ep_size)); sgl-project/sglang@v0.5.23:python/sglang/srt/"
+              "model_executor/model_runner_components/moe_ep_setup.py (tp_size must be divisible by ep_size)",
 }
 
 
@@ -561,7 +562,7 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         return _doc(launch, version, str(ref), caps, tp, ep, findings)
     outside = _outside_releases(engine, version, eng)
     where = "capability_db/engines.toml"
-    if outside is None and _unmodelled_layout(launch) is not None:
+    if outside is None:
         outside, where = _unmodelled_layout(launch), _MOE_DP_SOURCE
     if outside is not None:   # judged by no other release's rules (as the in-engine guard turns itself off)
         findings.append(Finding("warning", outside, where, None))

@@ -839,10 +839,12 @@ def _caveat_applies(cav: dict[str, Any], engine: str, plan: Plan, backend: str |
     return not (cav.get("min_ep", 1) > plan.ep or plan.ep > cav.get("max_ep", plan.ep))
 
 
-def _replan(plan: Plan, tp: int, ep: int) -> Plan | None:
+def _replan(plan: Plan, tp: int, ep: int, runtime: Any = None) -> Plan | None:
+    """The plan re-made at ``tp``/``ep`` (no forced backend; ``runtime``: the run-time assumptions to keep), or None
+    when the layout cannot shard the model or no backend runs it."""
     try:
-        return plan_model(plan.model, plan.caps, tp, ep, warnings=[])
-    except UsageError:
+        return plan_model(plan.model, plan.caps, tp, ep, warnings=[], runtime=runtime)
+    except MoedispatchError:
         return None
 
 
@@ -857,10 +859,8 @@ def _alternatives(plan: Plan, engine: str, version: str) -> list[dict[str, Any]]
     out: list[dict[str, Any]] = []
     if any(d.forced for d in plan.decisions if d.layer.kind == "moe"):
         # A forced --backend is the nearest change of all: the same layout with the selector's own choice.
-        try:   # the plan's own runtime: the recipe may need an AITER switch to realize the selector's choice
-            alt = plan_model(plan.model, plan.caps, plan.tp, plan.ep, warnings=[], runtime=plan.runtime)
-        except MoedispatchError:
-            alt = None
+        # the plan's own runtime: the recipe may need an AITER switch to realize the selector's choice
+        alt = _replan(plan, plan.tp, plan.ep, plan.runtime)
         r = build_recipe(alt, engine, version, alternatives=False) if alt is not None and alt.ok else None
         if r is not None and r.ok:
             out.append({"change": "drop --backend", "engine": engine, "engine_version": version,

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from moedispatch.core.errors import MoedispatchError, UsageError
 from moedispatch.core.workload import Runtime, parse_tokens
+from moedispatch.data.aiter_configs import split_env_paths
 from moedispatch.data.capdb import default_aiter_version, target_capabilities
 from moedispatch.plan.plan import Plan, plan_model
 from moedispatch.plan.roles import Role
@@ -247,7 +248,7 @@ def _unreadable_tuned_files(node: Node) -> list[str]:
     """The paths of the node's AITER_CONFIG_FMOE that this host cannot read (a probe file carries the node's
     environment, not its files: the plan reads them here)."""
     value = dict(node.env).get("AITER_CONFIG_FMOE", "").strip()
-    return [p for p in value.split(os.pathsep) if p.strip() and not os.path.isfile(p.strip())] if value else []
+    return [p for p in split_env_paths(value) if not os.path.isfile(p)] if value else []
 
 
 def plan_warnings(r: "RoleResult") -> list[tuple[str, list[str]]]:

@@ -128,9 +128,9 @@ def _env_list(name: str) -> list[str] | None:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-#: The hooks a plugin may implement (moedispatch/core/hookspecs.py: every function there marked as a spec).
-_HOOK_NAMES = tuple(sorted(n for n in dir(hookspecs) if callable(getattr(hookspecs, n, None))
-                           and hasattr(getattr(hookspecs, n), f"{hookspecs.PROJECT}_spec")))
+def _hook_names() -> tuple[str, ...]:
+    """The hooks a plugin may implement: every function of moedispatch/core/hookspecs.py marked as a spec."""
+    return tuple(sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), f"{hookspecs.PROJECT}_spec")))
 
 
 def _fmt_exc(exc: BaseException) -> str:
@@ -181,7 +181,7 @@ class _Collector:
         for caller in callers:
             if caller.spec is None:
                 message = (f"unknown hook {caller.name!r} (moedispatch hooks: "
-                           f"{', '.join(_HOOK_NAMES)}){did_you_mean(caller.name, _HOOK_NAMES)}")
+                           f"{', '.join(_hook_names())}){did_you_mean(caller.name, _hook_names())}")
                 self.fail(f"plugin {name!r}: {message}")
                 errors.append(message)
         for impl in pm.hook.register_backends.get_hookimpls():

@@ -125,8 +125,8 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
                    f"{padding.intermediate_pad} != {layer.intermediate_per_rank})")
     elif not isinstance(padding.notes, tuple) or not all(isinstance(n, Reason) for n in padding.notes):
         problem = "plan_padding() returned a Padding whose notes are not strings or Reasons"
-    elif padding.zero_fill_problem():   # the Backend contract's pad rule (docs/plugins.md): wrong output otherwise
-        problem = f"plan_padding() breaks the pad contract: {padding.zero_fill_problem()}"
+    elif (broken := padding.zero_fill_problem()):   # the Backend contract's pad rule (docs/plugins.md)
+        problem = f"plan_padding() breaks the pad contract: {broken}"
     if problem:
         return _plugin_failure(backend, problem, strict)
     return padding
