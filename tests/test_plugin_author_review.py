@@ -85,7 +85,7 @@ def test_a_supported_verdict_carrying_a_failure_is_a_plugin_error():
 
 
 @pytest.mark.parametrize("attrs, needle", [
-    ({"name": "Bad Name,X"}, "must be lower-case words"),
+    ({"name": "Bad Name,X"}, "has a comma or whitespace"),
     ({"family": 5}, "family must be a string or None"),
     ({"description": None}, "description must be a string"),
 ])
@@ -196,3 +196,9 @@ def test_a_plugin_with_no_hook_says_so():
     rec = next(p for p in reg.plugins if p.name == "undecorated")
     assert any("implements no register_backends hook (is it decorated with @moedispatch.hookimpl?)" in w
                for w in rec.warnings), rec
+
+
+def test_a_listable_name_outside_the_convention_is_still_accepted():
+    """The plugin API fixes no naming rule beyond what the allow/deny lists can carry (an extension, not a break)."""
+    reg = build_registry([("caps", _plugin(Yes("Acme-MoE_2.0")))])
+    assert "Acme-MoE_2.0" in reg.names() and not reg.errors
