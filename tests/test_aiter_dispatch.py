@@ -241,8 +241,11 @@ def test_aiter_3933_flagged_at_bucket_4(head):
     assert not [h for h in older.issues if h.issue == "ROCm/aiter#3933"]  # the row entered with v0.1.17
     # A release candidate of v0.1.17 carries its code (and its tuned row): flagged, as v0.1.17 is. packaging's own
     # SpecifierSet(">=0.1.17").contains("0.1.17rc1", prereleases=True) says no: the range is decided on
-    # rules.release_of (0.1.17rc1 → 0.1.17), as the rule ranges are.
-    for version, flagged in (("0.1.17rc1", True), ("0.1.17.dev3+g1a2b", True), ("0.1.16.post6", False)):
+    # core.aiter_release.release_of (0.1.17rc1 → 0.1.17), as the rule ranges are. A 0.1.17.dev3 build is 3 commits
+    # after a v0.1.16.x tag (setuptools_scm guess-next-dev, ROCm/aiter pyproject.toml): not flagged; one after
+    # v0.1.17 (0.1.17.post1.dev2) is.
+    for version, flagged in (("0.1.17rc1", True), ("0.1.17.dev3+g1a2b", False), ("0.1.17.post1.dev2", True),
+                             ("0.1.16.post6", False)):
         rc = plan_dispatch(dsv4, target_capabilities("MI355X", version), configs=head,
                            env={"AITER_BF16_FP8_MOE_BOUND": "0"}, assumptions=Assumptions(gate_mode="interleave"),
                            tokens=(4,))

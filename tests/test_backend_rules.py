@@ -275,13 +275,15 @@ def test_scale_tile_caveat_says_what_vllm_033_does_with_the_shard(inter, tp, ref
     assert ("refines the scale blocks to 64" in caveat.text) is (not refuses)
 
 
-@pytest.mark.parametrize("version, affected", [("0.1.15", True), ("0.1.15rc1", True), ("0.1.15.dev7+g1a2b", True),
-                                               ("0.1.14.post2", False), ("0.1.14.post3.dev1", False)])
+@pytest.mark.parametrize("version, affected", [("0.1.15", True), ("0.1.15rc1", True), ("0.1.15.dev7+g1a2b", False),
+                                               ("0.1.15.post1.dev2", True), ("0.1.14.post2", False),
+                                               ("0.1.14.post3.dev1", False)])
 def test_known_issue_ranges_read_a_build_as_the_release_it_carries(version, affected):
-    """aiter-pr#3538's range ``>=0.1.15``: a release candidate or dev build of 0.1.15 carries its FlyDSL pad code
-    (rules.release_of: 0.1.15rc1 → 0.1.15), as the dispatch rules and dispatch issues read it; packaging's own
-    ``Version("0.1.15rc1") in SpecifierSet(">=0.1.15")`` is False (and what it says for pre-releases changed across
-    packaging 21–26)."""
+    """aiter-pr#3538's range ``>=0.1.15``: a release candidate of 0.1.15 carries its FlyDSL pad code
+    (core.aiter_release.release_of: 0.1.15rc1 → 0.1.15), as the dispatch rules and dispatch issues read it;
+    packaging's own ``Version("0.1.15rc1") in SpecifierSet(">=0.1.15")`` is False (and what it says for pre-releases
+    changed across packaging 21–26). A dev build names the release after the tag it was built from (setuptools_scm
+    guess-next-dev): 0.1.15.dev7 is before 0.1.15, 0.1.15.post1.dev2 after it."""
     from moedispatch.kit.rules import _version_in
 
     assert _version_in(">=0.1.15", version) is affected

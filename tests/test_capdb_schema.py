@@ -154,7 +154,8 @@ CASES = [
      "capability_db/known_issues.toml: issue[0] (aiter#5233): effect 'wrong' not one of wrong_output, crash, hang, "
      "slow, unsupported"),
     ("known_issues.toml", ("issue", 0, "aiter"), ">=x",
-     "capability_db/known_issues.toml: issue[0] (aiter#5233): aiter '>=x' is not a PEP 440 specifier"),
+     "capability_db/known_issues.toml: issue[0] (aiter#5233): aiter '>=x' is not a release range: 'x' is not a "
+     "PEP 440 version"),
 ]
 
 

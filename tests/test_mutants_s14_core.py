@@ -99,18 +99,21 @@ def test_an_override_is_compared_with_the_default_set_of_the_planned_aiter_relea
     ("0.1.7.post2.dev18", "v0.1.7"),  # the amd-aiter dev wheel of this repository's venv
     ("0.1.10.dev36+g1a2b3c4", "v0.1.9–v0.1.10"),
     ("0.1.16.post2.dev5", "v0.1.16.post1–v0.1.16.post6"),
-    ("0.1.20.dev3", "HEAD e4048607 (v0.1.20+)"),
+    ("0.1.20.dev3", "v0.1.19.post1–v0.1.19.post2"),   # built after a v0.1.19.x tag: not v0.1.20's code
     ("0.1.19rc2", "v0.1.19"),           # a release candidate carries its release's code
     ("0.1.19rc2+gfx950", "v0.1.19"),
-    ("0.1.13.post1.dev4", "v0.1.13.post1"),
+    ("0.1.17rc1.dev3", "v0.1.17"),      # a build after a release candidate: still that release's
+    ("0.1.13.post1.dev4", "v0.1.13"),   # 4 commits after v0.1.13 (setuptools_scm bumps the tag's last number)
     ("0.1.18", "v0.1.18"),
 ])
 def test_an_aiter_dev_or_prerelease_build_takes_the_rules_of_its_release_range(version, rules):
-    """AITER wheels built from source carry dev/pre-release versions (``0.1.7.post2.dev18``, ``0.1.10.dev36+g…``):
-    lookup_rules places the public version in the release ranges by PEP 440's exclusive ``<`` (0.1.10.dev36 <
-    0.1.11; a dev or pre-release build of a release is not below it: 0.1.19rc2 takes v0.1.19's rules, a 0.1.20 dev
-    build HEAD's). The comparison is moedispatch's own (``rules._below``): packaging's ``SpecifierSet.contains``
-    answered pre-releases differently across its releases 21–26 (pyproject: packaging>=21)."""
+    """AITER wheels built from source carry dev/pre-release versions (``0.1.7.post2.dev18``, ``0.1.10.dev36+g…``).
+    AITER versions builds with setuptools_scm's default guess-next-dev (ROCm/aiter pyproject.toml
+    ``[tool.setuptools_scm]``): N commits after tag T a build is T with its last number bumped plus ``.devN``, so a
+    dev build holds T's code, not the release it names — PEP 440 order places it (0.1.20.dev3 < 0.1.20: v0.1.19.x's
+    rules). A release candidate (tag ``v0.1.17-rc0``, an ancestor of v0.1.17) carries its release's code: 0.1.19rc2
+    takes v0.1.19's rules. The comparison is moedispatch's own (core.aiter_release): packaging's
+    ``SpecifierSet.contains`` answered pre-releases differently across its releases 21–26 (pyproject: packaging>=21)."""
     assert lookup_rules(version).name == rules
 
 
@@ -215,11 +218,13 @@ def test_a_dispatch_warning_without_a_stated_confidence_is_a_confirmed_note():
     assert notes == [r for r in dispatch_reasons(dp, "aiter-flydsl", "flydsl") if r.text == warning]
 
 
-@pytest.mark.parametrize("version, at_least", [("0.1.20", True), ("0.1.20.dev3", True), ("0.1.20rc1+rocm7", True),
-                                               ("0.1.19.post2", False), (None, False), ("not-a-version", False)])
+@pytest.mark.parametrize("version, at_least", [("0.1.20", True), ("0.1.20.dev3", False), ("0.1.20rc1+rocm7", True),
+                                               ("0.1.20.post1.dev2", True), ("0.1.19.post2", False), (None, False),
+                                               ("not-a-version", False)])
 def test_a_since_release_check_reads_a_build_as_the_release_it_carries(version, at_least):
-    """rules._at_least (the 0.1.20 SiTUv2 gfx942 path, FlyDSL's tile resolve): a 0.1.20 dev build takes HEAD's
-    rules (lookup_rules above), so it is also "at least 0.1.20" — one notion of a build's release (release_of)."""
+    """rules._at_least (the 0.1.20 SiTUv2 gfx942 path, FlyDSL's tile resolve): a 0.1.20 release candidate takes
+    0.1.20's rules and a 0.1.20.dev3 build (after a v0.1.19.x tag) v0.1.19.x's (lookup_rules above), so only the
+    first is "at least 0.1.20" — one notion of a build's release (release_of)."""
     from moedispatch.aiter.rules import _at_least
 
     assert _at_least(version, "0.1.20") is at_least

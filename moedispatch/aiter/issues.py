@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from moedispatch._util.caches import memoize
 from moedispatch.aiter.activation import acting_env
 from moedispatch.aiter.key import DispatchKey
-from moedispatch.aiter.rules import release_of
+from moedispatch.core.aiter_release import in_range, range_problem
 from moedispatch.aiter.steps import DispatchStep
 from moedispatch.core.errors import CapabilityDBError
 from moedispatch.data import capdb
@@ -147,13 +147,9 @@ def dispatch_issues() -> tuple[DispatchIssue, ...]:
             re.compile(raw["kernel"])
         except re.error as exc:
             raise CapabilityDBError(f"{at} ({raw['id']}): kernel is not a regular expression: {exc}") from None
-        if raw.get("aiter"):
-            from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-            try:
-                SpecifierSet(raw["aiter"])
-            except InvalidSpecifier:
-                raise CapabilityDBError(f"{at} ({raw['id']}): aiter = {raw['aiter']!r} is not a specifier") from None
+        if raw.get("aiter") and range_problem(raw["aiter"]):
+            raise CapabilityDBError(f"{at} ({raw['id']}): aiter = {raw['aiter']!r} is not a release range: "
+                                    f"{range_problem(raw['aiter'])}")
         if raw.get("pin") not in (None, "neighbour"):
             raise CapabilityDBError(f"{at} ({raw['id']}): pin must be \"neighbour\" (or absent)")
         known = set(DispatchIssue.__dataclass_fields__)
@@ -187,10 +183,7 @@ def _issue_matches(issue: DispatchIssue, step: DispatchStep, key: DispatchKey, v
     if issue.aiter:
         if version is None:
             return None
-        from packaging.specifiers import SpecifierSet
-
-        release = release_of(version)
-        if release is None or release not in SpecifierSet(issue.aiter):
+        if not in_range(version, issue.aiter):
             return None
     if issue.buckets and step.bucket not in issue.buckets:
         return None

@@ -6,9 +6,9 @@ Pure data and pure functions: nothing here reads a tuned CSV."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from moedispatch.aiter.vocab import BF16, FP8, GELU, Q_1X128, Q_TOKEN, SILU, SRC_FUSED_MOE
+from moedispatch.core.aiter_release import release_of
 from moedispatch.core.workload import PADDED_M_TIERS
 
 
@@ -203,22 +203,6 @@ def lookup_rules(version: "str | Rules | None") -> Rules:
     return HEAD_RULES
 
 
-def release_of(version: str) -> Any:
-    """The AITER release whose code a version carries, as a packaging ``Version`` (None if it does not parse): the
-    version without its pre-release, dev and local parts — ``0.1.19rc2`` and ``0.1.19.dev4+g1a2b`` are 0.1.19,
-    ``0.1.7.post2.dev18`` (the PyPI amd-aiter wheel) is 0.1.7.post2. Release ranges (:func:`lookup_rules`, the
-    dispatch issues' ``aiter`` specifiers) are decided on it, so no packaging release's pre-release handling decides
-    them (``SpecifierSet.contains`` answered ``0.1.19rc2`` against ``<0.1.19.post1`` differently in packaging 21–26)."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        v = Version(version)
-    except InvalidVersion:
-        return None
-    post = f".post{v.post}" if v.post is not None else ""
-    return Version(f"{v.epoch}!{'.'.join(map(str, v.release))}{post}")
-
-
 # -- token buckets -------------------------------------------------------------------------------------------------
 
 _TIERS = PADDED_M_TIERS  # _PADDED_M_TIERS (HEAD)
@@ -252,7 +236,8 @@ def get_padded_M(M: int, model: "str | Rules" = "head") -> int:
 
 
 def _at_least(version: str | None, floor: str) -> bool:
-    """The release a version carries (:func:`release_of`: ``0.1.20.dev3`` → 0.1.20) is ``floor`` or later."""
+    """The release a version carries (:func:`release_of`: ``0.1.20rc1`` → 0.1.20; ``0.1.20.dev3``, a build after
+    v0.1.19.x, stays below 0.1.20) is ``floor`` or later."""
     from packaging.version import Version
 
     release = release_of(version) if version is not None else None

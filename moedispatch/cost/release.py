@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from moedispatch._util.caches import memoize
+from moedispatch.core.aiter_release import release_of
 from moedispatch.core.errors import CapabilityDBError
 from moedispatch.data import aiter_index, capdb
 
@@ -67,14 +68,7 @@ class ReleaseContext:
 
 
 def _version(text: str | None) -> Any:
-    from packaging.version import InvalidVersion, Version
-
-    if text is None:
-        return None
-    try:
-        return Version(Version(text).public)
-    except InvalidVersion:
-        return None
+    return None if text is None else release_of(text)
 
 
 def context_of(cs: Any) -> ReleaseContext:

@@ -37,6 +37,7 @@ from typing import Any, Mapping
 
 from moedispatch._util.caches import memoize
 from moedispatch.data.aiter_install import installed_aiter
+from moedispatch.core.aiter_release import release_of
 from moedispatch.core.errors import UsageError
 from moedispatch.data import aiter_index
 from moedispatch.data.tuned_row import TunedRow
@@ -315,12 +316,10 @@ def _dispatch_model_for(version: str | None) -> str:
     ``head`` otherwise."""
     if version is None:
         return "head"
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import Version
 
-    try:
-        return "legacy" if Version(Version(version).public) < Version("0.1.8") else "head"
-    except InvalidVersion:
-        return "head"
+    release = release_of(version)
+    return "legacy" if release is not None and release < Version("0.1.8") else "head"
 
 
 def default_files(configs_dir: str) -> list[str]:

@@ -22,9 +22,10 @@ import json
 import os
 from typing import Any, NamedTuple
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from moedispatch._util.caches import memoize
+from moedispatch.core.aiter_release import release_of
 from moedispatch.core.errors import CapabilityDBError
 from moedispatch.data import capdb
 from moedispatch.data.tuned_row import TunedRow
@@ -120,8 +121,9 @@ def display_prefix(tag: str) -> str:
 def release_for(version: str | None) -> tuple[str, tuple[str, ...]]:
     """The release whose data a plan for AITER ``version`` reads, and what was assumed (empty when exact).
 
-    A release of the index → that release. Between two releases (a dev build, a local ``+rocm`` suffix is
-    ignored) → the older one, with a note. Older than every release → the oldest, with a note. Newer than every
+    A release of the index → that release (a local ``+rocm`` suffix is ignored); a release candidate → its release,
+    with a note. Between two releases (a dev build: :func:`moedispatch.core.aiter_release.release_of`) → the older
+    one, with a note. Older than every release → the oldest, with a note. Newer than every
     release → ``head`` (main after the newest release), with a note. None → ``head``.
     """
     rels = releases()
@@ -129,13 +131,13 @@ def release_for(version: str | None) -> tuple[str, tuple[str, ...]]:
     head = next((r for r in rels if r.version is None), tagged[-1])
     if version is None:
         return head.tag, ()
-    try:
-        v = Version(version)
-        public = Version(v.public)
-    except InvalidVersion:
+    public = release_of(version)
+    if public is None:
         return head.tag, (f"AITER {version!r} is not a PEP 440 version; planned with {head.describe()}",)
     for r in tagged:
         if r.version == public:
+            if Version(Version(version).public) != public:
+                return r.tag, (f"AITER {version} is a pre-release of {r.tag}; planned with {r.describe()}",)
             return r.tag, ()
     older = [r for r in tagged if r.version is not None and r.version < public]
     if not older:
@@ -145,8 +147,9 @@ def release_for(version: str | None) -> tuple[str, tuple[str, ...]]:
     if older[-1] is tagged[-1]:
         return head.tag, (f"AITER {version} is newer than every release in moedispatch's AITER index (newest "
                           f"{tagged[-1].tag}); planned with {head.describe()}",)
-    return older[-1].tag, (f"AITER {version} is not a release in moedispatch's AITER index; planned with the "
-                           f"nearest older release, {older[-1].describe()}",)
+    what = "a development build, not a release" if public.dev is not None else "not a release"
+    return older[-1].tag, (f"AITER {version} is {what} in moedispatch's AITER index; planned with the nearest older "
+                           f"release, {older[-1].describe()}",)
 
 
 def _index_of(tag: str) -> int:

@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from moedispatch._util.caches import memoize
+from moedispatch.core.aiter_release import in_range, range_problem, release_of
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.errors import CapabilityDBError, TargetError
 from moedispatch._util.suggest import did_you_mean
@@ -480,6 +481,9 @@ def aiter_db() -> dict[str, Any]:
             if req not in pin:
                 raise CapabilityDBError(f"{pwhere} lacks key {req!r}")
         _specifier(pin["aiter"], pwhere, "aiter")
+        if range_problem(pin["aiter"]):
+            raise CapabilityDBError(f"{pwhere}: aiter = {pin['aiter']!r} is not a release range: "
+                                    f"{range_problem(pin['aiter'])}")
         _specifier(pin["flydsl"], pwhere, "flydsl")
         _need(pin["source"], str, pwhere, "source", "a string")
         _confidence(pin, pwhere)
@@ -496,11 +500,10 @@ def parse_aiter_version(text: str) -> Version:
 
 def features_for_version(version: str) -> frozenset[str]:
     """Feature names whose ``since`` floor this version meets (local labels like ``+rocm7.1`` ignored)."""
-    v = parse_aiter_version(version)
-    public = Version(v.public)
+    release = release_of(str(parse_aiter_version(version)))   # 0.1.19rc2 → 0.1.19, as every release range
     return frozenset(
         name for name, feat in aiter_db()["features"].items()
-        if public >= Version(feat["since"]) and str(public) not in feat.get("absent_in", [])
+        if release >= Version(feat["since"]) and str(release) not in feat.get("absent_in", [])
     )
 
 
@@ -519,13 +522,10 @@ def feature_info(name: str) -> dict[str, Any]:
 
 @memoize(maxsize=256)
 def flydsl_pin(aiter_version: str) -> tuple[str, str] | None:
-    v = Version(parse_aiter_version(aiter_version).public)
+    version = str(parse_aiter_version(aiter_version))
     for pin in aiter_db().get("flydsl_pins", []):
-        try:
-            if v in SpecifierSet(pin["aiter"]):
-                return pin["flydsl"], pin["source"]
-        except InvalidSpecifier:
-            raise CapabilityDBError(f"capability_db/aiter.toml: flydsl_pins aiter={pin['aiter']!r} invalid") from None
+        if in_range(version, pin["aiter"]):          # checked at load (aiter_db)
+            return pin["flydsl"], pin["source"]
     return None
 
 
@@ -585,7 +585,7 @@ def target_capabilities(
     else:
         version = str(parse_aiter_version(aiter_version))
         provenance.append(("aiter_version", aiter_source))
-        public = Version(Version(version).public)
+        public = release_of(version)
         known = sorted(Version(v) for v in aiter_db()["known_versions"])
         if public not in known:
             if public < known[0]:  # no floor below the oldest: say what is assumed instead

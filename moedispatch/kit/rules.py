@@ -11,12 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
 from moedispatch._util.caches import memoize
-from moedispatch.aiter.rules import release_of
 from moedispatch.data import capdb
 from moedispatch.core.backend import Backend, Padding, Verdict
+from moedispatch.core.aiter_release import in_range, range_problem, release_of
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.errors import CapabilityDBError
 from moedispatch.core.layers import MoELayer
@@ -216,11 +214,9 @@ def known_issues() -> tuple[KnownIssue, ...]:
         confidence = raw.get("confidence", "confirmed")
         if confidence not in _CONFIDENCES:
             raise CapabilityDBError(f"{where}: confidence {confidence!r} not one of {', '.join(_CONFIDENCES)}")
-        if raw["aiter"]:
-            try:
-                SpecifierSet(raw["aiter"])
-            except InvalidSpecifier:
-                raise CapabilityDBError(f"{where}: aiter {raw['aiter']!r} is not a PEP 440 specifier") from None
+        if raw["aiter"] and range_problem(raw["aiter"]):
+            raise CapabilityDBError(f"{where}: aiter {raw['aiter']!r} is not a release range: "
+                                    f"{range_problem(raw['aiter'])}")
         issues.append(KnownIssue(
             id=raw["id"], title=raw["title"], families=tuple(raw["families"]), aiter=raw["aiter"],
             status=raw["status"], effect=raw["effect"],
@@ -237,10 +233,9 @@ def _version_in(spec: str, version: str | None) -> bool:
         return True
     if version is None:
         return False
-    release = release_of(version)   # 0.1.19rc2 → 0.1.19, as the dispatch rules and issues decide ranges
-    if release is None:
+    if release_of(version) is None:
         return True  # unknown version string: assume affected (conservative)
-    return release in SpecifierSet(spec)
+    return in_range(version, spec)   # 0.1.19rc2 → 0.1.19, as the dispatch rules and issues decide ranges
 
 
 # One test per predicate key: (value from the issue, layer, caps, padded inter, kernel inter pad) -> matches.
