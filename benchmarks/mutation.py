@@ -59,6 +59,7 @@ MUTATE = [
     "moedispatch/core/backend.py",   # the padding values
     "moedispatch/core/families.py",
     "moedispatch/core/workload.py",
+    "moedispatch/core/aiter_release.py",  # which AITER release a version carries (every release range)
     "moedispatch_plugins/*.py",
 ]
 #: The narrower scope of the last measured run (README: 90.5% of 4,718 mutants), for ``--scope round2``.
@@ -74,6 +75,7 @@ MUTATE_ROUND2 = [
 #: Fast tests that pin the rules (the per-mutant candidates; mutmut keeps, per mutant, the ones that call it).
 FAST_TESTS = [
     "tests/test_rule_mutants.py",
+    "tests/test_aiter_release.py",
     "tests/test_recipes_inprocess.py",
     "tests/test_golden_decisions.py",
     "tests/test_golden_recipes.py",

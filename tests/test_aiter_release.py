@@ -103,3 +103,8 @@ def test_the_tuned_rows_follow_the_same_release_as_the_rules(version, tag, note)
     got, notes = aiter_index.release_for(version)
     assert got == tag and lookup_rules(version).name.startswith(tag)
     assert (note is None and notes == ()) or (note and note in notes[0])
+
+
+def test_a_refused_spec_says_which_clause_and_why():
+    assert range_problem(">=0.1.17,~=0.1") == "'~=0.1' is not one of ==, !=, <, <=, >, >= and a version"
+    assert range_problem(">=x") == "'x' is not a PEP 440 version"
