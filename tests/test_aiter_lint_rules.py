@@ -166,3 +166,45 @@ def test_an_override_with_a_configs_folder_is_compared_with_that_folder(tmp_path
     assert any(f"--configs {folder} is not read" in n for n in doc["configs"]["notes"])
     (f,) = [f for f in doc["findings"] if "replaces the default set" in f["message"]]
     assert f"(tuned CSVs in {folder})" in f["message"] and "2 of its 3 rows are no longer looked up" in f["message"]
+
+
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("MOEDISPATCH_AITER_DATA", "../shared/aiter")),
+                    reason="needs ../shared/aiter")
+def test_aiter_merges_whenever_two_paths_are_listed_even_if_one_is_missing(tmp_path):
+    """update_config_files returns a single listed path as is, and merges — de-duplicating, within one file too —
+    whenever more are listed, missing ones included (ROCm/aiter@e4048607:aiter/jit/core.py lines 267-269; the
+    peer run tests/peers/test_aiter_merge.py found it): a key twice in the only existing file of
+    ``A:missing`` makes AITER raise; the same file alone does not."""
+    folder = _write_set(tmp_path, [1])
+    path = os.path.join(folder, "tuned_fmoe.csv")
+    lines = open(path, encoding="utf-8").read().splitlines()
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(lines[1] + "\n")
+    alone = ac.load_config_set(None, env={"AITER_CONFIG_FMOE": path}, version="0.1.20.post1")
+    beside = ac.load_config_set(None, env={"AITER_CONFIG_FMOE": path + os.pathsep + str(tmp_path / "nope.csv")},
+                                version="0.1.20.post1")
+    assert alone.merge_error is None
+    assert beside.merge_error and beside.merge_error.startswith("AITER raises 'Found 1 duplicate shape entries")
+
+
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("MOEDISPATCH_AITER_DATA", "../shared/aiter")),
+                    reason="needs ../shared/aiter")
+def test_before_v0_1_12_aiter_merges_repeated_keys_silently_and_needs_the_first_file(tmp_path):
+    """Up to v0.1.11.post1 update_config_files kept the fastest of repeated keys without raising and read the first
+    listed path unconditionally; from v0.1.12 it raises on repeats and skips missing files
+    (ROCm/aiter@v0.1.11.post1 vs @v0.1.12:aiter/jit/core.py; peer-run in tests/peers/test_aiter_merge.py). Every
+    plan for v0.1.10–v0.1.11.post1 said "AITER raises … duplicate shape entries" of AITER's own bundled set."""
+    bundled = ac.load_config_set(None, version="0.1.10")
+    assert bundled.merge_error and not bundled.merge_error.startswith("AITER raises")
+    assert "rows dropped" in bundled.merge_error
+    assert not [f for f in aiter_lint.lint(bundled).findings if f.severity == "error" and f.check == "shadowed"]
+    folder = _write_set(tmp_path, [1, 2])
+    path = os.path.join(folder, "tuned_fmoe.csv")
+    twice = path + os.pathsep + path
+    old = ac.load_config_set(None, env={"AITER_CONFIG_FMOE": twice}, version="0.1.11.post1")
+    new = ac.load_config_set(None, env={"AITER_CONFIG_FMOE": twice}, version="0.1.12")
+    assert "rows dropped" in old.merge_error and new.merge_error.startswith("AITER raises 'Found")
+    first_missing = str(tmp_path / "nope.csv") + os.pathsep + path
+    old = ac.load_config_set(None, env={"AITER_CONFIG_FMOE": first_missing}, version="0.1.11.post1")
+    new = ac.load_config_set(None, env={"AITER_CONFIG_FMOE": first_missing}, version="0.1.12")
+    assert old.merge_error.startswith("AITER raises FileNotFoundError") and new.merge_error is None

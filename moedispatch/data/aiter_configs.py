@@ -79,6 +79,12 @@ _HEAD_SRC = "https://github.com/ROCm/aiter/blob/e4048607a535ace3a2b51ded31b1c8c2
 SOURCE_MERGE = f"{_HEAD_SRC}/aiter/jit/core.py"
 SOURCE_LOOKUP = f"{_HEAD_SRC}/aiter/fused_moe.py"
 SOURCE_BACKFILL = f"{_HEAD_SRC}/aiter/jit/utils/chip_info.py"
+#: From v0.1.12 AITER's merge (``update_config_files``) skips every missing listed file (FileNotFoundError only when
+#: none exists) and RAISES on a key repeated across the merged rows, after rewriting the sources; up to v0.1.11.post1
+#: it read the first listed path unconditionally and kept the fastest of repeated keys silently
+#: (ROCm/aiter@v0.1.11.post1 and @v0.1.12:aiter/jit/core.py update_config_files).
+MERGE_RAISES_FROM = "0.1.12"
+SOURCE_MERGE_OLD = "ROCm/aiter@v0.1.11.post1:aiter/jit/core.py"
 
 
 def gfx_from_cu_num(cu_num: int) -> str | None:
@@ -349,13 +355,28 @@ def _display(path: str, root: str | None, prefix: str) -> str:
 
 # -- merge ---------------------------------------------------------------------------------------------------------
 
+def merge_raises(version: str | None) -> bool:
+    """Whether AITER ``version``'s merge raises on repeated keys (:data:`MERGE_RAISES_FROM`; an unknown version:
+    HEAD's merge, which does)."""
+    from packaging.version import Version
+
+    release = release_of(version) if version is not None else None
+    return release is None or release >= Version(MERGE_RAISES_FROM)
+
+
 def _merge(files: list[tuple[str, str]], dispatch: str, model_dims: frozenset[int] | None = None,
-           override: bool = False) -> tuple[list[TunedRow], list[str], bool, str | None]:
+           override: bool = False, version: str | None = None) -> tuple[list[TunedRow], list[str], bool, str | None]:
     """Parse and concatenate like ``update_config_files``; returns (rows, warnings, broken, merge_error)."""
     rows: list[TunedRow] = []
     warnings: list[str] = []
     broken = False
     present = [(p, d) for p, d in files if os.path.isfile(p)]
+    raises = merge_raises(version)
+    if override and len(files) > 1 and not raises and not os.path.isfile(files[0][0]):
+        return [], [f"{files[0][1]}: not found"], True, (
+            f"AITER raises FileNotFoundError at its first fused-MoE call: AITER {version} reads the first file "
+            f"AITER_CONFIG_FMOE lists unconditionally and {files[0][1]} does not exist; modelled as if no tuned row "
+            f"existed ({SOURCE_MERGE_OLD})")
     if override and not present:
         # update_config_files returns a single path as is (pd.read_csv then raises) and raises itself when none of
         # several exists: AITER's first fused_moe call fails (ROCm/aiter@e4048607:aiter/jit/core.py lines 266-287).
@@ -377,20 +398,25 @@ def _merge(files: list[tuple[str, str]], dispatch: str, model_dims: frozenset[in
             warnings.extend(problems[:5])
             if len(problems) > 5:
                 warnings.append(f"{display}: {len(problems) - 5} more malformed line(s)")
-    rows, merge_error = _dedup(rows, dispatch) if len(present) > 1 else (rows, None)
+    # update_config_files merges (and de-duplicates, within one file too) whenever more than one path is listed,
+    # missing ones included; a single path is returned as is (ROCm/aiter@e4048607:aiter/jit/core.py 267-269).
+    rows, merge_error = _dedup(rows, dispatch, raises) if len(files) > 1 else (rows, None)
     return rows, warnings, broken, merge_error
 
 
-def _dedup(rows: list[TunedRow], dispatch: str) -> tuple[list[TunedRow], str | None]:
+def _dedup(rows: list[TunedRow], dispatch: str, raises: bool = True) -> tuple[list[TunedRow], str | None]:
     """AITER's merge de-duplication over the concatenated files; returns (rows kept, what AITER says or None)."""
     merge_error = None
-    # Duplicate keys across the merged files: HEAD keys on untuned columns + cu_num + gfx + _tag and RAISES
-    # after rewriting the sources ("Please re-run"); legacy keys on the untuned columns only (no cu_num!) and
-    # silently keeps the fastest row. Either way the fastest (lowest us, stable) survives.
+    # Duplicate keys across the merged files: from v0.1.12 AITER keys on untuned columns + cu_num (+ gfx) + _tag
+    # and RAISES after rewriting the sources ("Please re-run"); v0.1.8–v0.1.11 key on the untuned columns + cu_num
+    # and silently keep the fastest row; 0.1.7 (legacy) on the untuned columns only (no cu_num!). Either way the
+    # fastest (lowest us, stable) survives.
     def dedup_key(r: TunedRow) -> tuple:
         base = (r.token, r.model_dim, r.inter_dim, r.expert, r.topk, r.act_type, r.dtype, r.q_dtype_a,
                 r.q_dtype_w, r.q_type, r.use_g1u1, r.doweight_stage1)
-        return base + ((r.cu_num, r.gfx, r.tag) if dispatch == "head" else ())
+        if dispatch != "head":
+            return base
+        return base + ((r.cu_num, r.gfx, r.tag) if raises else (r.cu_num,))
 
     order = sorted(range(len(rows)), key=lambda i: (rows[i].us is None, rows[i].us or 0.0))
     best: dict[tuple, int] = {}
@@ -400,10 +426,14 @@ def _dedup(rows: list[TunedRow], dispatch: str) -> tuple[list[TunedRow], str | N
     if len(keep) < len(rows):
         dropped = [rows[i] for i in range(len(rows)) if i not in keep]
         sample = ", ".join(r.where for r in dropped[:3])
-        if dispatch == "head":
+        if dispatch == "head" and raises:
             merge_error = (f"AITER raises 'Found {len(rows) - len(keep)} duplicate shape entries during merge "
                            f"of tuned_fmoe … Please re-run' and rewrites the source CSVs keeping the lowest us "
                            f"(first duplicates: {sample}); modelled after that rewrite ({SOURCE_MERGE})")
+        elif dispatch == "head":
+            merge_error = (f"{len(rows) - len(keep)} rows dropped by AITER's merge de-duplication, which keeps the "
+                           f"lowest us of a key repeated across the merged files silently (before v0.1.12; "
+                           f"{SOURCE_MERGE_OLD}; first dropped: {sample})")
         else:
             merge_error = (f"{len(rows) - len(keep)} rows dropped by AITER's merge de-duplication, which keys "
                            f"on the untuned columns without cu_num (rows of other GPUs can shadow each other; "
@@ -417,7 +447,8 @@ def _load_cached(files: tuple[tuple[str, str], ...], stamps: tuple, dispatch: st
                  version: str | None, commit: str | None, notes: tuple[str, ...],
                  model_dims: frozenset[int] | None = None) -> ConfigSet:
     del stamps  # part of the cache key only
-    rows, warnings, broken, merge_error = _merge(list(files), dispatch, model_dims, override=origin == "env")
+    rows, warnings, broken, merge_error = _merge(list(files), dispatch, model_dims, override=origin == "env",
+                                                 version=version)
     return ConfigSet(label=label, origin=origin, dispatch=dispatch, version=version,
                      files=tuple(d for _, d in files), rows=tuple(rows), warnings=tuple(warnings), broken=broken,
                      merge_error=merge_error, commit=commit, notes=notes)
@@ -454,7 +485,7 @@ def _bundled(tag: str, version: str | None, notes: tuple[str, ...] = (),
     rel = aiter_index.release(tag)
     dispatch = "head"  # every release of the index is >= 0.1.10 (the gfx-keyed lookup)
     rows = [_backfilled(r) for r in aiter_index.rows_for(rel.tag, model_dims)]
-    rows, merge_error = _dedup(rows, dispatch)
+    rows, merge_error = _dedup(rows, dispatch, merge_raises(rel.tag[1:] if rel.version is not None else None))
     prefix = aiter_index.display_prefix(rel.tag)
     warnings = aiter_index.problems_for(rel.tag)
     return ConfigSet(label=f"bundled index: {rel.describe()}, ROCm/aiter@{rel.commit[:10]}", origin="bundled",
