@@ -155,3 +155,18 @@ def test_table_why_cites_sources_by_number_listed_once_at_the_end(cli):
     assert "not aiter-flydsl: needs gfx950" in lines[why + 1]
     assert any("[1]" in line for line in lines[why + 1:why + 4])
     assert sum(1 for line in lines if line.startswith("[1]     ROCm/aiter@")) == 1
+
+
+def test_the_readmes_compare_example_costs_are_what_compare_prints(cli):
+    """README's `compare --model MiniMax-M3-MXFP4 --target MI300X,MI355X --tp 8` example shows the cost lines compare
+    prints (a stale copy showed 1 and 4 tokens at the same 654 µs, from the fastest-row floor the model dropped)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("$ moedispatch compare --model MiniMax-M3-MXFP4 --target MI300X,MI355X --tp 8\n", 1)[1]
+    block = block.split("```", 1)[0]
+
+    def costs(text):
+        return [line.split("cost", 1)[1].strip() for line in text.splitlines() if line.strip().startswith("cost ")]
+
+    proc = cli("compare", "--model", "MiniMax-M3-MXFP4", "--target", "MI300X,MI355X", "--tp", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert len(costs(block)) == 2 and costs(block) == costs(proc.stdout)

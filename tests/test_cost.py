@@ -184,6 +184,21 @@ def test_lint_catches_timings_copied_across_buckets():
     assert sum("copied" in why for r, why in rejected if r.us == 275.4024) == 5
 
 
+def test_a_copied_timing_reached_through_the_act_wildcard_is_not_believed():
+    """Qwen3-30B-A3B at TP4 on MI308X (2048x192xE128 SiLU, bf16): AITER runs ds_v3's GELU rows at 2048+ tokens through
+    the act wildcard, whose us=275.4024 is copied across every bucket 2048…32768 (the lint's own example). The
+    wildcard row is linted with its shape's other buckets, so 4096 tokens is not predicted to take exactly as long as
+    2048 (a copy passed as a `tuned` measurement), nor 1–8 tokens the 74.1222 µs copied across tuned_fmoe.csv's
+    GELU rows."""
+    caps = fake_capabilities("MI308X", "0.1.20.post1")
+    layer = MoELayer.build(hidden=2048, intermediate=768, experts=128, top_k=8, tp=4, weight="bf16", act="bf16",
+                           activation="silu")
+    costs = cost.predict(layer, caps, backend_family="aiter-ck", tokens=(1, 2, 4, 8, 1024, 2048, 4096))
+    copied = {275.4024, 74.1222}
+    assert not [c for c in costs if c.basis == "tuned" and round(c.us, 4) in copied], costs
+    assert all(a.us < b.us for a, b in zip(costs, costs[1:])), [round(c.us, 1) for c in costs]
+
+
 # -- bars ---------------------------------------------------------------------------------------------------------
 
 def test_bars_widen_as_the_basis_weakens(mi355x):
@@ -433,6 +448,45 @@ def test_benchmark_meets_its_accuracy_goals(bench):
     assert bench["lofo_median"] <= 0.12
     assert bench["lofo_median"] < bench["bucket_prior_lofo_median"] < bench["naive_roofline_median"]
     assert bench["clean_rows"] < bench["rows"]
+
+
+def test_the_documented_large_m_accuracy_is_what_the_benchmark_prints(bench):
+    """docs/cost-model.md's leave-one-file-out figures at >= 2048 tokens are the benchmark's (``lofo_large_m``)."""
+    text = (ROOT / "docs" / "cost-model.md").read_text()
+    got = re.search(r"Leave-one-file-out at ≥ 2048 tokens: median ([\d.]+) %, p90 ([\d.]+) %", text)
+    assert got is not None
+    assert (float(got[1]), float(got[2])) == (round(bench["lofo_large_m"]["median"] * 100, 1),
+                                              round(bench["lofo_large_m"]["p90"] * 100, 1))
+
+
+def test_the_documented_roofline_bars_are_the_shipped_ones():
+    """docs/cost-model.md's bars table quotes, for the roofline basis, shipped bands only: gfx950's per level, and
+    the generic band a level without a band of its own takes (MI308X's bucket priors, a gfx950 partition's arch
+    prior)."""
+    text = (ROOT / "docs" / "cost-model.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `roofline` |"))
+    quoted = {(float(a), float(b)) for a, b in re.findall(r"(\d\.\d\d)–(\d\.\d\d) ×", row)}
+    priors = cost.load_priors()
+    gfx950 = {(round(lo, 2), round(hi, 2)) for (_level, gfx, _cu), (lo, hi) in priors.bands.items() if gfx == "gfx950"}
+    generic = (round(priors.generic[1], 2), round(priors.generic[2], 2))
+    assert quoted == gfx950 | {generic}
+    assert not {("bucket", "gfx942", 80), ("bucket", "gfx942", 0), ("arch", "gfx950", 0)} & set(priors.bands)
+
+
+def test_the_documented_drop_where_aiter_switches_activation_dtype():
+    """docs/cost-model.md: a prediction can fall with more tokens where AITER's activation-dtype policy switches
+    kernels — its example, MiniMax-M3-MXFP4 at TP8 on MI355X, as explain plans it."""
+    from moedispatch import api
+
+    text = " ".join((ROOT / "docs" / "cost-model.md").read_text().split())
+    got = re.search(r"MiniMax-M3-MXFP4 at TP8 on MI355X (\d+) µs at 128 tokens with bf16 activations, (\d+) µs at "
+                    r"256 with MXFP4 ones", text)
+    assert got is not None
+    plan = api.plan_model("MiniMax-M3-MXFP4", api.target("MI355X", aiter_version="0.1.20.post1"), tp=8,
+                          tokens=(128, 256))
+    a, b = next(d.cost for d in plan.decisions if d.layer.kind == "moe")
+    assert (round(a.us), round(b.us)) == (int(got[1]), int(got[2]))
+    assert b.us < a.us
 
 
 def test_shipped_priors_are_what_the_benchmark_fits(tmp_path):

@@ -269,6 +269,20 @@ def test_chart_labels_use_the_largest_unit_and_count_tokens_right():
     assert ">1 s</text>" in svg and ">1000 ms<" not in svg
 
 
+def test_each_chart_point_says_its_basis_as_the_text_does():
+    """A point's tooltip names its cost's basis, as explain's cost line does (``64 tokens 213 µs (207–234) tuned``):
+    a measured row and a roofline guess read differently; a total, which has no basis, says none."""
+    from moedispatch.render.html import _chart
+
+    svg = _chart([("aiter-ck", "#123456", [{"tokens": 64, "us": 213.0, "low": 207.0, "high": 234.0, "basis": "tuned"},
+                                           {"tokens": 8192, "us": 888.0, "low": 702.0, "high": 1190.0,
+                                            "basis": "roofline"}]),
+                  ("all MoE layers", "#333", [{"tokens": 64, "us": 9000.0, "low": 8000.0, "high": 9500.0}])], "t")
+    assert "aiter-ck: 64 tokens 213 µs (207 µs–234 µs) tuned</title>" in svg
+    assert "aiter-ck: 8192 tokens 888 µs (702 µs–1,190 µs) roofline</title>" in svg
+    assert "all MoE layers: 64 tokens 9,000 µs (8,000 µs–9,500 µs)</title>" in svg
+
+
 def test_the_header_says_where_the_target_came_from_in_words(maverick_page):
     """Newcomer minor 7: one provenance notation, the text output's, not a bare "[flag]"."""
     html = maverick_page[0].read_text()

@@ -73,7 +73,7 @@ from moedispatch.aiter import dispatch as aiter_dispatch
 from moedispatch.data import aiter_configs, capdb
 from moedispatch.cost import release
 from moedispatch.cost.geometry import Geometry, LARGE_M, _CSV_BYTES, bucket_of, model_features, roofline_us
-from moedispatch.cost.lint import _row_get, lint_rows
+from moedispatch.cost.lint import _row_get, _shape_key, lint_rows
 from moedispatch.cost.priors import DecodeFit, Priors, load_priors
 from moedispatch.cost.ranking import compare, rank, reason, total
 from moedispatch.cost.worklist import UNTUNED_COLUMNS, tuning_worklist, untuned_csv
@@ -177,6 +177,33 @@ def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]
         q_dtype_w=key.q_dtype_w, q_type=key.q_type, use_g1u1=key.use_g1u1, doweight_stage1=key.doweight_stage1)
     exact = [r for r in rows if r.act_type == key.act_type]
     return tuple(exact or rows)
+
+
+def _row_shape(row: Any, caps: Any) -> tuple[Any, ...]:
+    """``row`` and the other tuned rows of its own shape in its file (any token): a row the dispatch found outside
+    :func:`_shape_rows` (the act wildcard's) is linted with them, or a timing copied across its buckets looks
+    measured."""
+    try:
+        return _row_shape_cached(row, caps)
+    except TypeError:  # unhashable stand-ins
+        return _row_shape_uncached(row, caps)
+
+
+@memoize(maxsize=256)
+def _row_shape_cached(row: Any, caps: Any) -> tuple[Any, ...]:
+    return _row_shape_uncached(row, caps)
+
+
+def _row_shape_uncached(row: Any, caps: Any) -> tuple[Any, ...]:
+    try:
+        rows = aiter_configs.tuned_rows(
+            config_set=aiter_configs.config_set_for(caps, model_dims=frozenset({row.model_dim})),
+            model_dim=row.model_dim, inter_dim=row.inter_dim, expert=row.expert, topk=row.topk, cu_num=row.cu_num,
+            act_type=row.act_type, q_dtype_a=row.q_dtype_a, q_dtype_w=row.q_dtype_w, q_type=row.q_type)
+    except (UsageError, AttributeError):
+        return (row,)
+    same = tuple(r for r in rows if _shape_key(r) == _shape_key(row))
+    return same if row in same else same + (row,)
 
 
 def _key_geometry(layer: Any, padding: Any, key: Any) -> Geometry:
@@ -671,7 +698,8 @@ def _tuned_shapes(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...], 
                         geos[m] = replace(geo, a_bytes=a, compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a])
                     if step is not None and step.basis == "tuned" and step.row is not None \
                             and step.row not in found:
-                        found.append(step.row)   # the act-wildcard or a smaller tier's row
+                        # the act-wildcard or a smaller tier's row, with its shape's other buckets for the lint
+                        found += [r for r in _row_shape(step.row, caps) if r not in found]
                     if step is not None and step.basis != "tuned":
                         heuristic.add(m)
                     shapes[m] = found

@@ -227,20 +227,21 @@ def _chart(series: Sequence[tuple[str, str, Sequence[dict[str, Any]]]], title: s
     if dispatch:
         out.append(_band(dispatch, tokens, px, left, w - right, h - strip + 2))
     for n, (name, color, costs) in enumerate(series):
-        pts = sorted((int(c["tokens"]), float(c["us"]), float(c.get("low") or c["us"]), float(c.get("high") or c["us"]))
-                     for c in costs if c.get("us"))
+        pts = sorted((int(c["tokens"]), float(c["us"]), float(c.get("low") or c["us"]), float(c.get("high") or c["us"]),
+                      str(c.get("basis") or "")) for c in costs if c.get("us"))
         if not pts:
             continue
-        band = [f"{px(t):.1f},{py(hi):.1f}" for t, _, _, hi in pts] + \
-               [f"{px(t):.1f},{py(lo):.1f}" for t, _, lo, _ in reversed(pts)]
+        band = [f"{px(t):.1f},{py(hi):.1f}" for t, _, _, hi, _ in pts] + \
+               [f"{px(t):.1f},{py(lo):.1f}" for t, _, lo, _, _ in reversed(pts)]
         out.append(f'<polygon points="{" ".join(band)}" fill="{color}" fill-opacity="0.13" stroke="none"/>')
-        line = " ".join(f"{px(t):.1f},{py(us):.1f}" for t, us, _, _ in pts)
+        line = " ".join(f"{px(t):.1f},{py(us):.1f}" for t, us, _, _, _ in pts)
         dash = "" if n == 0 else ' stroke-dasharray="5 3"'
         out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="{2.5 if n == 0 else 1.6}"'
                    f"{dash}/>")
-        for t, us, lo, hi in pts:
+        for t, us, lo, hi, basis in pts:   # the basis as explain's text prints it (a total has none)
             out.append(f'<circle cx="{px(t):.1f}" cy="{py(us):.1f}" r="3" fill="{color}"><title>{_e(name)}: '
-                       f"{_tokens(t)} {_e(_fmt_us(us))} ({_e(_fmt_us(lo))}–{_e(_fmt_us(hi))})</title></circle>")
+                       f"{_tokens(t)} {_e(_fmt_us(us))} ({_e(_fmt_us(lo))}–{_e(_fmt_us(hi))})"
+                       f"{' ' + _e(basis) if basis else ''}</title></circle>")
         ly = top + 12 + n * 16
         out.append(f'<line x1="{w - right + 10}" x2="{w - right + 28}" y1="{ly - 4}" y2="{ly - 4}" stroke="{color}" '
                    f'stroke-width="2.5"{dash}/><text x="{w - right + 32}" y="{ly}">{_e(name)}</text>')
