@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -208,12 +209,18 @@ def test_the_report_says_each_fix_and_how_to_change_the_mode_as_it_was_chosen():
     assert "--guard refuse stops it, --guard fix corrects it" in out.report[-1]
 
 
-def test_a_long_report_line_wraps_to_the_terminal_but_a_fix_line_stays_whole():
+def test_a_long_report_line_wraps_to_the_terminal_and_a_fix_line_between_shell_words():
+    """docs/guard.md: on a terminal the lines wrap to its width; a fix line wraps only between shell words (with
+    ` \\` continuations, so it still pastes as one command)."""
     line = "  ERROR: " + "word " * 40
     wrapped = guard._wrap(line, 60).split("\n")
     assert len(wrapped) > 1 and all(len(w) <= 60 for w in wrapped) and wrapped[1].startswith("      word")
-    fix = "    fix: VLLM_ROCM_USE_AITER=1 vllm serve m " + "--x y " * 30
-    assert guard._wrap(fix, 60) == fix and guard._wrap(line, None) == line
+    fix = "    fix: VLLM_ROCM_USE_AITER=1 vllm serve m --name 'a b c' " + "--x y " * 30
+    lines = guard._wrap(fix, 60).split("\n")
+    assert len(lines) > 1 and all(len(w) <= 60 for w in lines) and lines[0].startswith("    fix: VLLM_ROCM_USE_AITER=1")
+    assert all(w.endswith(" \\") for w in lines[:-1]) and all(w.startswith(" " * 9) for w in lines[1:])
+    assert shlex.split(" ".join(w.removesuffix(" \\").strip() for w in lines)) == shlex.split(fix)
+    assert guard._wrap(fix, None) == fix and guard._wrap(line, None) == line
 
 
 def test_an_engine_not_on_path_is_said_before_any_check(tmp_path, capsys):
@@ -251,3 +258,12 @@ def test_a_corrected_command_lint_cannot_read_is_not_launched():
     out = guard.decide(["vllm", "serve", "m"], {}, "fix", lint)
     assert out.action == "refuse" and any("still known-wrong — the launch's tensor-parallel size" in line
                                           for line in out.report)
+
+
+def test_guard_off_names_how_it_was_chosen():
+    """`exec --guard off` says `--guard off`, not MOEDISPATCH_GUARD=off (which the user did not set)."""
+    never = lambda *a, **k: pytest.fail("off mode checks nothing")  # noqa: E731
+    out = guard.decide(["vllm", "serve", "m"], {}, "off", never, "--guard")
+    assert out.action == "launch" and out.report == ("moedispatch exec: guard off (--guard off): launching unchecked",)
+    out = guard.decide(["vllm", "serve", "m"], {}, "off", never)
+    assert out.report == ("moedispatch exec: guard off (MOEDISPATCH_GUARD=off): launching unchecked",)

@@ -453,9 +453,10 @@ def test_a_dispatch_issue_with_an_env_workaround():
 
 
 def test_a_dispatch_issue_at_one_token_count():
-    """ROCm/aiter#3997 on MiniMax-M2.1 TP8 (MI300X, AITER 0.1.17) hits one token count: 'token 1'."""
-    doc = _lint(["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "MiniMaxAI/MiniMax-M2.1", "--tensor-parallel-size", "8"],
-                target="MI300X", aiter="0.1.17")
+    """ROCm/aiter#3997 on MiniMax-M2.1 TP8 (MI300X, AITER 0.1.17) hits one token count: 'token 1' (with
+    --moe-backend aiter: under auto vLLM 0.33 refuses the refined 64-blocks and AITER runs nothing)."""
+    doc = _lint(["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "MiniMaxAI/MiniMax-M2.1", "--tensor-parallel-size", "8",
+                 "--moe-backend", "aiter"], target="MI300X", aiter="0.1.17")
     (f,) = _by_source(doc, "ROCm/aiter/pull/3997")
     assert " for token 1 (bucket 1): " in f["message"]
 
@@ -972,3 +973,75 @@ def test_a_release_older_than_every_modelled_one_is_not_judged_by_another_releas
                                    "command line and its environment were checked")
     assert not [f for f in _sev(_lint(["vllm", "serve", "openai/gpt-oss-120b"], engine_version="0.23.0"), "warning")
                 if "outside the releases" in f["message"]]
+
+
+# -- a new user's review (h1) ---------------------------------------------------------------------------------------
+
+def test_vllm_s_own_pick_off_aiter_is_not_blamed_on_the_switch():
+    """Kimi-K2.5 INT4 on vLLM 0.33 with the AITER switch on and no --moe-backend runs TritonWNA16 (FlyDSL needs
+    --moe-backend flydsl: compressed_tensors_moe.py get_moe_method): silently slower, said with the flag as the cause
+    and the recipe as the fix — with the switch off too (exporting it alone changes nothing)."""
+    line = ["vllm", "serve", "moonshotai/Kimi-K2.5", "--tensor-parallel-size", "8"]
+    for env in (["VLLM_ROCM_USE_AITER=1"], []):
+        doc = _lint(env + line)
+        (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
+        assert slow["severity"] == "warning" and slow["message"].startswith(
+            "--moe-backend auto (vllm 0.33.0's own pick for compressed-tensors experts, whatever VLLM_ROCM_USE_AITER "
+            "says): vllm runs the MoE on triton while the plan's correct fastest path is aiter-flydsl")
+        assert "int_wna16.py" in slow["source"]
+        assert slow["fix"].endswith("vllm serve moonshotai/Kimi-K2.5 --tensor-parallel-size 8 --moe-backend flydsl")
+        assert not slow["fix"].startswith("export")
+    doc = _lint(["VLLM_ROCM_USE_AITER=1", *line, "--moe-backend", "flydsl"])
+    assert not [f for f in doc["findings"] if "silently slower" in f["message"]]
+
+
+def test_vllm_s_own_pick_of_emulation_is_said_without_a_safe_recipe():
+    """DeepSeek-V4-Pro on MI355X: vLLM 0.33 auto picks EMULATION (AITER_MXFP4_FP8 lacks SiLU) with the switch on or
+    off; no vLLM 0.33 launch at TP8 carries the plan, yet the reference path is said, with the nearest alternative."""
+    for env in (["VLLM_ROCM_USE_AITER=1"], []):
+        doc = _lint(env + ["vllm", "serve", "deepseek-ai/DeepSeek-V4-Pro", "--tensor-parallel-size", "8"])
+        (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
+        assert "runs the MoE on emulation" in slow["message"] and "not for serving" in slow["message"]
+        assert slow["fix"] and "--enable-expert-parallel" in slow["fix"]
+
+
+def test_a_launch_the_engine_refuses_runs_no_aiter_kernel():
+    """vLLM 0.33 refuses DeepSeek-V4-Pro with --moe-backend triton (no SiLU in its MXFP4 Triton kernel): the error
+    says so, and what AITER's dispatcher would run (ROCm/aiter#5233) is not reported for a launch AITER never runs."""
+    doc = _lint(["VLLM_ROCM_USE_AITER=1", "vllm", "serve", "deepseek-ai/DeepSeek-V4-Pro", "--tensor-parallel-size",
+                 "8", "--moe-backend", "triton"])
+    assert any("refuses this launch" in f["message"] for f in _sev(doc, "error"))
+    assert not [f for f in doc["findings"] if f["message"].startswith("AITER runs ")]
+    assert not _by_source(doc, "aiter/issues/5233")
+
+
+def test_a_misspelled_option_s_value_is_neither_the_model_nor_in_the_fix():
+    """`--tensor-paralel-size 2` (did you mean --tensor-parallel-size, a value option): its `2` is its value — not
+    vLLM's positional model when the option comes first, and left out of the corrected line with the option."""
+    doc = _lint(["vllm", "serve", "--tensor-paralel-size", "2", "Qwen/Qwen3-30B-A3B"], target="MI300X")
+    assert doc["launch"]["model"] == "Qwen/Qwen3-30B-A3B" and doc["model"] == "Qwen3-30B-A3B"
+    assert any(f["message"].startswith("vllm 0.33.0 has no option --tensor-paralel-size (did you mean") for f in
+               _sev(doc, "error"))
+    doc = _lint(["vllm", "serve", "Qwen/Qwen3-30B-A3B", "--tensor-paralel-size", "2", "--max-model-len", "4096"],
+                target="MI300X")
+    (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
+    assert slow["fix"].endswith("vllm serve Qwen/Qwen3-30B-A3B --max-model-len 4096 --moe-backend aiter")
+
+
+def test_a_compose_file_is_not_read_as_a_shell_script():
+    """`command: vllm serve …` in a compose file: its `environment:` is not shell, so lint says what it read instead
+    of reporting the AITER switch unset (and a fix line starting `command:`)."""
+    text = ("services:\n  vllm:\n    environment:\n      - VLLM_ROCM_USE_AITER=1\n"
+            "    command: vllm serve Qwen/Qwen3-30B-A3B --tensor-parallel-size 2\n")
+    with pytest.raises(UsageError, match=r"compose.yaml reads as YAML \(`command: vllm serve .*not a shell script"):
+        L.parse_launch(text, source="compose.yaml")
+
+
+def test_a_script_passing_its_own_arguments_keeps_them_in_the_fix():
+    """`vllm serve … "$@"` (a wrapper script passing its arguments on): the corrected line keeps `"$@"` for the
+    shell to expand, not a quoted literal `'$@'` that vLLM would receive as an argument."""
+    launch = L.parse_launch('#!/bin/bash\nvllm serve Qwen/Qwen3-30B-A3B --tensor-parallel-size 8 "$@"\n')
+    doc = L.lint_launch(launch, target="MI355X")
+    (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
+    assert slow["fix"].endswith('vllm serve Qwen/Qwen3-30B-A3B --tensor-parallel-size 8 "$@" --moe-backend aiter')
+    assert L._shell_word("$1") == '"$1"' and L._shell_word("${@}") == '"${@}"' and L._shell_word("a b") == "'a b'"

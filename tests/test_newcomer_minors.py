@@ -205,7 +205,7 @@ def test_aliases_are_suggested_said_and_listed(monkeypatch):
     doc = json.loads(run(["explain", "--model", "deepseek-ai/DeepSeek-R1", "--target", "MI355X", "--format", "json"],
                          monkeypatch)[1])
     assert doc["model"]["name"] == "DeepSeek-V3"
-    assert any(w.startswith("--model deepseek-ai/DeepSeek-R1 is planned as the built-in DeepSeek-V3") for w in
+    assert any(w.startswith("model deepseek-ai/DeepSeek-R1 is planned as the built-in DeepSeek-V3") for w in
                doc["warnings"])
     doc = json.loads(run(["explain", "--model", "DeepSeek-V3", "--target", "MI355X", "--format", "json"],
                          monkeypatch)[1])

@@ -184,6 +184,9 @@ def _parse_args(engine: str, args: Sequence[str]) -> tuple[str | None, dict[str,
         elif name in dests:
             if key:
                 flags[key] = not name.startswith(("--disable-", "--no-"))
+        elif tok.startswith("--") and _typo_takes_value(opts, tok, did_you_mean(name, sorted(dests))) and \
+                i + 1 < len(args) and not args[i + 1].startswith("-"):
+            i += 1   # a misspelled option's value (said by unknown_options), not the model
         elif not tok.startswith("-") and model is None and engine == "vllm":
             model = tok   # vLLM serve's positional model_tag, before or after the options (argparse intermixes)
         i += 1
@@ -239,6 +242,13 @@ def engine_options(engine: str, version: str) -> dict[str, Any] | None:
     return (doc.get(engine) or {}).get(version)
 
 
+def _typo_takes_value(opts: Mapping[str, Any], tok: str, hint: str) -> bool:
+    """Whether an option the parser rejects (``tok``, with its did-you-mean ``hint``) is read with the next word as
+    its value: written without ``=``, and the option it most likely misspells takes a value."""
+    guess = hint.split("'")[1] if "'" in hint else ""
+    return "=" not in tok and guess in set(opts["value_options"])
+
+
 def unknown_options(launch: "Launch", version: str) -> list[tuple[str, str]]:
     """(option as written, did-you-mean text) for every option the engine release's parser would reject, as argparse
     reads it (exact, then a unique prefix when the parser allows abbreviations; vLLM also reads ``_`` as ``-``)."""
@@ -261,8 +271,7 @@ def unknown_options(launch: "Launch", version: str) -> list[tuple[str, str]]:
         if hit is None:
             hint = did_you_mean(name, sorted(known))
             out.append((tok, hint))
-            guess = hint.split("'")[1] if "'" in hint else ""
-            if "=" not in tok and guess in values and i < len(args) and not args[i].startswith("-"):
+            if _typo_takes_value(opts, tok, hint) and i < len(args) and not args[i].startswith("-"):
                 i += 1  # the misspelled option's value
         elif hit in values and "=" not in tok:
             i += 1
@@ -328,6 +337,10 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
                 variables.update(prefix)
         if tokens is None:
             raise UsageError(f"no `vllm serve …` or `python -m sglang.launch_server …` line in {source}")
+        if tokens[0].endswith(":") or tokens[0] == "-":   # `command: vllm serve …` (compose), `- vllm …` (a list)
+            raise UsageError(f"{source} reads as YAML (`{engine_line.strip()[:40]} …`), not a shell script: lint "
+                             "would miss its environment — give the command after `--` and its variables with --env "
+                             "K=V")
         # a branch that sets what the launch reads (its environment, or a variable its line uses): the conditions
         # are not evaluated, so say which value was taken
         read = sorted(k for k in in_branch if engine_env({k: ""}) or re.search(rf"\$\{{?{k}\b", engine_line))
@@ -507,6 +520,14 @@ def _family_run(launch: Launch, plan: Any, version: str) -> str | None:
     return None
 
 
+def _family_run_or_none(launch: Launch, plan: Any, version: str) -> str | None:
+    """:func:`_family_run`, None where the engine refuses the launch."""
+    try:
+        return _family_run(launch, plan, version)
+    except _EngineRefuses:
+        return None
+
+
 def _gate_fails(engine: str, version: str, plan: Any) -> Any:
     """The engine's own AITER gate row that this plan's first MoE layer fails (or None)."""
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
@@ -597,16 +618,17 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
         dies = any(f.severity == "error" for f in said)
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
     family: str | None = "aiter"
+    refused = False   # the engine refuses the launch at start-up: AITER never runs a token of it
     if moe and not dies and all(d.backend for d in moe):
-        said, family = _moe_findings(launch, plan, recipe, version, eng, ep, fix_line)
+        said, family, refused = _moe_findings(launch, plan, recipe, version, eng, ep, fix_line)
         findings += said
     elif moe and not dies:
         findings.append(Finding("error", "some MoE layer has no correct backend on this target: no launch runs it "
                                 "correctly", None, "see `moedispatch explain`"))
     findings += _ray_env_findings(launch, version, eng, recipe)
-    if family in (None, "aiter"):
+    if family in (None, "aiter") and not refused:
         forwarded = _dispatch_findings(plan, launch, fix_line, findings)
-    else:   # the engine runs another family: what AITER's dispatcher would run does not apply to this launch
+    else:   # the engine runs another family, or none: what AITER's dispatcher would run does not apply to this launch
         forwarded = {hit.issue for d in plan.decisions if d.layer.kind == "moe" and getattr(d, "dispatch", None)
                      for hit in d.dispatch.issues}
     for w in plan.warnings:
@@ -636,16 +658,18 @@ def _conversion_findings(launch: Launch, conv: Mapping[str, Any], version: str, 
 
 
 def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Mapping[str, Any], ep: int,
-                  fix_line: str | None) -> tuple[list[Finding], str | None]:
+                  fix_line: str | None) -> tuple[list[Finding], str | None, bool]:
     """The MoE layers of a launch whose every layer has a correct backend: what the engine runs under the launch's
     flags and AITER switch against the plan (silently slower, wrong, refused), SGLang's own gate, the engine
-    issues the launch's env meets — and the family the engine runs (None: it refuses the launch)."""
+    issues the launch's env meets — the family the engine runs (None: it refuses the launch, or not known), and
+    whether it refuses the launch."""
     engine, caps = launch.engine, plan.caps
     findings: list[Finding] = []
     d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
     switch = eng["aiter_switch"]
     on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
     backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
+    refused = False
     try:
         family = _family_run(launch, plan, version)
     except _EngineRefuses as exc:
@@ -653,6 +677,7 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
         findings.append(Finding("error", f"{engine} {version} refuses this launch for the MoE layers: "
                                 f"{exc.choice.error}", src or eng["source"], fix_line))
         family = None
+        refused = True
     conv = conversion(engine, version, d0.layer, caps.gfx)
     if conv and family != "emulation":
         family = conv["family"]
@@ -660,18 +685,33 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
     env_src = next((e["source"] for r in eng.get("backend", []) for e in r["env"] if e["name"] == switch), None)
     refused_flag = engine == "vllm" and backend_flag == "aiter" and not on  # said by _launch_findings
     forced = backend_flag not in ("auto", "aiter") and (engine == "vllm" or not conv)
-    if not refused_flag and plan_aiter and family not in (None, "aiter") and (forced or not on) and recipe.ok and (
-            recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS):
+    # vLLM's own pick for the quant method that stays off AITER with the switch on (Kimi-K2.5 INT4 without
+    # --moe-backend flydsl runs TritonWNA16): the switch is not the cause, and exporting it changes nothing
+    own_src = None
+    own_pick = engine == "vllm" and not forced and family not in (None, "aiter") and \
+        _family_run_or_none(dataclasses.replace(launch, env={**launch.env, switch: "1"}), plan, version) not in (
+            None, "aiter")
+    if not refused_flag and plan_aiter and family not in (None, "aiter") and (forced or not on or own_pick) and (
+            family == "emulation" or recipe.ok and (
+            recipe.backend == d0.backend or {recipe.backend, d0.backend} <= FUSED_MOE_BACKENDS)):
         # (a recipe named after the family AITER runs at the engine's allocation is the same aiter.fused_moe launch)
-        causes = [] if on else [f"{switch}={launch.env[switch]}" if switch in launch.env else f"{switch} is unset"]
+        causes = [] if on or own_pick else [f"{switch}={launch.env[switch]}" if switch in launch.env
+                                            else f"{switch} is unset"]
         if forced:   # the launch names the other path itself: the switch alone does not change it
             causes.append(f"{eng['backend_arg']} {launch.flags.get('moe_backend')}")
+        elif own_pick:
+            choice = modelled_choice(engine, version, d0.layer, caps, dict(launch.env), backend_flag,
+                                     plan.model.quant_method)
+            own_src = next((r.source for r in choice.reasons if r.source), None) if choice else None
+            causes.append(f"{eng['backend_arg']} {launch.flags.get('moe_backend', 'auto')} ({engine} {version}'s own "
+                          f"pick for {plan.model.quant_method or 'these'} experts, whatever {switch} says)")
         fix = (_set_env(launch, switch, "1") + (f"; the full recipe: {fix_line}" if fix_line else "")
-               if not forced else fix_line)
+               if not forced and not own_pick else fix_line)
         findings.append(Finding("warning", f"{' and '.join(causes)}: {engine} runs the MoE on {family} while the "
                                 f"plan's correct fastest path is {d0.backend} (AITER) — silently slower"
                                 + (" (emulation dequantizes to BF16: the slow reference path, not for serving)"
-                                   if family == "emulation" else ""), env_src if not on else eng["source"], fix))
+                                   if family == "emulation" else ""), own_src if own_pick else
+                                env_src if not on else eng["source"], fix))
     gate = _gate_fails(engine, version, plan) if on and family == "triton" and engine == "sglang" else None
     if gate is not None and backend_flag == "auto":
         findings.append(Finding("info", f"{engine} {version} runs this MoE on Triton itself with {switch}=1: "
@@ -684,7 +724,7 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
         findings.append(Finding(row["severity"], row["message"] + (" (unconfirmed)" if row.get("confidence") ==
                                                                      "unconfirmed" else ""),
                                 row["source"], row["fix"]))
-    return findings, family
+    return findings, family, refused
 
 
 def _family_findings(plan: Any, engine: str, version: str, d0: Any, family: str,
@@ -818,13 +858,15 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
     head, args = list(launch.argv[:found[1]]), list(launch.argv[found[1]:])
     # the user's options as (dest, tokens) runs; positional tokens stay as they are; an option the engine release's
     # parser rejects (said as its own error) is left out: the corrected command must start
-    unknown = {tok for tok, _hint in unknown_options(launch, recipe.version)}
+    unknown = dict(unknown_options(launch, recipe.version))
+    release_opts = engine_options(launch.engine, recipe.version) or opts
     runs: list[tuple[str | None, list[str]]] = []
     i = 0
     while i < len(args):
         tok = args[i]
-        if tok in unknown:
-            i += 1
+        if tok in unknown:   # with its value, as unknown_options reads it
+            i += 2 if _typo_takes_value(release_opts, tok, unknown[tok]) and i + 1 < len(args) and \
+                not args[i + 1].startswith("-") else 1
             continue
         name = _canonical(launch.engine, tok.partition("=")[0] if tok.startswith("--") else tok)
         if name in dests:
@@ -866,12 +908,17 @@ def _is_the_launch(launch: Launch, line: str) -> bool:
     return words == [f"{k}={v}" for k, v in launch.prefix_env.items()] + list(launch.argv) + list(launch.shell_tail)
 
 
+#: The shell's special parameters (``"$@"``: the script's own arguments passed on; ``$1``), which lint never expands.
+_SPECIAL = re.compile(r"\$(?:[@*#0-9]|\{[@*#0-9]+\})")
+
+
 def _shell_word(word: str) -> str:
-    """``word`` as the shell reads it back: as is when plain, in double quotes when it still holds a ``$VAR`` the
-    script left unexpanded (so the pasted line expands it as the script did), else single-quoted."""
+    """``word`` as the shell reads it back: as is when plain, in double quotes when it still holds a ``$VAR`` (or a
+    special parameter such as ``$@``) the script left unexpanded (so the pasted line expands it as the script did),
+    else single-quoted."""
     if word and re.fullmatch(r"[\w@%+=:,./-]+", word):
         return word
-    if _VAR.search(word) and not re.search(r'["\\`]', word):
+    if (_VAR.search(word) or _SPECIAL.search(word)) and not re.search(r'["\\`]', word):
         return f'"{word}"'
     return shlex.quote(word)
 

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from moedispatch._util.width import wrap
+from moedispatch._util.width import terminal_width, wrap, wrap_shell
 from moedispatch.core.errors import UsageError
 from moedispatch.core.workload import engine_env
 from moedispatch.engines import lint
@@ -116,8 +116,12 @@ def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callabl
     finding is launched; when none is clean (or there is none), nothing is launched — a corrected command that is
     still known-wrong never runs."""
     argv = tuple(argv)
+
+    def mode_is(value: str) -> str:
+        return f"--guard {value}" if switch == "--guard" else f"{GUARD_ENV}={value}"
+
     if mode == "off":
-        return Outcome("launch", argv, dict(env), ("moedispatch exec: guard off (MOEDISPATCH_GUARD=off): launching "
+        return Outcome("launch", argv, dict(env), (f"moedispatch exec: guard off ({mode_is('off')}): launching "
                                                    "unchecked",))
     doc = lint(argv, env, **lint_args)
     errors = [f for f in doc["findings"] if f["severity"] == "error"]
@@ -125,10 +129,6 @@ def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callabl
     head = (f"moedispatch exec ({mode}): {doc['engine']} {doc['engine_version']} launch of {doc['model']} — "
             f"{len(errors)} error(s), {len(others)} other finding(s)")
     report = [head] + _finding_lines(doc)
-
-    def mode_is(value: str) -> str:
-        return f"--guard {value}" if switch == "--guard" else f"{GUARD_ENV}={value}"
-
     if not errors or mode == "warn":
         tail = ("launching as given" if not errors else
                 f"launching as given anyway (warn mode; {mode_is('refuse')} stops it, {mode_is('fix')} corrects it)")
@@ -187,7 +187,7 @@ def run(argv: Sequence[str], *, guard: str | None = None, target: str | None = N
                          "the command's full path)")
     out = decide(argv, env, mode, _lint, "--guard" if guard is not None else GUARD_ENV, target=target,
                  aiter_version=aiter_version, model=model, engine_version=engine_version)
-    width = shutil.get_terminal_size().columns if getattr(err, "isatty", lambda: False)() else None
+    width = terminal_width(err)
     for line in out.report:
         err.write(_wrap(line, width) + "\n")
     err.flush()
@@ -201,8 +201,11 @@ def run(argv: Sequence[str], *, guard: str | None = None, target: str | None = N
 
 
 def _wrap(line: str, width: int | None) -> str:
-    """A report line fitted to the terminal (continuation lines indented); a ``fix:`` line stays whole, to paste."""
-    if width is None or len(line) <= width or line.lstrip().startswith("fix: "):
+    """A report line fitted to the terminal (continuation lines indented); a ``fix:`` line breaks only between shell
+    words, with `` \\`` continuations, so it still pastes as one command."""
+    if width is None or len(line) <= width:
         return line
     indent = line[: len(line) - len(line.lstrip())]
+    if line.lstrip().startswith("fix: "):
+        return "\n".join(wrap_shell(line.lstrip()[len("fix: "):], indent + "fix: ", width))
     return "\n".join(wrap(line.lstrip(), indent, width, hang=4))

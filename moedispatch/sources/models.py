@@ -742,7 +742,7 @@ def load_model(ref: str) -> ModelSpec:
         spec = _load_builtin(entry["name"])
         if _norm(ref) != _norm(entry["name"]):  # an alias or HF id: say which built-in the plan is of
             spec = replace(spec, notes=spec.notes + (
-                f"--model {ref.strip()} is planned as the built-in {entry['name']} (one of its declared names: "
+                f"model {ref.strip()} is planned as the built-in {entry['name']} (one of its declared names: "
                 f"{', '.join(_other_names(entry))}; same architecture and expert shapes)",))
         return spec
     if is_repo_id(ref.strip()):
