@@ -77,7 +77,10 @@ def test_exact_tuned_row_is_the_prediction(mi355x):
         assert c.low <= c.us <= c.high
         assert rows[c.tokens].where in c.detail
     assert costs[1].to_dict() == {"tokens": 4096, "us": rows[4096].us, "low": round(costs[1].low, 4),
-                                  "high": round(costs[1].high, 4), "basis": "tuned"}
+                                  "high": round(costs[1].high, 4), "basis": "tuned", "detail": costs[1].detail}
+    # the JSON says whose µs it is (issue 26: every cost names its release); a total carries neither
+    assert "µs of AITER v0.1.20.post1" in costs[1].to_dict()["detail"]
+    assert set(costs[1].to_dict(with_basis=False)) == {"tokens", "us", "low", "high"}
 
 
 def test_the_dispatch_plan_decides_which_rows_apply(mi355x):
@@ -781,3 +784,15 @@ def test_fit_decode_fixed_uses_every_positive_time():
     """Sub-microsecond times are times too: only zero or negative ones are left out of the weighted median."""
     assert cost.fit_decode_fixed([(0.0, 0.5), (0.0, 0.6), (0.0, 0.7)], 1.0) == pytest.approx(0.6)
     assert cost.fit_decode_fixed([(0.0, 0.0), (0.0, 2.0)], 1.0) == pytest.approx(2.0)
+
+
+def test_explain_text_says_how_each_cost_was_computed_once_per_way(cli):
+    """Under the cost line, each distinct way a cost was computed (the tuned row and whose release's µs, the prior,
+    the heuristic factor) is said once, with the token counts it covers — the text had the basis word only."""
+    out = cli("explain", "--model", "DeepSeek-R1", "--target", "MI300X", "--aiter-version", "0.1.19", "--tp", "8",
+              "--tokens", "1,4,512").stdout
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("    cost    "))
+    assert lines[at + 1].strip().startswith("tokens 1, 4: decode latency plus bytes gfx942/304")
+    assert "AITER runs untuned (heuristic) kernels here (capability_db/cost_heuristic_evidence.toml" in out
+    assert any(line.strip().startswith("tokens 512: roofline with the arch prior gfx942") for line in lines[at:at + 8])

@@ -20,8 +20,8 @@ BASES = ("tuned", "interpolated", "roofline", "plugin")
 class Cost:
     """Predicted time of one fused-MoE call at ``tokens`` tokens: ``us`` within ``[low, high]`` microseconds.
 
-    ``basis`` is one of :data:`BASES`; ``detail`` says how it was computed (row ``file:line``, prior used, …) and is
-    not part of the contract dict.
+    ``basis`` is one of :data:`BASES`; ``detail`` says how it was computed (row ``file:line`` and whose release's µs,
+    prior used, the heuristic factor, …): the contract dict carries it as ``detail`` (an extension) when non-empty.
     """
 
     tokens: int
@@ -38,11 +38,14 @@ class Cost:
             raise ValueError(f"Cost needs 0 < low <= us <= high (finite), got {self.low}, {self.us}, {self.high}")
 
     def to_dict(self, *, with_basis: bool = True) -> dict[str, Any]:
-        """The contract's ``{tokens, us, low, high, basis}`` (``with_basis=False``: a ``cost_total`` entry)."""
+        """The contract's ``{tokens, us, low, high, basis}`` and ``detail`` when there is one (``with_basis=False``: a
+        ``cost_total`` entry, neither)."""
         out: dict[str, Any] = {"tokens": self.tokens, "us": round(self.us, 4), "low": round(self.low, 4),
                                "high": round(self.high, 4)}
         if with_basis:
             out["basis"] = self.basis
+            if self.detail:
+                out["detail"] = self.detail
         return out
 
 

@@ -530,9 +530,11 @@ def _heuristic_band(c: Cost, band: Mapping[str, Any], floor: float) -> Cost:
     ``[heuristic]`` factor, bars × its low and high."""
     factor, flo, fhi = float(band["factor"]), float(band["low"]), float(band["high"])
     us = c.us * factor
+    # the evidence file and its counts (the table's source also lists every thread: the file names them)
+    source = (f"capability_db/cost_heuristic_evidence.toml: {band['n']} untuned-vs-tuned timings, {band['threads']} "
+              f"threads" if "n" in band and "threads" in band else band["source"])
     return Cost(c.tokens, us, min(max(c.low * flo, floor), us), max(c.high * fhi, us), c.basis,
-                f"{c.detail}; × {factor:g} ({flo:g}–{fhi:g}): AITER runs untuned (heuristic) kernels here "
-                f"({band['source']})")
+                f"{c.detail}; × {factor:g} ({flo:g}–{fhi:g}): AITER runs untuned (heuristic) kernels here ({source})")
 
 
 def _at(where: str) -> str:

@@ -76,6 +76,16 @@ def _costs_line(costs: Sequence[Any], *, basis: bool = True) -> str:
     return " · ".join(parts)
 
 
+def _basis_lines(costs: Sequence[Any]) -> list[str]:
+    """How each cost was computed, once per distinct ``detail``: ``tokens 1, 4, 64: <detail>``."""
+    spans: dict[str, list[int]] = {}
+    for c in costs:
+        if c.detail:
+            spans.setdefault(c.detail, []).append(c.tokens)
+    return [f"{'token' if toks == [1] else 'tokens'} {', '.join(map(str, toks))}: {detail}"
+            for detail, toks in spans.items()]
+
+
 def _pad_ratio_text(layer: Any, p: Any) -> str:
     """`` (8× the shard, see the pad-ratio caveat)`` when the allocation is ≥ caveats.PAD_RATIO_MIN × the shard."""
     shard = layer.intermediate_per_rank
@@ -228,6 +238,8 @@ def _group_lines(plan: Plan, group: Sequence[Decision], span: str, count: str, c
             lines += wrapped(f"assumes {assumption}", "            ")
     if d.cost:
         lines += wrapped(_costs_line(d.cost), "    cost    ")
+        for line in _basis_lines(d.cost):
+            lines += wrapped(line, "            ")
     for reason in plan.what_if_for(group):
         lines += wrapped(cite(reason).removeprefix("what-if: "), "    what-if ")
     why = [r for r in d.reasons if r.kind not in ("caveat", "warning")]

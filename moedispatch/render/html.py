@@ -228,7 +228,8 @@ def _chart(series: Sequence[tuple[str, str, Sequence[dict[str, Any]]]], title: s
         out.append(_band(dispatch, tokens, px, left, w - right, h - strip + 2))
     for n, (name, color, costs) in enumerate(series):
         pts = sorted((int(c["tokens"]), float(c["us"]), float(c.get("low") or c["us"]), float(c.get("high") or c["us"]),
-                      str(c.get("basis") or "")) for c in costs if c.get("us"))
+                      " — ".join(filter(None, (str(c.get("basis") or ""), str(c.get("detail") or "")))))
+                     for c in costs if c.get("us"))
         if not pts:
             continue
         band = [f"{px(t):.1f},{py(hi):.1f}" for t, _, _, hi, _ in pts] + \
