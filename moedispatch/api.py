@@ -22,8 +22,8 @@ from moedispatch.core.workload import Runtime
 from moedispatch.core.decision import Decision
 from moedispatch.selector.pure import select
 
-from moedispatch.probe.targets import (default_target_warning, installed_aiter_warning,  # noqa: F401 - API
-                                       resolve_capabilities)
+from moedispatch.probe.targets import (cli_aiter_version, default_target_warning,  # noqa: F401 - API
+                                       installed_aiter_warning, resolve_capabilities)
 from moedispatch.plan.plan import plan_model as _plan
 from moedispatch.selector import plugins
 from moedispatch.core.errors import ModelError
@@ -99,11 +99,13 @@ def _as_caps(caps: Any) -> Capabilities:
 
 
 def default_capabilities() -> Capabilities:
-    """Probe once per process (thread-safe); with no GPU, the DB default target and a logged warning."""
+    """Probe once per process (thread-safe); with no GPU, the DB default target and a logged warning. The AITER
+    planned for is explain's (``MOEDISPATCH_AITER_VERSION``, else the one installed in this Python), so the engine
+    and the CLI never disagree."""
     global _caps
     with _lock:
         if _caps is None:
-            caps, line = resolve_capabilities()
+            caps, line = resolve_capabilities(None, cli_aiter_version(None))
             if line:
                 log.warning("no_gpu_found", message=line)
             _caps = caps
@@ -135,9 +137,10 @@ def select_moe_backend(
         return _with_target_warning(select(layer, caps, registry.backends, force, strict=strict,
                                            runtime=_runtime()), caps)
     # Fast path: an engine asks with the same raw values for every layer of a model; key on them (and on the
-    # identity of caps and registry) before building and hashing a MoELayer.
+    # identity of caps and registry) before building and hashing a MoELayer. The key holds each value's type: 4096.0
+    # == 4096 and True == 1 hash alike, and a value the normal path rejects must not hit a cached Decision.
     try:
-        key = (tuple(layer_fields.items()), force, strict)
+        key = (tuple((k, type(v), v) for k, v in layer_fields.items()), force, strict)
         hash(key)
     except TypeError:  # an unhashable value (e.g. activation_params as a dict): the normal path
         key = None

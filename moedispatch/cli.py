@@ -603,8 +603,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         layer = layers[args.layer]
         if layer.kind != "moe":
             raise UsageError(f"--layer {args.layer} is a dense layer; pick a MoE layer")
-    if args.experts is not None and args.experts > layer.experts:
-        raise UsageError(f"--experts {args.experts} is more than the {layer.experts} experts of layer {layer.index}")
+    if args.experts is not None and args.experts > layer.experts_per_rank:
+        raise UsageError(f"--experts {args.experts} is more than the {layer.experts_per_rank} experts "
+                         f"{'per rank ' if layer.experts_per_rank < layer.experts else ''}of layer {layer.index}")
+    if args.experts is not None and args.experts < min(layer.top_k, layer.experts_per_rank):
+        raise UsageError(f"--experts {args.experts} is fewer than the top-{layer.top_k} routing of layer "
+                         f"{layer.index}; use --experts {min(layer.top_k, layer.experts_per_rank)} or more")
     registry = get_registry()
     _check_backend(args.backend, registry)
     try:  # after the flags are checked: a bad flag is reported the same with or without torch

@@ -12,6 +12,7 @@ from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.core.layers import MoELayer
 from moedispatch.core.reason import Reason
+from moedispatch.numerics import ACTIVATIONS
 
 _MXFP4_ORACLE = "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
 
@@ -28,6 +29,10 @@ class Emulation(Backend):
     description = "moedispatch reference MoE (torch; QDQ of weights and activations; any device)"
 
     def check(self, layer: MoELayer, caps: Capabilities) -> Verdict:
+        if layer.activation not in ACTIVATIONS:  # correct only for what moedispatch.numerics computes
+            return Verdict.unsupported(Reason(
+                f"activation {layer.activation} not supported (supports {', '.join(sorted(ACTIVATIONS))}): "
+                "moedispatch's emulation does not implement it", "failed"))
         return Verdict.supported(
             f"emulation applies the checkpoint's weight ({layer.weight.describe()}) and activation "
             f"({layer.act.describe()}) quantize-dequantize exactly, on any device (moedispatch.numerics)",

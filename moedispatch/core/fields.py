@@ -63,7 +63,12 @@ def normalize_fields(fields: dict[str, Any]) -> dict[str, Any]:
         out[name] = value
     if per_partition is not None:
         # vLLM's FusedMoE holds the per-rank size; the full size is per-rank × MoE TP degree.
-        full = per_partition * moe_tp_size(int(out.get("tp_size", 1)), int(out.get("ep_size", 1)))
+        sizes = (("intermediate_size_per_partition", per_partition), ("tp_size", out.get("tp_size", 1)),
+                 ("ep_size", out.get("ep_size", 1)))
+        for name, value in sizes:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"select_moe_backend(): {name} must be an integer, got {value!r}")
+        full = per_partition * moe_tp_size(sizes[1][1], sizes[2][1])
         if out.setdefault("intermediate_size", full) != full:
             raise UsageError(f"select_moe_backend(): intermediate_size {out['intermediate_size']} disagrees with "
                              f"intermediate_size_per_partition {per_partition} at this tp/ep")
@@ -88,10 +93,13 @@ def layer_from_fields(fields: dict[str, Any]) -> MoELayer:
     if activation.startswith("swigluoai"):
         params.setdefault("alpha", 1.702)
         params.setdefault("limit", 7.0)
-    return MoELayer.build(
-        index=int(f.get("index", 0)), hidden=f["hidden_size"], intermediate=f["intermediate_size"],
-        experts=f["num_experts"], top_k=f["top_k"], tp=int(f.get("tp_size", 1)), ep=int(f.get("ep_size", 1)),
-        activation=activation, activation_params=params, has_bias=bool(f.get("has_bias", False)),
+    has_bias = f.get("has_bias", False)
+    if not isinstance(has_bias, bool):  # bool("false") is True: never guess
+        raise UsageError(f"select_moe_backend(): has_bias must be True or False, got {has_bias!r}")
+    return MoELayer.build(  # build() rejects a non-integer size or degree (8.7 is not truncated to 8)
+        index=f.get("index", 0), hidden=f["hidden_size"], intermediate=f["intermediate_size"],
+        experts=f["num_experts"], top_k=f["top_k"], tp=f.get("tp_size", 1), ep=f.get("ep_size", 1),
+        activation=activation, activation_params=params, has_bias=has_bias,
         weight=weight_q, act=act_q, model=str(f.get("model", "")), model_type=str(f.get("model_type", "")),
     )
 

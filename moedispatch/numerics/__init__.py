@@ -12,3 +12,6 @@ submodules, which only ``verify``, the emulation runner and tests load:
 * :mod:`~moedispatch.numerics.runner` — ``EmulationRunner`` (the ``emulation`` backend) and the runner registry.
 * :mod:`~moedispatch.numerics.reference` — an independent float64 MoE used to check ``fused_moe``.
 """
+
+#: The MoE activations ``fused_moe`` implements (here, free of torch: the ``emulation`` backend's check reads it).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave")

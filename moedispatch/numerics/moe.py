@@ -53,6 +53,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from moedispatch.numerics import ACTIVATIONS
 from moedispatch.numerics.fp8 import ScaledTensor, dequantize_scaled, qdq_float, qdq_scaled, quantize_scaled
 from moedispatch.numerics.mx import MXTensor, dequantize_mx, qdq_mx, quantize_mx
 from moedispatch.core.layers import QuantSpec
@@ -63,7 +64,6 @@ __all__ = [
     "mx_format_of", "scaled_format_of",
 ]
 
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave")
 DEFAULT_SWIGLU = {"alpha": 1.702, "limit": 7.0, "beta": 1.0}
 #: MX activation scale rounding used by default: AITER dynamic_mxfp4_quant and vLLM/Quark emulation use "even".
 DEFAULT_MX_SCALE_ROUNDING = "even"

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from moedispatch.core.errors import UsageError
+from moedispatch.numerics import ACTIVATIONS
 from moedispatch.selector import plugins
 
 __all__ = ["run_verify", "pad_extents", "pad_read_problems", "alignment_problems", "DEFAULT_EXPERTS", "CHECK_NAMES",
@@ -135,6 +136,9 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
     if getattr(layer, "kind", "moe") != "moe":
         return [_check(n, None, f"skipped: layer {layer.index} is a dense MLP; verify checks routed-expert layers")
                 for n in CHECK_NAMES]
+    if layer.activation not in ACTIVATIONS:
+        raise UsageError(f"layer {layer.index} cannot be verified: its activation {layer.activation} is not one the "
+                         f"emulation implements ({', '.join(ACTIVATIONS)})")
     n_exp, top_k = _verify_sizes(layer, padding, experts, tokens)
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
@@ -206,6 +210,9 @@ def _verify_sizes(layer: Any, padding: Any, experts: int | None, tokens: int) ->
     n_exp = min(experts, layer.experts_per_rank)
     if n_exp < 1:
         raise UsageError(f"experts must be at least 1, got {experts}")
+    if n_exp < min(layer.top_k, layer.experts_per_rank):  # fewer would route top-n_exp: not the layer's routing
+        raise UsageError(f"experts {experts} is fewer than the top-{layer.top_k} routing of layer {layer.index}; "
+                         f"build at least {min(layer.top_k, layer.experts_per_rank)}")
     return n_exp, min(layer.top_k, n_exp)
 
 

@@ -1,0 +1,108 @@
+"""An engine integrator's review of select_moe_backend() and verify: wrong argument types are refused (never
+guessed or truncated, cold or warm cache alike), caps=None plans for explain's AITER, emulation is not claimed for
+an activation it cannot compute, and verify checks the layer's own top-k routing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from conftest import tree_python
+
+import moedispatch
+from moedispatch import UsageError, select_moe_backend
+from moedispatch import api
+from moedispatch.core.layers import MoELayer
+from moedispatch.core.backend import Padding
+
+MIXTRAL = dict(hidden_size=4096, intermediate_size=14336, num_experts=8, top_k=2)
+
+
+@pytest.mark.parametrize("field,value", [("has_bias", "false"), ("has_bias", 1), ("tp_size", 8.7), ("tp_size", True),
+                                         ("ep_size", 2.0), ("index", 3.5)])
+def test_wrong_field_types_are_refused_not_coerced(field, value):
+    """has_bias="false" planned a biased layer (bool("false") is True) and tp_size=8.7 planned TP 8."""
+    with pytest.raises(UsageError, match="must be"):
+        select_moe_backend(caps="MI300X", **MIXTRAL, **{field: value})
+
+
+def test_per_partition_size_with_a_bad_type_is_a_usage_error():
+    with pytest.raises(UsageError, match="intermediate_size_per_partition must be an integer"):
+        select_moe_backend(caps="MI300X", hidden_size=4096, intermediate_size_per_partition="1792", num_experts=8,
+                           top_k=2, tp_size=8)
+
+
+def test_a_warm_cache_does_not_accept_what_a_cold_one_rejects():
+    """4096.0 == 4096 and True == 1 hash alike: after the int call was cached, the float call returned its Decision."""
+    caps = moedispatch.target("MI300X")
+    assert select_moe_backend(caps=caps, **MIXTRAL).backend == "aiter-ck"
+    with pytest.raises(UsageError, match="hidden must be an integer, got 4096.0"):
+        select_moe_backend(caps=caps, **dict(MIXTRAL, hidden_size=4096.0))
+    select_moe_backend(caps=caps, **dict(MIXTRAL, top_k=1))
+    with pytest.raises(UsageError, match="top_k must be an integer, got True"):
+        select_moe_backend(caps=caps, **dict(MIXTRAL, top_k=True))
+
+
+def test_caps_none_plans_for_the_aiter_explain_plans_for(monkeypatch):
+    """explain honours MOEDISPATCH_AITER_VERSION (and the installed AITER); the engine API planned for the newest
+    capability_db knows, so the engine and the CLI chose different backends on the same machine."""
+    monkeypatch.setattr(api, "_caps", None)
+    monkeypatch.delenv("MOEDISPATCH_TARGET", raising=False)
+    monkeypatch.setenv("MOEDISPATCH_AITER_VERSION", "0.1.15.post3")
+    assert api.default_capabilities().aiter_version == "0.1.15.post3"
+    d = select_moe_backend(**MIXTRAL)
+    assert d.target["aiter_version"] == "0.1.15.post3"
+
+
+def test_emulation_is_not_chosen_for_an_activation_it_does_not_implement(cli):
+    """Kimi-K3's SiTU (situv2) without AITER planned 'emulation', whose numerics raise on situv2 (verify crashed)."""
+    proc = cli("explain", "--model", "Kimi-K3-MXFP4", "--target", "MI300X", "--aiter-version", "none", "--tp", "8",
+               "--format", "json")
+    assert proc.returncode == 3, proc.stderr
+    layer = json.loads(proc.stdout)["layers"][0]
+    assert layer["backend"] is None
+    emulation = next(r for r in layer["rejected"] if r["backend"] == "emulation")
+    assert emulation["reasons"][0].startswith("activation situv2 not supported")
+
+
+def test_verify_of_an_activation_the_emulation_lacks_is_one_line(cli):
+    proc = cli("verify", "--model", "Kimi-K3-MXFP4", "--target", "MI355X", "--tp", "8")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "moedispatch: layer 0 cannot be verified: its activation situv2 is not one the emulation implements "
+        "(silu, gelu, gelu_tanh, swigluoai, swigluoai_uninterleave)"]
+
+
+def test_verify_experts_below_top_k_is_refused(cli):
+    """--experts 3 on a top-4 layer silently verified top-3 routing."""
+    proc = cli("verify", "--model", "gpt-oss-20b", "--target", "MI355X", "--tp", "4", "--experts", "3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == ("moedispatch: --experts 3 is fewer than the top-4 routing of layer 0; "
+                                   "use --experts 4 or more")
+    pytest.importorskip("torch")
+    from moedispatch.numerics.verify import run_verify
+
+    layer = MoELayer.build(hidden=128, intermediate=64, experts=8, top_k=4)
+    with pytest.raises(UsageError, match="fewer than the top-4 routing"):
+        run_verify(layer, Padding.none(layer), backend="emulation", experts=3, tokens=2, seed=1)
+
+
+def test_verify_experts_is_bounded_by_the_experts_per_rank(cli):
+    """With EP a rank holds experts/ep; --experts above that was silently clamped."""
+    proc = cli("verify", "--model", "DeepSeek-V3", "--target", "MI355X", "--tp", "8", "--ep", "8", "--experts", "64")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "moedispatch: --experts 64 is more than the 32 experts per rank of layer 3"
+
+
+def test_no_backend_for_an_unknown_activation():
+    """activation="slu" (a typo) planned 'emulation' instead of saying nothing can run it. Run against this tree's
+    plugins (an editable install of another checkout would answer in-process)."""
+    code = ("from moedispatch import NoBackendError, select_moe_backend\n"
+            "try:\n"
+            f"    select_moe_backend(caps='MI300X', activation='slu', **{MIXTRAL!r})\n"
+            "except NoBackendError as exc:\n"
+            "    print(exc.decision.rejection('emulation').reasons[0].text)\n")
+    proc = subprocess.run(tree_python(code), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("activation slu not supported ("), proc.stdout
