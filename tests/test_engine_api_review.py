@@ -106,3 +106,17 @@ def test_no_backend_for_an_unknown_activation():
     proc = subprocess.run(tree_python(code), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("activation slu not supported ("), proc.stdout
+
+
+def test_engine_choice_without_caps_plans_for_the_aiter_explain_plans_for(monkeypatch):
+    """engine_choice(caps=None) resolves the target as select_moe_backend does (MOEDISPATCH_AITER_VERSION, else the
+    installed AITER): it took the newest AITER capability_db knows, whatever this Python had."""
+    import moedispatch.engines.choice as ch
+
+    seen = []
+    real = ch.resolve_capabilities
+    monkeypatch.setenv("MOEDISPATCH_AITER_VERSION", "0.1.15.post3")
+    monkeypatch.setattr(ch, "resolve_capabilities", lambda *a: seen.append(a) or real(*a))
+    ch.engine_choice("vllm", hidden_size=4096, intermediate_size=1536, num_experts=8, top_k=2, tp_size=1,
+                     weight_quant="bf16", activation_quant="bf16")
+    assert seen and seen[0][1] == "0.1.15.post3"

@@ -26,7 +26,7 @@ from moedispatch.core.families import FUSED_MOE_BACKENDS, FUSED_MOE_FAMILIES, fa
 from moedispatch.core.capabilities import parse_version
 from moedispatch.core.fields import layer_from_fields
 from moedispatch.plan.plan import layer_span
-from moedispatch.probe.targets import resolve_capabilities
+from moedispatch.probe.targets import cli_aiter_version, resolve_capabilities
 from moedispatch.core.workload import SERVING_BUCKETS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -579,7 +579,8 @@ def engine_choice(engine: str, engine_version: str | None = None, *, caps: "Capa
     ``layer_fields`` are those of :func:`moedispatch.select_moe_backend` plus ``quant_method`` (the checkpoint's
     ``quantization_config.quant_method``: ``quark``, ``mxfp4``, ``fp8``, ``compressed-tensors`` …; absent, ``quark``
     for MX schemes and ``fp8`` for FP8), because engines route MX checkpoints through different code by it. ``caps``
-    is the target as elsewhere (``None``: this machine's GPU, else the capability_db default target).
+    is the target as elsewhere (``None``: explain's — this machine's GPU, else the capability_db default target — with
+    the AITER explain plans for).
     """
     fields = dict(layer_fields)
     quant_method = fields.pop("quant_method", None)
@@ -588,8 +589,8 @@ def engine_choice(engine: str, engine_version: str | None = None, *, caps: "Capa
     if not isinstance(moe_backend, str):
         raise UsageError("engine_choice(): moe_backend must be a string")
     layer = layer_from_fields(fields)
-    if caps is None:
-        caps, _ = resolve_capabilities()
+    if caps is None:   # explain's target and AITER (MOEDISPATCH_AITER_VERSION, else the installed one)
+        caps, _ = resolve_capabilities(None, cli_aiter_version(None))
     return choice_for_layer(layer, caps, engine, engine_version, env=env, moe_backend=moe_backend,
                             quant_method=None if quant_method is None else str(quant_method))
 
