@@ -170,3 +170,14 @@ def test_the_readmes_compare_example_costs_are_what_compare_prints(cli):
     proc = cli("compare", "--model", "MiniMax-M3-MXFP4", "--target", "MI300X,MI355X", "--tp", "8")
     assert proc.returncode == 0, proc.stderr
     assert len(costs(block)) == 2 and costs(block) == costs(proc.stdout)
+
+
+def test_compare_text_gives_each_cost_its_bars_in_the_point_s_unit():
+    """compare's text printed bare µs ("1,927 vs 1,987 µs" read as a difference with bars that overlap); each cost now
+    carries its [low, high] as explain's does, in the unit of its point (ms bars beside an ms point)."""
+    from moedispatch.render.compare import _costs
+
+    line = _costs([{"tokens": 1, "us": 34.2, "low": 25.7, "high": 61.3},
+                   {"tokens": 8192, "us": 15400.0, "low": 5847.0, "high": 51012.0},
+                   {"tokens": 2, "us": 5.25, "low": 4.01, "high": 7.5}])
+    assert line == "1 tok 34 µs (26–61) · 8192 tok 15.4 ms (5.8–51.0) · 2 tok 5.2 µs (4.0–7.5)"

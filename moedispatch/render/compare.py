@@ -268,7 +268,18 @@ def _us(value: float) -> str:
 
 
 def _costs(costs: Sequence[dict[str, Any]]) -> str:
-    return " · ".join(f"{c['tokens']} tok {_us(c['us'])}" for c in costs if "tokens" in c and "us" in c)
+    """``1 tok 34 µs (26–56) · …``: each cost with its bars (two variants' costs are only as different as their bars
+    allow); the bars in the point's unit."""
+    def one(c: dict[str, Any]) -> str:
+        us = _us(c["us"])
+        if c.get("low") is None or c.get("high") is None:
+            return f"{c['tokens']} tok {us}"
+        if c["us"] >= 10_000:
+            lo, hi = (f"{c[k] / 1000:,.1f}" for k in ("low", "high"))
+        else:
+            lo, hi = (f"{c[k]:,.0f}" if c["us"] >= 10 else f"{c[k]:.1f}" for k in ("low", "high"))
+        return f"{c['tokens']} tok {us} ({lo}–{hi})"
+    return " · ".join(one(c) for c in costs if "tokens" in c and "us" in c)
 
 
 def _dispatch(steps: Sequence[dict[str, Any]]) -> str:
