@@ -796,3 +796,12 @@ def test_explain_text_says_how_each_cost_was_computed_once_per_way(cli):
     assert lines[at + 1].strip().startswith("tokens 1, 4: decode latency plus bytes gfx942/304")
     assert "AITER runs untuned (heuristic) kernels here (capability_db/cost_heuristic_evidence.toml" in out
     assert any(line.strip().startswith("tokens 512: roofline with the arch prior gfx942") for line in lines[at:at + 8])
+
+
+def test_the_total_says_a_shared_expert_outside_the_fused_call_is_not_in_it(cli):
+    """DeepSeek's shared expert runs outside the fused-MoE call unless it is fused into it: the per-forward total is
+    of the fused-MoE calls, and says so for a model with shared experts (it read as the whole MoE time)."""
+    ds = cli("explain", "--model", "DeepSeek-R1", "--target", "MI300X", "--tp", "8", "--tokens", "1").stdout
+    mm = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--tokens", "1").stdout
+    assert "the fused-MoE calls only: a shared expert run outside them is not included" in ds
+    assert "shared expert" not in next(line for line in mm.splitlines() if line.startswith("total "))

@@ -155,8 +155,10 @@ def render_table(plan: Plan, *, first_line: str | None = None, brief: bool = Fal
     if totals and not brief:
         lines.append("")
         moe = sum(1 for d in plan.decisions if d.layer.kind == "moe")
-        lines += wrapped(f"predicted MoE time per forward pass on one rank ({moe} MoE layers): "
-                       + _costs_line(totals, basis=False), "total   ")
+        shared = any(d.layer.kind == "moe" and d.layer.shared_experts for d in plan.decisions)
+        lines += wrapped(f"predicted MoE time per forward pass on one rank ({moe} MoE layers"
+                         + ("; the fused-MoE calls only: a shared expert run outside them is not included"
+                            if shared else "") + "): " + _costs_line(totals, basis=False), "total   ")
     total = sum(padded_bytes(d.layer, d)[1] for d in plan.decisions)
     if total:
         lines.append("")
