@@ -802,6 +802,6 @@ def test_the_total_says_a_shared_expert_outside_the_fused_call_is_not_in_it(cli)
     """DeepSeek's shared expert runs outside the fused-MoE call unless it is fused into it: the per-forward total is
     of the fused-MoE calls, and says so for a model with shared experts (it read as the whole MoE time)."""
     ds = cli("explain", "--model", "DeepSeek-R1", "--target", "MI300X", "--tp", "8", "--tokens", "1").stdout
-    mm = cli("explain", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--tokens", "1").stdout
+    mm = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI300X", "--tp", "4", "--tokens", "1").stdout
     assert "the fused-MoE calls only: a shared expert run outside them is not included" in ds
     assert "shared expert" not in next(line for line in mm.splitlines() if line.startswith("total "))
