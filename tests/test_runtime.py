@@ -228,7 +228,7 @@ def test_table_shows_dispatch_cost_and_totals(cli):
               "1,64,4096").stdout
     assert "    aiter   tokens 1: cktile 2-stage" in out and "split-K" in out  # ksplit per token count
     assert "    cost    1 token " in out and "µs" in out
-    assert "total   predicted MoE time per forward pass on one rank (57 MoE layers)" in out
+    assert "total   predicted MoE time per forward pass on one rank (57 MoE layers; the fused-MoE calls only" in out
 
 
 def test_what_if_names_the_cheapest_change_and_what_the_padding_costs(cli):
