@@ -71,23 +71,10 @@ SOURCES = [("head", None, None), ("v0.1.11.post1", "v0.1.11.post1", "0.1.11.post
 @pytest.fixture(scope="module", params=SOURCES, ids=[s[0] for s in SOURCES])
 def answers(request, tmp_path_factory):
     label, ref, version = request.param
-    python = harness.peer_python()
-    if python is None:
-        pytest.skip("AITER peer environment absent (.aiter-peer-venv): run tests/peers/aiter/setup_env.sh")
-    spec = aiter_src.default_source()
-    if spec is None or not Path(spec.rsplit("@", 1)[0]).exists():
-        pytest.skip("no ROCm/aiter source: set MOEDISPATCH_AITER_SRC to a ROCm/aiter checkout or git directory")
-    git = Path(spec.rsplit("@", 1)[0])
-    if ref is not None:
-        if not aiter_src._is_git_dir(git):
-            pytest.skip(f"{label} needs a ROCm/aiter git directory (MOEDISPATCH_AITER_SRC)")
-        r = subprocess.run(["git", f"--git-dir={git}", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"{git} has no tag {ref}")
-        spec = f"{git}@{ref}"
-    elif "@" not in spec and aiter_src._is_git_dir(git):
-        spec = f"{spec}@{aiter_src.HEAD_COMMIT}"
+    try:
+        python, spec = harness.peer_source(ref)
+    except LookupError as exc:
+        pytest.skip(str(exc))
     src = harness.prepare_source(python, spec)
     ours, jobs = {}, []
     for cid, (name, files, listed) in enumerate(CASES):

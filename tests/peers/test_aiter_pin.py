@@ -17,7 +17,6 @@ import pytest
 HERE = Path(__file__).resolve().parent / "aiter"
 sys.path.insert(0, str(HERE))
 
-import aiter_src  # noqa: E402
 import harness  # noqa: E402
 import model_side  # noqa: E402
 
@@ -32,14 +31,10 @@ from test_pin import ENV, TOKENS, _dsv4_512 as _layer  # noqa: E402 - the motiva
 
 @pytest.fixture(scope="module")
 def aiter_answers(tmp_path_factory):
-    python = harness.peer_python()
-    if python is None:
-        pytest.skip("AITER peer environment absent (.aiter-peer-venv): run tests/peers/aiter/setup_env.sh")
-    spec = aiter_src.default_source()
-    if spec is None or not Path(spec.rsplit("@", 1)[0]).exists():
-        pytest.skip("no ROCm/aiter source: set MOEDISPATCH_AITER_SRC to a ROCm/aiter checkout or git directory")
-    if "@" not in spec and aiter_src._is_git_dir(Path(spec)):
-        spec = f"{spec}@{aiter_src.HEAD_COMMIT}"
+    try:
+        python, spec = harness.peer_source()
+    except LookupError as exc:
+        pytest.skip(str(exc))
     caps = fake_capabilities("MI355X", None)  # the newest release of the index: HEAD e4048607
     lay = _layer()
     dp = ad.plan_dispatch(lay, caps, tokens=TOKENS, env=ENV)

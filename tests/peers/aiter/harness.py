@@ -40,6 +40,28 @@ def peer_python() -> str | None:
     return str(path) if path.exists() else None
 
 
+def peer_source(ref: str | None = None) -> tuple[str, str]:
+    """(the peer venv's python, the AITER source spec) for a peer test: HEAD e4048607 of the configured source, or
+    release ``ref`` of its git directory. Raises LookupError saying what is missing (a test skips with it)."""
+    python = peer_python()
+    if python is None:
+        raise LookupError("AITER peer environment absent (.aiter-peer-venv): run tests/peers/aiter/setup_env.sh")
+    spec = aiter_src.default_source()
+    if spec is None or not Path(spec.rsplit("@", 1)[0]).exists():
+        raise LookupError("no ROCm/aiter source: set MOEDISPATCH_AITER_SRC to a ROCm/aiter checkout or git directory")
+    git = Path(spec.rsplit("@", 1)[0])
+    if ref is None:
+        return python, (f"{spec}@{aiter_src.HEAD_COMMIT}" if "@" not in spec and aiter_src._is_git_dir(git)
+                        else spec)
+    if not aiter_src._is_git_dir(git):
+        raise LookupError(f"{ref} needs a ROCm/aiter git directory (MOEDISPATCH_AITER_SRC)")
+    r = subprocess.run(["git", f"--git-dir={git}", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LookupError(f"{git} has no tag {ref}")
+    return python, f"{git}@{ref}"
+
+
 def prepare_source(python: str, spec: str | None) -> dict:
     """``aiter_src.prepare`` run in the peer venv (its pybind11 compiles the enum module)."""
     cmd = [python, str(HERE / "aiter_src.py"), "prepare"] + ([spec] if spec else [])
