@@ -15,6 +15,8 @@ from moedispatch.core.reason import Reason
 from moedispatch.numerics import ACTIVATIONS
 
 _MXFP4_ORACLE = "vllm-project/vllm@017e9f4448:vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
+#: Activations an engine's emulation path computes that moedispatch.numerics does not, with the evidence.
+_ENGINE_ONLY = {"situv2": "https://github.com/vllm-project/vllm/pull/50817"}
 
 SLOW_WARNING = Reason("emulation is the slow reference path (weights dequantized on the fly; ~20× slower decode): "
                       "use it to check correctness, do not serve traffic with it", "warning",
@@ -29,10 +31,17 @@ class Emulation(Backend):
     description = "moedispatch reference MoE (torch; QDQ of weights and activations; any device)"
 
     def check(self, layer: MoELayer, caps: Capabilities) -> Verdict:
-        if layer.activation not in ACTIVATIONS:  # correct only for what moedispatch.numerics computes
+        if layer.activation in _ENGINE_ONLY:
+            # the engine's dequantize-to-BF16 emulation computes it (a field report: correct output), though
+            # moedispatch.numerics does not (verify cannot check it)
+            return Verdict.supported(Reason(
+                f"emulation: the engine's dequantize-to-BF16 MoE path runs activation {layer.activation} correctly "
+                f"(Kimi-K3 on MI325X, 4.27 tok/s decode); moedispatch.numerics does not implement it, so verify "
+                f"cannot check this layer", "supports", _ENGINE_ONLY[layer.activation]), SLOW_WARNING)
+        if layer.activation not in ACTIVATIONS:  # a name no engine or moedispatch computes (a typo: "slu")
             return Verdict.unsupported(Reason(
-                f"activation {layer.activation} not supported (supports {', '.join(sorted(ACTIVATIONS))}): "
-                "moedispatch's emulation does not implement it", "failed"))
+                f"activation {layer.activation} not supported (supports "
+                f"{', '.join(sorted((*ACTIVATIONS, *_ENGINE_ONLY)))}): no emulation computes it", "failed"))
         return Verdict.supported(
             f"emulation applies the checkpoint's weight ({layer.weight.describe()}) and activation "
             f"({layer.act.describe()}) quantize-dequantize exactly, on any device (moedispatch.numerics)",

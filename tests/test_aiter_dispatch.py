@@ -235,17 +235,17 @@ def test_aiter_3933_flagged_at_bucket_4(head):
     assert len(hits) == 1 and hits[0].tokens == (3, 4) and hits[0].bucket == 4
     assert "_xcd4" in hits[0].kernel and dict(hits[0].workaround_env) == {"AITER_BYPASS_TUNE_CONFIG": "1"}
     assert hits[0].severity == "error" and hits[0].source == "https://github.com/ROCm/aiter/issues/3933"
-    older = plan_dispatch(dsv4, target_capabilities("MI355X", "0.1.16"), configs=head,
+    older = plan_dispatch(dsv4, target_capabilities("MI355X", "0.1.13.post1"), configs=head,
                           env={"AITER_BF16_FP8_MOE_BOUND": "0"}, assumptions=Assumptions(gate_mode="interleave"),
                           tokens=(4,))
-    assert not [h for h in older.issues if h.issue == "ROCm/aiter#3933"]  # the row entered with v0.1.17
-    # A release candidate of v0.1.17 carries its code (and its tuned row): flagged, as v0.1.17 is. packaging's own
-    # SpecifierSet(">=0.1.17").contains("0.1.17rc1", prereleases=True) says no: the range is decided on
-    # core.aiter_release.release_of (0.1.17rc1 → 0.1.17), as the rule ranges are. A 0.1.17.dev3 build is 3 commits
-    # after a v0.1.16.x tag (setuptools_scm guess-next-dev, ROCm/aiter pyproject.toml): not flagged; one after
-    # v0.1.17 (0.1.17.post1.dev2) is.
-    for version, flagged in (("0.1.17rc1", True), ("0.1.17.dev3+g1a2b", False), ("0.1.17.post1.dev2", True),
-                             ("0.1.16.post6", False)):
+    assert not [h for h in older.issues if h.issue == "ROCm/aiter#3933"]  # the row entered with v0.1.14
+    # A release candidate of v0.1.14 carries its code (and its tuned row): flagged, as v0.1.14 is. packaging's own
+    # SpecifierSet(">=0.1.14").contains("0.1.14rc1", prereleases=True) says no: the range is decided on
+    # core.aiter_release.release_of (0.1.14rc1 → 0.1.14), as the rule ranges are. A 0.1.14.dev3 build is 3 commits
+    # after a v0.1.13.x tag (setuptools_scm guess-next-dev, ROCm/aiter pyproject.toml): not flagged; one after
+    # v0.1.14 (0.1.14.post1.dev2) is.
+    for version, flagged in (("0.1.14rc1", True), ("0.1.14.dev3+g1a2b", False), ("0.1.14.post1.dev2", True),
+                             ("0.1.13.post1", False), ("0.1.16.post6", True)):
         rc = plan_dispatch(dsv4, target_capabilities("MI355X", version), configs=head,
                            env={"AITER_BF16_FP8_MOE_BOUND": "0"}, assumptions=Assumptions(gate_mode="interleave"),
                            tokens=(4,))

@@ -108,3 +108,44 @@ def test_the_tuned_rows_follow_the_same_release_as_the_rules(version, tag, note)
 def test_a_refused_spec_says_which_clause_and_why():
     assert range_problem(">=0.1.17,~=0.1") == "'~=0.1' is not one of ==, !=, <, <=, >, >= and a version"
     assert range_problem(">=x") == "'x' is not a PEP 440 version"
+
+
+def _aiter_git():
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "peers" / "aiter"))
+    import aiter_src
+
+    spec = os.environ.get("MOEDISPATCH_AITER_SRC") or str(aiter_src.DEFAULT_GIT)
+    git = Path(spec.rsplit("@", 1)[0])
+    if not (git.exists() and aiter_src._is_git_dir(git)):
+        pytest.skip(f"no ROCm/aiter git directory with release tags ({git}): set MOEDISPATCH_AITER_SRC to one")
+    return git
+
+
+def test_every_release_s_flydsl_pin_is_its_setup_py_s():
+    """capability_db/aiter.toml flydsl_pins against each release tag's own setup.py FLYDSL_VERSION (read from the
+    ROCm/aiter git directory): v0.1.13 pinned ==0.1.4 (not v0.1.13.post1's range), v0.1.16.post4–post6 ==0.2.2, and
+    v0.1.12 and v0.1.18 … v0.1.20.post1 had no pin at all (the probe checked none for the default target)."""
+    import re
+    import subprocess
+
+    from moedispatch.data import aiter_index, capdb
+
+    git = _aiter_git()
+    checked = 0
+    for rel in aiter_index.releases():
+        if rel.version is None:
+            continue
+        text = subprocess.run(["git", f"--git-dir={git}", "show", f"{rel.tag}:setup.py"], capture_output=True,
+                              text=True).stdout
+        m = re.search(r'^FLYDSL_VERSION = "flydsl(.*)"', text, re.M)
+        pin = capdb.flydsl_pin(str(rel.version))
+        if m is None:
+            assert pin is None, rel.tag
+            continue
+        assert pin is not None and pin[0] == m.group(1), (rel.tag, pin, m.group(1))
+        checked += 1
+    assert checked >= 20

@@ -137,8 +137,8 @@ def run_verify(layer: Any, padding: Any, *, backend: str, experts: int | None = 
         return [_check(n, None, f"skipped: layer {layer.index} is a dense MLP; verify checks routed-expert layers")
                 for n in CHECK_NAMES]
     if layer.activation not in ACTIVATIONS:
-        raise UsageError(f"layer {layer.index} cannot be verified: its activation {layer.activation} is not one the "
-                         f"emulation implements ({', '.join(ACTIVATIONS)})")
+        raise UsageError(f"layer {layer.index} cannot be verified: its activation {layer.activation} is not one "
+                         f"moedispatch.numerics implements ({', '.join(ACTIVATIONS)})")
     n_exp, top_k = _verify_sizes(layer, padding, experts, tokens)
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
