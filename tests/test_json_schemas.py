@@ -193,7 +193,7 @@ def test_tuning_list_json_matches_its_schema(monkeypatch, schemas, registry, mod
 def test_verify_json_matches_its_schema(monkeypatch, schemas, registry):
     pytest.importorskip("torch")
     doc = check(cli_json(monkeypatch, "verify", "--model", "Qwen3-30B-A3B", "--target", "MI300X", *AITER,
-                         "--experts", "4", "--tokens", "4", "--seed", "1"), schemas, registry, "moedispatch.verify/1")
+                         "--experts", "8", "--tokens", "4", "--seed", "1"), schemas, registry, "moedispatch.verify/1")
     assert {c["passed"] for c in doc["checks"]} <= {True, None}
 
 

@@ -303,7 +303,7 @@ _WHERE = "capability_db/known_issues.toml: issue[0] (aiter#5233)"
     (("predicate", "vram"), [1], "unknown predicate key(s) vram"),
     (("workaround", "reboot"), True, "unknown workaround key(s) reboot"),
     (("confidence",), "sure", "confidence 'sure' not one of confirmed, derived, unconfirmed"),
-    (("aiter",), ">>0.1", "aiter '>>0.1' is not a PEP 440 specifier"),
+    (("aiter",), ">>0.1", "aiter '>>0.1' is not a release range: '>0.1' is not a PEP 440 version"),
 ])
 def test_broken_known_issue_entry_is_one_clear_line(monkeypatch, path, value, message):
     """Each malformed field of a known issue fails at load time with the file, the entry and the problem (never
