@@ -485,7 +485,10 @@ def _explain_html(args: argparse.Namespace, plan: Any, recipe: Any, first_line: 
     if recipe is not None and recipe.command:  # the recipe's environment, then its command (as the text shows)
         launch = ("".join(f"# {line}\n" for line in recipe.path_lines())
                   + "".join(f"export {e['name']}={e['value']}\n" for e in recipe.env) + recipe.command)
+    existed = os.path.isfile(args.html)
     write_html(plan, args.html, first_line=first_line, launch=launch)
+    if existed:  # written where asked, but never over a file without saying so
+        sys.stderr.write(f"moedispatch: warning: --html {args.html}: replaced the existing file\n")
 
 
 def _print_explain(args: argparse.Namespace, plan: Any, first_line: str | None) -> None:

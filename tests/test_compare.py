@@ -89,6 +89,20 @@ def test_tp4_or_tp8_differs_in_padding_and_says_why_with_padding_reasons(cli):
     assert moe["why"] and all(w.startswith("TP8: padding: ") for w in moe["why"])
 
 
+def test_tp_or_ep_that_pads_in_neither_variant_does_not_differ_in_padding(cli):
+    """Neither TP4 nor TP8 pads Qwen3-235B on MI300X: only the per-rank sizes differ, which is the layout, not a
+    padding; the group differs in what AITER runs (block_m 64 vs 32 at 512 tokens), and compare must say that."""
+    proc, doc = _json(cli, "--model", "Qwen3-235B-A22B", "--target", "MI300X", "--tp", "4,8", "--aiter-version",
+                      "0.1.18")
+    assert proc.returncode == 0, proc.stderr
+    (moe,) = doc["groups"]
+    assert [d["padding"]["intermediate_per_rank"] for d in moe["decisions"]] == [384, 192]
+    assert moe["differs_in"] == ["dispatch"]
+    table = cli("compare", "--model", "Qwen3-235B-A22B", "--target", "MI300X", "--tp", "4,8", "--aiter-version",
+                "0.1.18").stdout
+    assert "(94 MoE): DIFFERS in dispatch\n" in table and "DIFFERS in padding" not in table
+
+
 def test_dispatch_and_cost_come_from_the_plan_entries_when_present(cli):
     """compare computes no prediction: it carries the plan's own per-layer aiter_dispatch/cost entries."""
     proc, doc = _json(cli, "--model", "gpt-oss-120b", "--target", "MI355X", "--aiter-version", "0.1.10,0.1.15.post3",

@@ -347,3 +347,33 @@ def test_chromium_draws_the_band(minimax_page, tmp_path):
     rects = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', proc.stdout).group(1)))
     assert {f for f, _, _ in rects} >= {"cktile", "flydsl"}
     assert all(w > 10 and h >= 16 for _, w, h in rects)  # drawn, not collapsed
+
+
+def test_what_if_is_on_the_page_when_asked(tmp_path):
+    """explain --what-if --html: the page carries each group's what-if lines the text prints (it dropped them)."""
+    from conftest import run_cli
+
+    page = tmp_path / "plan.html"
+    proc = run_cli("explain", "--model", "DeepSeek-V4-Pro", "--target", "MI355X", "--tp", "8", "--aiter-version",
+                   "0.1.17", "--what-if", "--html", str(page))
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln.split("what-if ", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("    what-if ")]
+    assert any(ln.startswith("upgrade AITER 0.1.17 → ") for ln in lines)
+    text = html.unescape(page.read_text(encoding="utf-8"))
+    assert '<div class="what-if"><b>what-if</b>' in text
+    assert all(ln.split(" [")[0].removesuffix(" (derived)") in text for ln in lines)
+
+
+def test_an_existing_file_is_replaced_only_with_a_warning(tmp_path):
+    """--html FILE over an existing file says so on stderr (one line); a new file is written silently."""
+    from conftest import run_cli
+
+    page = tmp_path / "notes.html"
+    page.write_text("my notes\n")
+    args = ("explain", "--model", "Mixtral-8x7B", "--target", "MI300X", "--aiter-version", "0.1.18")
+    proc = run_cli(*args, "--html", str(page))
+    assert proc.returncode == 0, proc.stderr
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert proc.stderr == f"moedispatch: warning: --html {page}: replaced the existing file\n"
+    fresh = run_cli(*args, "--html", str(tmp_path / "new.html"))
+    assert fresh.returncode == 0 and "replaced" not in fresh.stderr

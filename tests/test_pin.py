@@ -134,6 +134,25 @@ def test_explain_pin_file_plans_and_recipes_under_the_file(cli, tmp_path):
     assert f"export AITER_CONFIG_FMOE={path}" in recipe.stdout
 
 
+def test_the_pinned_plan_costs_the_rows_aiter_reads_from_the_file(cli, tmp_path):
+    """Under AITER_CONFIG_FMOE=FILE the cost of bucket 4 is the pinned row's, read from FILE — not the release's _xcd4
+    row it replaced, whose kernel no longer runs (the cost read the release's rows whatever the env named)."""
+    path = tmp_path / "pins.csv"
+    proc = cli("explain", "--model", "DeepSeek-V4-Pro", "--target", "MI355X", "--tp", "8", "--aiter-version", "0.1.17",
+               "--aiter-env", "AITER_BF16_FP8_MOE_BOUND=0", "--pin-file", str(path), "--tokens", "1,4", "--format",
+               "json")
+    assert proc.returncode == 0, proc.stderr
+    moe = next(la for la in json.loads(proc.stdout)["layers"] if la["kind"] == "moe")
+    steps = {s["tokens"][0]: s["config"] for s in moe["aiter_dispatch"]}
+    costs = {c["tokens"]: c for c in moe["cost"]}
+    for tokens in (1, 4):
+        assert steps[tokens].startswith(str(path))
+        assert costs[tokens]["detail"].startswith(f"tuned row {steps[tokens]};"), costs[tokens]["detail"]
+    pinned = next(r for r in path.read_text().splitlines()[1:] if r.split(",")[:3] == ["gfx950", "256", "4"]
+                  and ",7168,512,384,6," in r and "_afp8_wfp4_" in r)
+    assert costs[4]["us"] == pytest.approx(float(pinned.split(",")[22]))
+
+
 def test_nothing_to_pin_is_one_line(cli, tmp_path):
     proc = cli("explain", "--model", "GLM-5.1-MXFP4", "--target", "MI355X", "--tp", "16", "--pin-file",
                str(tmp_path / "p.csv"))

@@ -263,6 +263,22 @@ def test_tuning_list_is_aiters_untuned_csv_ranked_by_predicted_time(cli):
     assert "run on AITER heuristics" in proc.stderr
 
 
+def test_tuning_list_leaves_out_shapes_aiters_tuned_csv_already_has(cli, shared_aiter):
+    """gpt-oss-120b TP8 on MI355X: buckets 1, 4, 64 of 3072 × 512 have rows in gptoss_a16w4_tuned_fmoe.csv; AITER
+    looks them up but its Swiglu MXFP4 bf16 CK-Tile path ignores their kernel names (so the plan says heuristic).
+    They are not untuned shapes — AITER's tuner skips them — so the list names only the fp8 buckets 512 and 8192."""
+    proc = cli("explain", "--model", "gpt-oss-120b", "--target", "MI355X", "--tp", "8", "--aiter-version",
+               "0.1.20.post1", "--tuning-list")
+    assert proc.returncode == 0, proc.stderr
+    rows = [ln.split(",") for ln in proc.stdout.strip().splitlines()[1:]]
+    assert [(r[0], r[7]) for r in rows] == [("8192", "torch.float8_e4m3fn"), ("512", "torch.float8_e4m3fn")]
+    tuned = (shared_aiter / "v0.1.20.post1/aiter/configs/model_configs/gptoss_a16w4_tuned_fmoe.csv").read_text()
+    for r in rows:  # and none of what it names is in AITER's own tuned CSV
+        assert "gfx950,256," + ",".join(r) + "," not in tuned
+    assert "gfx950,256,1," + ",".join(["3072", "512"] + rows[0][3:7] + ["torch.bfloat16"] + rows[0][8:]) in tuned
+    assert proc.stderr.startswith("moedispatch: 2 shape(s) of gpt-oss-120b run on AITER heuristics")
+
+
 def test_kimi_k3_situv2_on_gfx942_is_not_called_a_failing_mx_dispatch(caps, builtins):
     """FlyDSL's a16w4 SiTUv2 kernel runs on gfx942 from AITER 0.1.20 (ROCm/aiter#4502): the dispatch model's generic
     "MX fused-MoE kernels need gfx950" note must not contradict the plan there."""

@@ -702,6 +702,10 @@ def _tuned_shapes(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...], 
                             and step.row not in found:
                         # the act-wildcard or a smaller tier's row, with its shape's other buckets for the lint
                         found += [r for r in _row_shape(step.row, caps) if r not in found]
+                        if getattr(plan, "config_origin", "") == "env":
+                            # a row of the set AITER_CONFIG_FMOE names (explain --pin-file): at its bucket AITER
+                            # runs that row, never the release's row it replaces
+                            found = [r for r in found if r == step.row or _row_get(r, "token") != step.row.token]
                     if step is not None and step.basis != "tuned":
                         heuristic.add(m)
                     shapes[m] = found

@@ -17,9 +17,9 @@ from moedispatch.core.layers import QuantSpec
 from moedispatch.core.reason import Reason
 from moedispatch.core.families import FUSED_MOE_FAMILIES
 from moedispatch.cost.model import padding_overhead
-from moedispatch.cost.worklist import tuning_worklist, untuned_csv
+from moedispatch.cost.worklist import UNTUNED_COLUMNS, tuning_worklist, untuned_csv
 from moedispatch.core.costs import format_cost
-from moedispatch.data import capdb
+from moedispatch.data import aiter_configs, capdb
 from moedispatch.selector.pure import select
 from moedispatch.selector.runtime import dispatch_for
 from moedispatch.core.workload import Runtime
@@ -224,5 +224,15 @@ def tuning_list(plan: "Plan") -> tuple[str, int]:
     """(AITER untuned-CSV text, number of shapes): the model's shapes that fall to AITER heuristics, highest
     predicted time × layers first (what tuning could save)."""
     entries = [(g[0].dispatch, g[0].cost, len(g)) for g in plan.groups() if g[0].dispatch is not None and g[0].cost]
-    rows = tuning_worklist(entries)
+    rows = [r for r in tuning_worklist(entries) if not _tuned_already(plan, r)]
     return untuned_csv(rows), len(rows)
+
+
+def _tuned_already(plan: "Plan", row: dict[str, Any]) -> bool:
+    """The tuned set AITER reads already has a row of this key and bucket: AITER looks it up but the path runs its
+    heuristics anyway (Swiglu MXFP4 bf16 on CK-Tile ignores the row's kernel names), so tuning it again — AITER's
+    tuner skips a shape its tuned CSV has — changes nothing; it is not an untuned shape."""
+    env = plan.runtime.env_dict if plan.runtime is not None else {}
+    cs = aiter_configs.config_set_for(plan.caps, env, model_dims=frozenset({row["model_dim"]}))
+    return bool(aiter_configs.tuned_rows(config_set=cs, gfx=row["gfx"], cu_num=row["cu_num"],
+                                         **{c: row[c] for c in UNTUNED_COLUMNS}))

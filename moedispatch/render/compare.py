@@ -219,6 +219,12 @@ def _why_text(item: tuple[str, tuple[Any, ...]], cite: Callable[[Any], str] = st
     return prefix + "; ".join(cite(r) for r in reasons)
 
 
+def _compared(key: str, value: Any) -> Any:
+    """What of a decision entry's ``key`` must agree for the variants to be the same: an unpadded allocation is "no
+    padding" whatever its per-rank sizes (TP4 and TP8 shard differently; neither pads)."""
+    return "no padding" if key == "padding" and _padding(value) == "no padding" else value
+
+
 def compare_to_json(cmp: Comparison) -> dict[str, Any]:
     """The ``moedispatch.compare/1`` document."""
     docs = [plan_to_json(p) for p in cmp.plans]
@@ -242,7 +248,7 @@ def compare_to_json(cmp: Comparison) -> dict[str, Any]:
         decisions = [_decision_entry(doc["layers"][first]) for doc in docs]
         for d, plan in zip(decisions, cmp.plans):
             d["known_issues"] = _issues(plan.decisions[first])
-        differs_in = [key for key in ("backend", "padding") if len({json.dumps(d[key], sort_keys=True)
+        differs_in = [key for key in ("backend", "padding") if len({json.dumps(_compared(key, d[key]), sort_keys=True)
                                                                      for d in decisions}) > 1]
         if not differs_in:
             # Same backend and padding: what AITER runs per bucket (its kernels, not which release's file:line

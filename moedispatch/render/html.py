@@ -301,6 +301,9 @@ def _group_section(n: int, group: dict[str, Any], entry: dict[str, Any]) -> str:
     if backend:
         parts.append(f"<div>padding</div><div>{_e(_padding_text(entry))}</div>")
     parts.append("</div>")
+    if group.get("what_if"):  # explain --what-if --html: the same per-group lines the text shows
+        parts.append('<div class="what-if"><b>what-if</b>'
+                     + _reason_items([], [t.removeprefix("what-if: ") for t in group["what_if"]]) + "</div>")
     parts.append("<div><b>why</b>" + _reason_items(entry.get("reason_details") or [], entry.get("reasons") or [])
                  + "</div>")
     if entry.get("aiter_dispatch"):
