@@ -198,3 +198,11 @@ def test_cli_exits_2_on_a_broken_db_entry(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == \
         "moedispatch: capability_db/gpus.toml: [arch.gfx950]: cdna must be an integer, got a string 'four'"
     assert "Traceback" not in proc.stderr
+
+
+def test_a_known_issue_s_dispatch_link_must_name_a_dispatch_issue(serve):
+    """known_issues.toml ``dispatch = ID`` hands the issue to a dispatch_issues.toml entry under a user's tuned set:
+    an id that table lacks is a one-line CapabilityDBError naming it."""
+    serve("known_issues.toml", _set(("issue", 0, "dispatch"), "ROCm/aiter#0"))
+    with pytest.raises(CapabilityDBError, match=r"dispatch 'ROCm/aiter#0' is no capability_db/dispatch_issues.toml id"):
+        rules.known_issues()

@@ -111,6 +111,10 @@ class KnownIssue:
     workaround: tuple[tuple[str, Any], ...]
     source: str
     confidence: str = "confirmed"
+    #: A dispatch issue (capability_db/dispatch_issues.toml id) that decides this issue per tuned row and bucket: where
+    #: the plan reads a tuned set the user named (AITER_CONFIG_FMOE, --pin-file) instead of the one AITER ships, it (a
+    #: hit, or none) replaces this issue's token caveat.
+    dispatch: str | None = None
 
     @property
     def pred(self) -> dict[str, Any]:
@@ -217,12 +221,20 @@ def known_issues() -> tuple[KnownIssue, ...]:
         if raw["aiter"] and range_problem(raw["aiter"]):
             raise CapabilityDBError(f"{where}: aiter {raw['aiter']!r} is not a release range: "
                                     f"{range_problem(raw['aiter'])}")
+        if "dispatch" in raw and not (isinstance(raw["dispatch"], str) and raw["dispatch"].strip()):
+            raise CapabilityDBError(f"{where}: dispatch must be a dispatch issue id, got {raw['dispatch']!r:.60}")
+        if raw.get("dispatch"):
+            from moedispatch.aiter.issues import dispatch_issues
+
+            if raw["dispatch"] not in {d.id for d in dispatch_issues()}:
+                raise CapabilityDBError(f"{where}: dispatch {raw['dispatch']!r} is no capability_db/"
+                                        "dispatch_issues.toml id")
         issues.append(KnownIssue(
             id=raw["id"], title=raw["title"], families=tuple(raw["families"]), aiter=raw["aiter"],
             status=raw["status"], effect=raw["effect"],
             predicate=tuple(sorted((k, _freeze(v)) for k, v in raw["predicate"].items())),
             workaround=tuple(sorted((k, _freeze(v)) for k, v in raw["workaround"].items())),
-            source=raw["source"], confidence=confidence,
+            source=raw["source"], confidence=confidence, dispatch=raw.get("dispatch"),
         ))
     return tuple(issues)
 
@@ -322,6 +334,12 @@ def evaluate_issues(family: str, layer: MoELayer, caps: Capabilities, padding: P
         notes.append(Reason(f"avoids {tags}: the plan {how}", "note", "; ".join(i.source for i in avoided_issues),
                             ",".join(i.id for i in avoided_issues), confidence))
     return IssueOutcome(tuple(blocking), tuple(notes))
+
+
+def dispatch_decided() -> frozenset[str]:
+    """Ids of the known issues a dispatch issue decides (``dispatch = …``): their token caveats give way to the
+    dispatch model's per-row answer where a plan reads a tuned set the user named."""
+    return frozenset(i.id for i in known_issues() if i.dispatch)
 
 
 def kernel_pad_workaround(family: str, layer: MoELayer, caps: Capabilities,

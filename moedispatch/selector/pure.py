@@ -13,6 +13,7 @@ from moedispatch._util.log import get_logger
 from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.kit.caveats import shard_caveats
+from moedispatch.kit.rules import dispatch_decided
 from moedispatch.core.decision import Decision, Rejection
 from moedispatch.core.errors import CapabilityDBError, PluginError, UsageError
 from moedispatch.core.decision import NoBackendError
@@ -194,6 +195,11 @@ def select_uncached(
     if winner.name in dispatch:
         runtime_reasons = dispatch_reasons(dispatch[winner.name], winner.name, winner.family)
     verdict_reasons = verdicts[winner.name].reasons
+    if getattr(dispatch.get(winner.name), "config_origin", None) in ("env", "explicit"):
+        # a tuned set the user named (AITER_CONFIG_FMOE, --pin-file): a known issue about a row AITER ships is decided
+        # by its dispatch issue over the rows AITER reads now (a hit is one of the dispatch model's own reasons)
+        decided = dispatch_decided()
+        verdict_reasons = tuple(r for r in verdict_reasons if not (r.kind == "caveat" and r.issue in decided))
     if winner.name in replaced:  # the padded plan's known-issue notes no longer apply to the unpadded one
         verdict_reasons = tuple(r for r in verdict_reasons if not (r.kind == "note" and r.issue is not None)) \
             + replaced[winner.name]
