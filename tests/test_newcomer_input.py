@@ -130,6 +130,8 @@ def test_genuine_pre_padding_still_loads(tmp_path):
     (1400, 1408, 16),
     (1408, 1408, None),  # not larger: no pre-pad
     (1408, 2816, None),  # 2×: a fused gate_up or another model
+    (512, 1024, None),   # 2× too, though a round-up to 1024 reaches it (Qwen3-Next's 512 with gate and up fused)
+    (256, 1024, None),   # 4×: a whole multiple is never a pre-pad
     (1408, 4096, None),  # beyond one PREPAD_MAX_MULTIPLE round-up
     (1408, 1500, None),  # not a power-of-two multiple
 ])

@@ -261,8 +261,9 @@ def _round_up(value: int, multiple: int) -> int:
 
 def prepad_multiple(config: int, stored: int) -> int | None:
     """The smallest power-of-two multiple (16 … :data:`PREPAD_MAX_MULTIPLE`) that rounds ``config`` up to ``stored``;
-    None when ``stored`` is no such round-up (or not larger than ``config``)."""
-    if stored <= config:
+    None when ``stored`` is no such round-up, not larger than ``config``, or a whole multiple of it (2× is a fused
+    gate_up or another model, even where a round-up would reach it: 512 → 1024)."""
+    if stored <= config or stored % config == 0:
         return None
     multiple = 16
     while multiple <= PREPAD_MAX_MULTIPLE:
