@@ -155,23 +155,24 @@ def _plan_uncached(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...])
         return None
 
 
-def _shape_rows(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
+def _shape_rows(key: Any, caps: Any, q_dtype_a: str, env: tuple[tuple[str, str], ...] = ()) -> tuple[Any, ...]:
     """Every tuned row of the dispatch key's shape (any token) with activations ``q_dtype_a``, exact act_type
-    first as AITER looks it up (then the act-wildcarded dict, ``aiter/fused_moe.py`` ``get_2stage_cfgs``)."""
+    first as AITER looks it up (then the act-wildcarded dict, ``aiter/fused_moe.py`` ``get_2stage_cfgs``), from the
+    set AITER reads under ``env`` (``AITER_CONFIG_FMOE``; none: the release's)."""
     try:
-        return _shape_rows_cached(key, caps, q_dtype_a)
+        return _shape_rows_cached(key, caps, q_dtype_a, env)
     except TypeError:  # unhashable stand-ins
-        return _shape_rows_uncached(key, caps, q_dtype_a)
+        return _shape_rows_uncached(key, caps, q_dtype_a, env)
 
 
 @memoize(maxsize=256)
-def _shape_rows_cached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
-    return _shape_rows_uncached(key, caps, q_dtype_a)
+def _shape_rows_cached(key: Any, caps: Any, q_dtype_a: str, env: tuple[tuple[str, str], ...]) -> tuple[Any, ...]:
+    return _shape_rows_uncached(key, caps, q_dtype_a, env)
 
 
-def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]:
+def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str, env: tuple[tuple[str, str], ...] = ()) -> tuple[Any, ...]:
     rows = aiter_configs.tuned_rows(
-        config_set=aiter_configs.config_set_for(caps, model_dims=frozenset({key.model_dim})),
+        config_set=aiter_configs.config_set_for(caps, dict(env), model_dims=frozenset({key.model_dim})),
         model_dim=key.model_dim, inter_dim=key.inter_dim,
         expert=key.expert, topk=key.topk, gfx=key.gfx, cu_num=key.cu_num, dtype=key.dtype, q_dtype_a=q_dtype_a,
         q_dtype_w=key.q_dtype_w, q_type=key.q_type, use_g1u1=key.use_g1u1, doweight_stage1=key.doweight_stage1)
@@ -179,25 +180,25 @@ def _shape_rows_uncached(key: Any, caps: Any, q_dtype_a: str) -> tuple[Any, ...]
     return tuple(exact or rows)
 
 
-def _row_shape(row: Any, caps: Any) -> tuple[Any, ...]:
-    """``row`` and the other tuned rows of its own shape in its file (any token): a row the dispatch found outside
-    :func:`_shape_rows` (the act wildcard's) is linted with them, or a timing copied across its buckets looks
-    measured."""
+def _row_shape(row: Any, caps: Any, env: tuple[tuple[str, str], ...] = ()) -> tuple[Any, ...]:
+    """``row`` and the other tuned rows of its own shape in its file (any token) in the set AITER reads under ``env``:
+    a row the dispatch found outside :func:`_shape_rows` (the act wildcard's) is linted with them, or a timing
+    copied across its buckets looks measured."""
     try:
-        return _row_shape_cached(row, caps)
+        return _row_shape_cached(row, caps, env)
     except TypeError:  # unhashable stand-ins
-        return _row_shape_uncached(row, caps)
+        return _row_shape_uncached(row, caps, env)
 
 
 @memoize(maxsize=256)
-def _row_shape_cached(row: Any, caps: Any) -> tuple[Any, ...]:
-    return _row_shape_uncached(row, caps)
+def _row_shape_cached(row: Any, caps: Any, env: tuple[tuple[str, str], ...]) -> tuple[Any, ...]:
+    return _row_shape_uncached(row, caps, env)
 
 
-def _row_shape_uncached(row: Any, caps: Any) -> tuple[Any, ...]:
+def _row_shape_uncached(row: Any, caps: Any, env: tuple[tuple[str, str], ...] = ()) -> tuple[Any, ...]:
     try:
         rows = aiter_configs.tuned_rows(
-            config_set=aiter_configs.config_set_for(caps, model_dims=frozenset({row.model_dim})),
+            config_set=aiter_configs.config_set_for(caps, dict(env), model_dims=frozenset({row.model_dim})),
             model_dim=row.model_dim, inter_dim=row.inter_dim, expert=row.expert, topk=row.topk, cu_num=row.cu_num,
             act_type=row.act_type, q_dtype_a=row.q_dtype_a, q_dtype_w=row.q_dtype_w, q_type=row.q_type)
     except (UsageError, AttributeError):
@@ -499,11 +500,11 @@ def _at_least_the_roofline(costs: tuple[Cost, ...], layer: Any, caps: Any, paddi
     return tuple(out)
 
 
-def _release_context(caps: Any) -> release.ReleaseContext | None:
-    """Whose µs the tuned rows of a plan for ``caps`` are (the tuned set :func:`_shape_rows` reads), or None when
-    that cannot be said (then the same-release bars apply)."""
+def _release_context(caps: Any, env: tuple[tuple[str, str], ...] = ()) -> release.ReleaseContext | None:
+    """Whose µs the tuned rows of a plan for ``caps`` are (the tuned set :func:`_shape_rows` reads under ``env``), or
+    None when that cannot be said (then the same-release bars apply)."""
     try:
-        return release.context_of(aiter_configs.config_set_for(caps, model_dims=frozenset({0})))
+        return release.context_of(aiter_configs.config_set_for(caps, dict(env), model_dims=frozenset({0})))
     except (UsageError, KeyError, TypeError, AttributeError):
         return None
 
@@ -691,21 +692,23 @@ def _tuned_shapes(layer: Any, caps: Any, padding: Any, tokens: tuple[int, ...], 
             plan = dispatch if dispatch is not None else _plan(layer, caps, padding, tokens)
             if plan is not None:
                 geo = _key_geometry(layer, padding, plan.key)
+                # a tuned set the user named (AITER_CONFIG_FMOE, explain --pin-file) is what AITER reads: its rows,
+                # linted together (a pinned row carries its neighbour's µs: copied, not measured at its bucket)
+                own = tuple(getattr(plan, "env", ())) if getattr(plan, "config_origin", "") in ("env", "explicit") \
+                    else ()
+                if own:
+                    ctx = _release_context(caps, own)
                 for m in tokens:
                     step = next((st for st in plan.steps if st.tokens[0] <= m <= st.tokens[1]), None)
                     q_a = getattr(step, "q_dtype_a", "") if step is not None else ""
-                    found = list(_shape_rows(plan.key, caps, q_a)) if q_a else []
+                    found = list(_shape_rows(plan.key, caps, q_a, own)) if q_a else []
                     if q_a in _CSV_BYTES:
                         a = _CSV_BYTES[q_a]
                         geos[m] = replace(geo, a_bytes=a, compute={2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}[a])
                     if step is not None and step.basis == "tuned" and step.row is not None \
                             and step.row not in found:
                         # the act-wildcard or a smaller tier's row, with its shape's other buckets for the lint
-                        found += [r for r in _row_shape(step.row, caps) if r not in found]
-                        if getattr(plan, "config_origin", "") == "env":
-                            # a row of the set AITER_CONFIG_FMOE names (explain --pin-file): at its bucket AITER
-                            # runs that row, never the release's row it replaces
-                            found = [r for r in found if r == step.row or _row_get(r, "token") != step.row.token]
+                        found += [r for r in _row_shape(step.row, caps, own) if r not in found]
                     if step is not None and step.basis != "tuned":
                         heuristic.add(m)
                     shapes[m] = found
