@@ -267,3 +267,14 @@ def test_guard_off_names_how_it_was_chosen():
     assert out.action == "launch" and out.report == ("moedispatch exec: guard off (--guard off): launching unchecked",)
     out = guard.decide(["vllm", "serve", "m"], {}, "off", never)
     assert out.report == ("moedispatch exec: guard off (MOEDISPATCH_GUARD=off): launching unchecked",)
+
+
+def test_fix_mode_runs_the_launch_capped_below_a_token_bucket_bug():
+    """ROCm/aiter#3471 (gfx950 1-stage blockscale ASM writes out of bounds at 8192 tokens; workaround: cap the
+    batch): lint's fix was the recipe's line, which hits it too, so --guard fix refused the launch; the fix is now the
+    launch itself with --max-num-batched-tokens at the issue's cap, which lints clean and runs."""
+    argv = ["vllm", "serve", "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "--tensor-parallel-size", "1"]
+    out = guard.decide(argv, {"VLLM_ROCM_USE_AITER": "1"}, "fix", guard._lint, guard.GUARD_ENV, target=None,
+                       aiter_version="0.1.17", model=None, engine_version=None)
+    assert out.action == "launch-fixed", out.report
+    assert list(out.argv) == argv + ["--max-num-batched-tokens", "4096"]

@@ -627,7 +627,8 @@ def lint_launch(launch: Launch, *, target: str | None = None, aiter_version: str
                                 "correctly", None, "see `moedispatch explain`"))
     findings += _ray_env_findings(launch, version, eng, recipe)
     if family in (None, "aiter") and not refused:
-        forwarded = _dispatch_findings(plan, launch, fix_line, findings)
+        still = {i for r in recipe.runs for i in r.get("issues", ())}   # what the recipe's own launch still hits
+        forwarded = _dispatch_findings(plan, launch, fix_line, findings, still)
     else:   # the engine runs another family, or none: what AITER's dispatcher would run does not apply to this launch
         forwarded = {hit.issue for d in plan.decisions if d.layer.kind == "moe" and getattr(d, "dispatch", None)
                      for hit in d.dispatch.issues}
@@ -812,10 +813,17 @@ def _ray_env_findings(launch: Launch, version: str, eng: Mapping[str, Any], reci
                     f"export {ray['extra_prefixes_env']}={have}")]
 
 
-def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: list[Finding]) -> set[str]:
+#: The option that caps the tokens per forward (what an issue's ``token_cap`` workaround sets; the flags above map
+#: both to ``max_batched_tokens``).
+_CAP_FLAG = {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size"}
+
+
+def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: list[Finding],
+                       recipe_hits: set[str] = frozenset()) -> set[str]:
     """The known kernel × bucket issues and AITER refusals the launch's own AITER dispatch hits, with the severity
     their data declares (capability_db/dispatch_issues.toml); one whose environment workaround the launch already
-    sets is handled and not reported. Returns the issue ids seen (the plan's warnings repeat them)."""
+    sets is handled and not reported. The recipe's line is offered as a fix only where the recipe's own launch does
+    not hit the issue (``recipe_hits``). Returns the issue ids seen (the plan's warnings repeat them)."""
     seen: set[str] = set()
     for d in plan.decisions:
         dispatch = getattr(d, "dispatch", None)
@@ -832,8 +840,11 @@ def _dispatch_findings(plan: Any, launch: Any, fix_line: str | None, findings: l
             toks = f"token {hit.tokens[0]}" if hit.tokens[0] == hit.tokens[1] else \
                 f"tokens {hit.tokens[0]}–{hit.tokens[1]}"
             severity = hit.severity if hit.severity in ("error", "warning", "info") else "warning"
-            fix = "; ".join([_set_env(launch, k, v) for k, v in env.items()] + ([fix_line] if fix_line else [])) \
-                or None
+            recipe_fixes = fix_line is not None and hit.issue not in recipe_hits
+            cap_fix = [_with_args(launch, [_CAP_FLAG[launch.engine], str(hit.token_cap)])] \
+                if hit.token_cap and launch.engine in _CAP_FLAG else []
+            fix = "; ".join([_set_env(launch, k, v) for k, v in env.items()] + cap_fix
+                            + ([fix_line] if recipe_fixes else [])) or None
             findings.append(Finding(severity, f"AITER runs {hit.kernel} for {toks} (bucket {hit.bucket}): "
                                     f"{hit.effect}. Workaround: {hit.workaround}", hit.source, fix))
     return seen
@@ -895,6 +906,14 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
     else:   # the user's own assignments before `docker run` reach only the docker CLI: kept as written
         words = [f"{k}={v}" for k, v in launch.prefix_env.items()] + inside
     words += [t for _, toks in runs for t in toks]
+    return " ".join([_shell_word(w) for w in words] + [t if _SHELL_OP.match(t) else _shell_word(t)
+                                                        for t in launch.shell_tail])
+
+
+def _with_args(launch: Launch, extra: Sequence[str]) -> str:
+    """The launch's own command line (its assignments, argv, shell syntax after it) with ``extra`` appended to the
+    engine's arguments: a fix that is this launch corrected (exec --guard fix runs it)."""
+    words = [f"{k}={v}" for k, v in launch.prefix_env.items()] + list(launch.argv) + list(extra)
     return " ".join([_shell_word(w) for w in words] + [t if _SHELL_OP.match(t) else _shell_word(t)
                                                         for t in launch.shell_tail])
 
