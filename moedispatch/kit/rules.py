@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from moedispatch._util.caches import memoize
+from moedispatch.aiter.issues import dispatch_issues
 from moedispatch.data import capdb
 from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.aiter_release import in_range, range_problem, release_of
@@ -224,8 +225,6 @@ def known_issues() -> tuple[KnownIssue, ...]:
         if "dispatch" in raw and not (isinstance(raw["dispatch"], str) and raw["dispatch"].strip()):
             raise CapabilityDBError(f"{where}: dispatch must be a dispatch issue id, got {raw['dispatch']!r:.60}")
         if raw.get("dispatch"):
-            from moedispatch.aiter.issues import dispatch_issues
-
             if raw["dispatch"] not in {d.id for d in dispatch_issues()}:
                 raise CapabilityDBError(f"{where}: dispatch {raw['dispatch']!r} is no capability_db/"
                                         "dispatch_issues.toml id")
