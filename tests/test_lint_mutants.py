@@ -1025,6 +1025,13 @@ def test_a_misspelled_option_s_value_is_neither_the_model_nor_in_the_fix():
                 target="MI300X")
     (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
     assert slow["fix"].endswith("vllm serve Qwen/Qwen3-30B-A3B --max-model-len 4096 --moe-backend aiter")
+    # a misspelled value option followed by another option has no value: only the typo is left out
+    doc = _lint(["vllm", "serve", "Qwen/Qwen3-30B-A3B", "--tensor-paralel-size", "--max-model-len", "4096"],
+                target="MI300X")
+    assert [f["message"].split(" (")[0] for f in _sev(doc, "error")] == [
+        "vllm 0.33.0 has no option --tensor-paralel-size"]
+    (slow,) = [f for f in doc["findings"] if "silently slower" in f["message"]]
+    assert slow["fix"].endswith("vllm serve Qwen/Qwen3-30B-A3B --max-model-len 4096 --moe-backend aiter")
 
 
 def test_a_compose_file_is_not_read_as_a_shell_script():
