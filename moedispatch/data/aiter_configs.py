@@ -485,7 +485,7 @@ def _bundled(tag: str, version: str | None, notes: tuple[str, ...] = (),
     rel = aiter_index.release(tag)
     dispatch = "head"  # every release of the index is >= 0.1.10 (the gfx-keyed lookup)
     rows = [_backfilled(r) for r in aiter_index.rows_for(rel.tag, model_dims)]
-    rows, merge_error = _dedup(rows, dispatch, merge_raises(rel.tag[1:] if rel.version is not None else None))
+    rows, merge_error = _dedup(rows, dispatch, merge_raises(str(rel.version) if rel.version is not None else None))
     prefix = aiter_index.display_prefix(rel.tag)
     warnings = aiter_index.problems_for(rel.tag)
     return ConfigSet(label=f"bundled index: {rel.describe()}, ROCm/aiter@{rel.commit[:10]}", origin="bundled",

@@ -267,10 +267,16 @@ def compare_to_json(cmp: Comparison) -> dict[str, Any]:
 
 # -- table -----------------------------------------------------------------------------------------------------
 
-def _us(value: float) -> str:
+def _scale(value: float) -> tuple[float, str, str]:
+    """(divisor, unit, number format) a time of ``value`` µs is printed in: ms from 10,000 µs, one decimal below 10."""
     if value >= 10_000:
-        return f"{value / 1000:,.1f} ms"
-    return f"{value:,.0f} µs" if value >= 10 else f"{value:.1f} µs"
+        return 1000.0, "ms", "{:,.1f}"
+    return 1.0, "µs", "{:,.0f}" if value >= 10 else "{:.1f}"
+
+
+def _us(value: float) -> str:
+    div, unit, fmt = _scale(value)
+    return f"{fmt.format(value / div)} {unit}"
 
 
 def _costs(costs: Sequence[dict[str, Any]]) -> str:
@@ -280,11 +286,8 @@ def _costs(costs: Sequence[dict[str, Any]]) -> str:
         us = _us(c["us"])
         if c.get("low") is None or c.get("high") is None:
             return f"{c['tokens']} tok {us}"
-        if c["us"] >= 10_000:
-            lo, hi = (f"{c[k] / 1000:,.1f}" for k in ("low", "high"))
-        else:
-            lo, hi = (f"{c[k]:,.0f}" if c["us"] >= 10 else f"{c[k]:.1f}" for k in ("low", "high"))
-        return f"{c['tokens']} tok {us} ({lo}–{hi})"
+        div, _unit, fmt = _scale(c["us"])
+        return f"{c['tokens']} tok {us} ({fmt.format(c['low'] / div)}–{fmt.format(c['high'] / div)})"
     return " · ".join(one(c) for c in costs if "tokens" in c and "us" in c)
 
 
