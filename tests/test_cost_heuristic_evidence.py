@@ -48,13 +48,16 @@ def test_the_leads_left_out_say_why(doc):
     assert "not the same shape" in excluded["3911"] and "cannot run" in excluded["5213"]
 
 
-def test_the_band_is_the_median_and_p90_with_the_low_end_at_one(pairs):
+def test_the_band_is_the_median_and_holds_as_many_pairs_as_p10_p90_from_one(pairs):
     """factor = median ratio; low/high = drift.band_of of the ratios: p10 is above 1 here, so low is 1 (a tuned row
-    is the fastest of a sweep that includes the default's kernel); high = the p90 (nearest rank)."""
+    is the fastest of a sweep that includes the default's kernel) and the band moves down to it: p10–p90 (nearest
+    rank) holds ratios 2..16 of 17, so [1, high] holds ratios 1..15 — high is the 15th, 1.318 (ATOM#2200 at 128k
+    tokens), not the p90 1.643 ([1, p90] held 16 of 17 in-sample, 94%)."""
     b = heuristic.band(pairs)
     ratios = sorted(p.ratio for p in pairs)
     assert b["factor"] == round(statistics.median(ratios), 4) == 1.1695
-    assert b["low"] == 1.0 and b["high"] == round(ratios[int(0.9 * len(ratios))], 4) == 1.6431
+    assert b["low"] == 1.0 and b["high"] == math.ceil(ratios[14] * 1e4) / 1e4 == 1.3179
+    assert sum(b["low"] <= r <= b["high"] for r in ratios) == 15 == len(ratios[1:16])
     assert (b["n"], b["threads"]) == (17, 4) and b["confidence"] == "derived"
 
 
@@ -70,10 +73,11 @@ def test_coverage_holds_each_thread_out():
 
 
 def test_the_shipped_coverage(pairs):
-    """15 of the 17 inside a band derived without their own thread (#1528's 1.64× and 1.78× fall outside the band
-    of the other three threads, whose p90 is 1.30×)."""
+    """13 of the 17 inside a band derived without their own thread: #1528's 1.64× and 1.78× fall outside the band of
+    the other three threads (1.0–1.23×), and so do ATOM#2200's 1.30× and 1.32× (the others' band is 1.0–1.23×);
+    sglang#37072's nine and #5144's two are inside. The goal is 75–85% (issue 26); with [1, p90] it was 15 (88%)."""
     share, n = heuristic.held_out_coverage(pairs)
-    assert (round(share * n), n) == (15, 17)
+    assert (round(share * n), n) == (13, 17)
 
 
 @pytest.mark.parametrize("edit, words", [

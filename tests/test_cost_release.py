@@ -177,6 +177,26 @@ def test_bars_hold_on_release_pairs_they_were_not_derived_from(releases, basis, 
     assert share == pytest.approx(stated, abs=1e-4)
 
 
+@pytest.mark.parametrize("ratios, band", [
+    # ratios on both sides of 1: p10 and p90 (nearest rank), untouched
+    ([0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5], (0.9, 1.5)),
+    # every ratio above 1: the band starts at 1 and holds as many ratios as p10–p90 (9 of 10), not all 10
+    ([1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0], (1.0, 1.9)),
+    # every ratio below 1: the mirror image
+    ([0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.92, 0.95, 0.99], (0.6, 1.0)),
+    # one ratio under 1, the lower tenth above it: the band from 1 keeps the same count past it
+    ([0.99, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 2.6, 2.7, 2.8, 2.9], (1.0, 2.7)),
+])
+def test_a_band_holds_one_and_as_many_ratios_as_p10_p90(ratios, band):
+    """drift.band_of: where a whole tail lies on one side of 1 the band moves to 1 instead of stretching to it
+    (the heuristic band's 17 ratios all exceed 1: [1, p90] held 16 of them)."""
+    lo, hi = drift.band_of(math.log(r) for r in ratios)
+    assert (lo, hi) == pytest.approx(band)
+    held = sum(lo <= r * (1 + 1e-12) and r <= hi * (1 + 1e-12) for r in ratios)
+    n = len(ratios)
+    assert held == int(0.9 * n) - int(0.1 * n) + 1
+
+
 # -- predict uses them ------------------------------------------------------------------------------------------------
 
 def test_exact_release_keeps_the_same_release_bars_and_says_whose_us():

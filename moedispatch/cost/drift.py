@@ -146,15 +146,23 @@ def interpolations(releases: Sequence[tuple[str, str, dict]], relation: str,
     return out
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))]
-
-
 def band_of(log_ratios: Iterable[float]) -> tuple[float, float]:
-    """``(low, high)``: p10 and p90 of the ratios (never above / below 1: the prediction is inside its own bars)."""
-    values = list(log_ratios)
-    return min(math.exp(_quantile(values, 0.1)), 1.0), max(math.exp(_quantile(values, 0.9)), 1.0)
+    """``(low, high)``: p10 and p90 of the ratios (nearest rank), holding 1 — the prediction is inside its own bars.
+
+    Where the whole lower tenth lies above 1 (or the upper tenth below it) that end is 1, and the band *moves* to it
+    rather than stretching: the other end comes in by as many ratios as the band gained at this end, so the band holds
+    as many ratios as p10–p90 does (about 80%) and not every ratio between 1 and p90 as well (the heuristic band's
+    ratios are all above 1: [1, p90] held 15 of its 17 pairs, 88%)."""
+    v = sorted(log_ratios)
+    n = len(v)
+    lo, hi = min(n - 1, int(0.1 * n)), min(n - 1, int(0.9 * n))
+    if v[lo] > 0:            # p10 above 1: the band starts at 1, past every ratio below p10
+        below = sum(x < 0 for x in v)
+        return 1.0, max(math.exp(v[min(n - 1, below + hi - lo)]), 1.0)
+    if v[hi] < 0:            # p90 below 1: the band ends at 1
+        above = sum(x > 0 for x in v)
+        return min(math.exp(v[max(0, n - 1 - above - (hi - lo))]), 1.0), 1.0
+    return math.exp(v[lo]), math.exp(v[hi])
 
 
 def held_out_share(truths: Sequence[Truth]) -> float:
