@@ -683,7 +683,7 @@ def _explain_roles(args: argparse.Namespace, model: Any, caps: Any, registry: An
 
 def _cmd_fleet(args: argparse.Namespace) -> int:
     from moedispatch.plan.fleet import load_nodes, plan_fleet
-    from moedispatch.plan.roles import Role, parse_role
+    from moedispatch.plan.roles import Role, check_roles, parse_role
     from moedispatch.render.fleet import render_fleet
     from moedispatch.sources.models import load_model
 
@@ -694,6 +694,7 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     if args.data_parallel_backend is not None and not args.engine:
         raise UsageError("fleet: --data-parallel-backend describes the --engine launch; pass --engine vllm[@V]")
     roles = [parse_role(r) for r in args.role] or [Role("all", args.tp, args.ep)]
+    check_roles(roles)   # before any probe file is read or any Ray node is asked
     model = load_model(args.model)
     if args.ray is None:
         nodes, origin, node_plans, node_tools = load_nodes(args.probes), "probe files", {}, {}

@@ -374,3 +374,110 @@ def test_plan_warnings_and_node_local_tuned_files_are_reported(cli, tmp_path):
     doc = json.loads(_fleet(cli, pattern, "--format", "json").stdout)
     found = [w for w in doc["roles"][0]["warnings"] if "FileNotFoundError" in w["message"]]
     assert found and found[0]["nodes"] == ["n3"]
+
+
+# ---- inference-engineer review of `fleet` (bad input, huge fleets, engine releases) ----
+
+def test_duplicate_and_too_many_role_names_are_one_line_as_in_explain(cli, tmp_path):
+    """`explain --role` refuses two roles of one name and more than MAX_ROLES roles; fleet planned both, and the
+    second role's problems and engine errors (keyed by role name) overwrote the first's."""
+    pattern = _write(tmp_path, _probe("n1"))
+    proc = cli("fleet", "--from", pattern, "--model", MODEL, "--role", "decode:tp=8,tokens=1-512",
+               "--role", "decode:tp=8,tokens=1024-2048")
+    assert proc.returncode == 2 and "--role names must differ: decode given twice" in proc.stderr, proc.stdout
+    many = [a for i in range(9) for a in ("--role", f"r{i}:tp=8,tokens=1-512")]
+    proc = cli("fleet", "--from", pattern, "--model", MODEL, *many)
+    assert proc.returncode == 2 and "9 roles; at most 8" in proc.stderr, proc.stdout
+
+
+def test_an_engine_release_newer_than_capability_db_is_said(cli, tmp_path):
+    """`--engine vllm@9.9`: the recipe assumes 0.33.0's rules and says so (explain --recipe); fleet dropped that
+    warning and reported 'ready' for a release nothing models."""
+    pattern = _write(tmp_path, _probe("n1"), _probe("n2"))
+    proc = _fleet(cli, pattern, "--engine", "vllm@9.9")
+    assert "warning (all nodes): vllm 9.9 is newer than the newest release capability_db knows" in proc.stdout
+    doc = json.loads(_fleet(cli, pattern, "--engine", "vllm@9.9", "--format", "json").stdout)
+    assert any("vllm 9.9 is newer" in w["message"] and w["nodes"] == ["n1", "n2"] for w in doc["roles"][0]["warnings"])
+
+
+@pytest.mark.parametrize("raw, needle", [
+    (b"[" * 100000 + b"]" * 100000, "nests too deeply"),
+    (b"{" + b" " * (17 << 20) + b"}", "too large for a probe file"),
+])
+def test_hostile_probe_files_are_one_line(cli, tmp_path, raw, needle):
+    """A deeply nested or huge file was a RecursionError / MemoryError traceback."""
+    (tmp_path / "x.json").write_bytes(raw)
+    proc = cli("fleet", "--from", str(tmp_path / "*.json"), "--model", MODEL)
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-400:]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_among_the_probe_files_does_not_hang(cli, tmp_path):
+    """`open()` on a FIFO blocks until a writer comes: fleet hung for ever on `probes/*` holding one."""
+    _write(tmp_path, _probe("n1"))
+    os.mkfifo(tmp_path / "probes" / "n2.json")
+    proc = cli("fleet", "--from", str(tmp_path / "probes" / "*.json"), "--model", MODEL, timeout=60)
+    assert proc.returncode == 2 and "n2.json: not a regular file" in proc.stderr, proc.stderr
+
+
+def test_an_over_long_aiter_version_is_one_line(cli, tmp_path):
+    """A 5,000-digit release number made packaging raise ValueError (int digits limit): a traceback in fleet (from a
+    probe file) and in explain (--aiter-version)."""
+    long = "1" * 5000
+    proc = _fleet(cli, _write(tmp_path, _probe("n1", aiter=long)))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "not a PEP 440 version" in proc.stderr
+    proc = cli("explain", "--model", MODEL, "--target", "MI355X", "--aiter-version", long)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "not a PEP 440 version" in proc.stderr
+
+
+@pytest.mark.parametrize("patch, needle", [
+    ({"target_override": {"source": "probe:env"}}, "target_override.value is not a target name"),
+    ({"target_override": 5}, "target_override.value is not a target name"),
+    ({"target_override": ["MI300X"]}, "target_override.value is not a target name"),
+    ({"aiter": {"installed": "no", "version": {"value": "0.1.20.post1"}}}, "aiter.installed must be true or false"),
+    ({"aiter": {"installed": True, "version": {"value": "banana"}}}, "aiter.version.value 'banana' is not a PEP 440"),
+    ({"node": {"host": "evil\x1b[31mred\nline"}}, "control characters"),
+])
+def test_malformed_probe_fields_name_the_file_exit_2(cli, tmp_path, patch, needle):
+    """These were planned anyway: a target named 'None' / '5', an AITER 'no' read as installed, an error blaming an
+    --aiter-version the user never passed (exit 3), a host name that wrote terminal escapes and a line break into
+    the report."""
+    proc = _fleet(cli, _write(tmp_path, {**_probe("n1"), **patch}) if "node" not in patch else
+                  _write_as(tmp_path, "n1", {**_probe("n1"), **patch}))
+    assert proc.returncode == 2 and needle in proc.stderr and "n1.json" in proc.stderr, (proc.stdout, proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _write_as(tmp_path, stem, doc):
+    d = tmp_path / "probes"
+    d.mkdir(exist_ok=True)
+    (d / f"{stem}.json").write_text(json.dumps(doc))
+    return str(d / "*.json")
+
+
+def test_duplicate_node_names_name_both_files(cli, tmp_path):
+    """Which two of 200 files? The line named only the host."""
+    (tmp_path / "a.json").write_text(json.dumps(_probe("same")))
+    (tmp_path / "b.json").write_text(json.dumps(_probe("same")))
+    proc = cli("fleet", "--from", str(tmp_path / "*.json"), "--model", MODEL)
+    assert proc.returncode == 2 and "a.json" in proc.stderr and "b.json" in proc.stderr, proc.stderr
+
+
+def test_two_hundred_nodes_are_fast_and_readable(cli, tmp_path):
+    """200 probe files, four on another AITER release: identical nodes are planned (and their recipe built) once,
+    and a node list names a few nodes and counts the rest instead of 196 names per line."""
+    from moedispatch.plan.fleet import load_nodes, plan_fleet
+    from moedispatch.plan.roles import Role
+    from moedispatch.sources.models import load_model
+
+    docs = [_probe(f"node-{i:03d}", aiter="0.1.17" if i % 50 == 7 else "0.1.20.post1") for i in range(200)]
+    pattern = _write(tmp_path, *docs)
+    plans = plan_fleet(load_model(MODEL), load_nodes(pattern), [Role("all", 8, 1)]).roles[0].plans
+    assert plans["node-000"] is plans["node-199"] and plans["node-007"] is plans["node-057"]
+    assert plans["node-000"] is not plans["node-007"]        # another AITER release: planned on its own
+    proc = _fleet(cli, pattern, "--engine", "vllm")
+    assert proc.returncode == 3, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) < 400
+    assert "node-000, node-001, node-002, node-003, node-004, … and 191 more" in proc.stdout
+    doc = json.loads(_fleet(cli, pattern, "--format", "json").stdout)
+    assert len(doc["roles"][0]["nodes"]) == 200   # JSON keeps every node

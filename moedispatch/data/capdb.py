@@ -493,8 +493,8 @@ def aiter_db() -> dict[str, Any]:
 def parse_aiter_version(text: str) -> Version:
     try:
         return Version(text.strip())
-    except (InvalidVersion, AttributeError):
-        raise TargetError(f"--aiter-version {text!r} is not a PEP 440 version (e.g. 0.1.15.post3, "
+    except (ValueError, AttributeError):   # InvalidVersion, or a release number over Python's int-digits limit
+        raise TargetError(f"--aiter-version {text!r:.80} is not a PEP 440 version (e.g. 0.1.15.post3, "
                           "0.1.21.post2+rocm7.1); use 'none' for no AITER") from None
 
 

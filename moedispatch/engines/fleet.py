@@ -38,10 +38,17 @@ def check_engine(report: FleetReport, spec: str, *, data_parallel_backend: str |
         ray_env = engine_data(engine)[engine].get("ray_env")
     by_name = {n.name: n for n in report.nodes}
     lost: dict[tuple[str, str], list[str]] = {}  # (role, line) → nodes, so a role's nodes share one line
+    recipes: dict[int, Any] = {}   # nodes that read alike share one Plan object (plan_fleet): one recipe each
     for r in report.roles:
         for name, plan in r.plans.items():
-            recipe = build_recipe(plan, engine, version, alternatives=False)
+            if id(plan) not in recipes:
+                recipes[id(plan)] = build_recipe(plan, engine, version, alternatives=False)
+            recipe = recipes[id(plan)]
             report.engine = f"{engine} {recipe.version}"
+            own = {w.text for w in plan.warnings}
+            extra = [w.text for w in recipe.warnings if w.text not in own]
+            if extra:   # what explain --recipe says beyond the plan (a release newer than capability_db knows, …)
+                r.launch_warnings[name] = extra
             if not recipe.ok:
                 report.engine_errors[(r.role.name, name)] = recipe.refusals[0].text if recipe.refusals else \
                     "no safe launch"

@@ -16,19 +16,24 @@ import fnmatch
 import glob
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from moedispatch.core.errors import MoedispatchError, UsageError
 from moedispatch.core.workload import Runtime, parse_tokens
 from moedispatch.data.aiter_configs import split_env_paths
-from moedispatch.data.capdb import default_aiter_version, target_capabilities
+from moedispatch.data.capdb import default_aiter_version, parse_aiter_version, target_capabilities
 from moedispatch.plan.plan import Plan, plan_model
-from moedispatch.plan.roles import Role
+from moedispatch.plan.roles import Role, check_roles
 
-__all__ = ["Node", "load_nodes", "node_from_probe", "plan_fleet", "selects", "FleetReport", "MAX_NODES"]
+__all__ = ["Node", "load_nodes", "node_from_probe", "plan_fleet", "selects", "FleetReport", "MAX_NODES", "names"]
 
 MAX_NODES = 4096
+#: A probe document is a few KB; anything much larger is not one (and /dev/zero would never end).
+MAX_PROBE_BYTES = 16 << 20
+#: How many node names one line of the text report lists before it counts the rest (the JSON lists every node).
+NAMES_SHOWN = 5
 PROBE_SCHEMA = "moedispatch.probe/1"
 #: The node's own choice of AITER release to plan for (README "explain"; moedispatch.probe.targets.cli_aiter_version).
 AITER_VERSION_ENV = "MOEDISPATCH_AITER_VERSION"
@@ -63,7 +68,11 @@ def node_from_probe(doc: Any, source: str) -> Node:
     if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
         raise UsageError(f"{source}: gpus must be a list of objects ({{\"gfx\": …, \"product\": …}})")
     if override:
-        target = str(override.get("value") if isinstance(override, dict) else override)
+        target = override.get("value") if isinstance(override, dict) else override
+        if not isinstance(target, str) or not target.strip():
+            raise UsageError(f"{source}: target_override.value is not a target name (got {target!r:.60}); "
+                             "`moedispatch probe --format json` writes {\"value\": \"MI300X\", …}")
+        target = target.strip()
     elif gpus:
         archs = sorted({str(g.get("gfx")) for g in gpus})
         if len(archs) > 1:
@@ -81,6 +90,8 @@ def node_from_probe(doc: Any, source: str) -> Node:
     if not isinstance(aiter, dict):
         raise UsageError(f"{source}: aiter must be an object ({{\"installed\": …, \"version\": {{\"value\": …}}}})")
     version = None   # no AITER on the node: planned without it (never as the newest release)
+    if not isinstance(aiter.get("installed", False), bool):
+        raise UsageError(f"{source}: aiter.installed must be true or false (got {aiter.get('installed')!r:.60})")
     if aiter.get("installed"):
         found = aiter.get("version")
         value = found.get("value") if isinstance(found, dict) else None
@@ -88,6 +99,11 @@ def node_from_probe(doc: Any, source: str) -> Node:
             raise UsageError(f"{source}: aiter.installed is true but aiter.version.value is not a version string "
                              f"(got {found!r:.60})")
         version = value.strip()
+        try:
+            parse_aiter_version(version)
+        except MoedispatchError:
+            raise UsageError(f"{source}: aiter.version.value {version!r:.60} is not a PEP 440 version "
+                             "(e.g. 0.1.20.post1)") from None
     env = doc.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise UsageError(f"{source}: env must map variable names to strings")
@@ -104,6 +120,8 @@ def node_from_probe(doc: Any, source: str) -> Node:
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise UsageError(f"{source}: node.labels must map label names to strings")
     name = str(node.get("name") or node.get("host") or os.path.splitext(os.path.basename(source))[0])
+    if not name.isprintable():   # a name is printed as is: no terminal escapes, no line breaks in the report
+        raise UsageError(f"{source}: node name {name!r:.80} has control characters")
     return Node(name, str(target), version, tuple(sorted(env.items())), source, tuple(sorted(labels.items())))
 
 
@@ -115,18 +133,34 @@ def load_nodes(pattern: str) -> list[Node]:
     if len(paths) > MAX_NODES:
         raise UsageError(f"--from {pattern!r}: {len(paths)} files; at most {MAX_NODES}")
     nodes = []
+    seen: dict[str, str] = {}
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise UsageError(f"{path}: cannot read a probe file: {exc}") from None
-        nodes.append(node_from_probe(doc, path))
-    names = [n.name for n in nodes]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise UsageError(f"--from {pattern!r}: node {dup[0]} appears in two probe files")
+        node = node_from_probe(_read_probe(path), path)
+        if node.name in seen:
+            raise UsageError(f"--from {pattern!r}: node {node.name} appears in two probe files ({seen[node.name]} "
+                             f"and {path})")
+        seen[node.name] = path
+        nodes.append(node)
     return nodes
+
+
+def _read_probe(path: str) -> Any:
+    """The JSON of one probe file: a regular file (a FIFO would block ``open`` for ever) of at most
+    :data:`MAX_PROBE_BYTES`; anything else is a one-line UsageError naming the file."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{path}: not a regular file (a probe file is what `moedispatch probe --format json` "
+                             "writes)")
+        if st.st_size > MAX_PROBE_BYTES:
+            raise UsageError(f"{path}: {st.st_size} bytes is too large for a probe file (at most {MAX_PROBE_BYTES})")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PROBE_BYTES + 1)
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise UsageError(f"{path}: cannot read a probe file: its JSON nests too deeply") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read a probe file: {exc}") from None
 
 
 @dataclass
@@ -134,6 +168,9 @@ class RoleResult:
     role: Role
     plans: dict[str, Plan] = field(default_factory=dict)      # node name → plan
     errors: dict[str, str] = field(default_factory=dict)      # node name → why it cannot be planned
+    #: node name → what the ``--engine`` recipe for its plan warns beyond the plan's own warnings (a release newer
+    #: than capability_db knows, a switch the launch needs): what ``explain --recipe`` prints on that node.
+    launch_warnings: dict[str, list[str]] = field(default_factory=dict)
 
     def groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -202,8 +239,8 @@ class FleetReport:
                 major = ranked[0]
                 for other in ranked[1:]:
                     out.append(f"role {r.role.name}: node(s) {', '.join(other)} plan differently from "
-                               f"{', '.join(major)}: " + _what_differs(by_name[major[0]], by_name[other[0]],
-                                                                      r.plans[major[0]], r.plans[other[0]]))
+                               f"{names(major)}: " + _what_differs(by_name[major[0]], by_name[other[0]],
+                                                                   r.plans[major[0]], r.plans[other[0]]))
         return out + list(self.launch_problems)
 
     def to_dict(self) -> dict[str, Any]:
@@ -213,7 +250,7 @@ class FleetReport:
                            **({"moedispatch": self.node_tools[n.name]} if n.name in self.node_tools else {})}
                           for n in self.nodes],
                 "roles": [{**r.role.to_dict(), "errors": r.errors,
-                           "warnings": [{"message": text, "nodes": names} for text, names in plan_warnings(r)],
+                           "warnings": [{"message": text, "nodes": who} for text, who in plan_warnings(r)],
                            "nodes": {name: {"decision_fingerprint": p.decision_fingerprint,
                                             **({"planned_on_node": self.node_plans[(r.role.name, name)]}
                                                if (r.role.name, name) in self.node_plans else {}),
@@ -235,11 +272,11 @@ def _unhandled_issues(r: RoleResult, nodes: Mapping[str, Node]) -> list[str]:
                     found.setdefault((hit.issue, hit.tokens, hit.bucket, hit.kernel, hit.effect, hit.workaround_env,
                                       hit.source), []).append(name)
     out = []
-    for (issue, toks, bucket, kernel, effect, env, source), names in found.items():
+    for (issue, toks, bucket, kernel, effect, env, source), who in found.items():
         where = f"token {toks[0]}" if toks[0] == toks[1] else f"tokens {toks[0]}–{toks[1]}"
-        fix = (f"; fix: export {' '.join(f'{k}={v}' for k, v in env)} on {'that node' if len(set(names)) == 1 else 'those nodes'}"
+        fix = (f"; fix: export {' '.join(f'{k}={v}' for k, v in env)} on {'that node' if len(set(who)) == 1 else 'those nodes'}"
                if env else "")
-        out.append(f"role {r.role.name}: node(s) {', '.join(sorted(set(names)))}: its token range reaches {issue} at "
+        out.append(f"role {r.role.name}: node(s) {', '.join(sorted(set(who)))}: its token range reaches {issue} at "
                    f"{where} (bucket {bucket}, {kernel}): {effect} [{source}]{fix}")
     return out
 
@@ -255,9 +292,19 @@ def plan_warnings(r: "RoleResult") -> list[tuple[str, list[str]]]:
     """Each distinct warning of a role's node plans with the nodes whose plan carries it, in first-seen order."""
     seen: dict[str, list[str]] = {}
     for name, plan in r.plans.items():
-        for w in plan.warnings:
-            seen.setdefault(w.text, []).append(name)
+        for text in [w.text for w in plan.warnings] + r.launch_warnings.get(name, []):
+            if name not in seen.setdefault(text, []):
+                seen[text].append(name)
     return list(seen.items())
+
+
+def names(nodes: Sequence[str], shown: int = NAMES_SHOWN) -> str:
+    """Node names for one line of text: all of them up to ``shown`` + 1, else the first ``shown`` and how many more
+    (a 200-node role is one readable line; the JSON lists every node)."""
+    nodes = list(nodes)
+    if len(nodes) <= shown + 1:
+        return ", ".join(nodes)
+    return f"{', '.join(nodes[:shown])}, … and {len(nodes) - shown} more"
 
 
 def _moe_summary(plan: Plan) -> list[str]:
@@ -309,7 +356,9 @@ def selects(pattern: str, node: Node) -> bool:
 
 
 def plan_fleet(model: Any, nodes: Sequence[Node], roles: Sequence[Role], **plan_kwargs: Any) -> FleetReport:
-    """Each role planned on each node it runs on (:attr:`Role.nodes`: a glob on node names or ``label:K=V``)."""
+    """Each role planned on each node it runs on (:attr:`Role.nodes`: a glob on node names or ``label:K=V``). Nodes
+    that read alike (target, AITER release, environment) share one plan: a plan depends on nothing else."""
+    check_roles(roles)
     results = []
     for role in roles:
         pattern = role.nodes
@@ -317,13 +366,21 @@ def plan_fleet(model: Any, nodes: Sequence[Node], roles: Sequence[Role], **plan_
         if not members:
             raise UsageError(f"role {role.name}: nodes={pattern!r} matches none of {', '.join(n.name for n in nodes)}")
         res = RoleResult(role)
+        made: dict[tuple, Plan | str] = {}
         for n in members:
-            try:
-                caps = target_capabilities(n.target, n.aiter_version or "none")
-                runtime = Runtime.build(parse_tokens(f"{role.lo}-{role.hi}"), env=dict(n.env),
-                                        serving=(role.lo, role.hi))
-                res.plans[n.name] = plan_model(model, caps, role.tp, role.ep, runtime=runtime, **plan_kwargs)
-            except MoedispatchError as exc:
-                res.errors[n.name] = str(exc)
+            key = (n.target, n.aiter_version, n.env)
+            if key not in made:
+                try:
+                    caps = target_capabilities(n.target, n.aiter_version or "none")
+                    runtime = Runtime.build(parse_tokens(f"{role.lo}-{role.hi}"), env=dict(n.env),
+                                            serving=(role.lo, role.hi))
+                    made[key] = plan_model(model, caps, role.tp, role.ep, runtime=runtime, **plan_kwargs)
+                except MoedispatchError as exc:
+                    made[key] = str(exc)
+            got = made[key]
+            if isinstance(got, str):
+                res.errors[n.name] = got
+            else:
+                res.plans[n.name] = got
         results.append(res)
     return FleetReport(list(nodes), results)

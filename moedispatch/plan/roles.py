@@ -23,7 +23,8 @@ from moedispatch.core.errors import UsageError
 from moedispatch.core.workload import Runtime, parse_tokens
 from moedispatch.plan.plan import Plan, plan_model, plan_to_json
 
-__all__ = ["Role", "parse_role", "plan_roles", "role_differences", "roles_to_json", "group_view", "MAX_ROLES"]
+__all__ = ["Role", "parse_role", "check_roles", "plan_roles", "role_differences", "roles_to_json", "group_view",
+           "MAX_ROLES"]
 
 #: More roles than any disaggregated deployment has (prefill, decode, an encoder, a spare).
 MAX_ROLES = 8
@@ -90,9 +91,9 @@ def parse_role(text: str) -> Role:
     return Role(name, ints.get("tp", 1), ints.get("ep", 1), ints.get("dp", 1), lo, hi, nodes)
 
 
-def plan_roles(model: Any, caps: Any, roles: Sequence[Role], *, env: Mapping[str, str] | None = None,
-               overrides: Mapping[str, str] | None = None, **plan_kwargs: Any) -> list[tuple[Role, Plan]]:
-    """One plan per role, each for AITER's buckets in the role's token range and padded for that range."""
+def check_roles(roles: Sequence[Role]) -> None:
+    """At least one role, at most :data:`MAX_ROLES`, no name twice (what ``explain --role`` and ``fleet --role``
+    both accept); a one-line UsageError otherwise."""
     if not roles:
         raise UsageError("no roles to plan")
     if len(roles) > MAX_ROLES:
@@ -101,6 +102,12 @@ def plan_roles(model: Any, caps: Any, roles: Sequence[Role], *, env: Mapping[str
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise UsageError(f"--role names must differ: {', '.join(dup)} given twice")
+
+
+def plan_roles(model: Any, caps: Any, roles: Sequence[Role], *, env: Mapping[str, str] | None = None,
+               overrides: Mapping[str, str] | None = None, **plan_kwargs: Any) -> list[tuple[Role, Plan]]:
+    """One plan per role, each for AITER's buckets in the role's token range and padded for that range."""
+    check_roles(roles)
     out = []
     for role in roles:
         runtime = Runtime.build(parse_tokens(f"{role.lo}-{role.hi}"), env=env, overrides=overrides,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from moedispatch._util.width import fit
-from moedispatch.plan.fleet import FleetReport, _moe_summary, plan_warnings
+from moedispatch.plan.fleet import FleetReport, _moe_summary, names, plan_warnings
 
 __all__ = ["render_fleet"]
 
@@ -24,14 +24,14 @@ def render_fleet(report: FleetReport, *, fmt: str = "table", width: int | None =
     for r in report.roles:
         lines.append("")
         lines.append(f"role    {r.role.describe()}")
-        for fp, names in sorted(r.groups().items(), key=lambda kv: -len(kv[1])):
-            summary = "; ".join(_moe_summary(r.plans[names[0]]))
-            lines.append(f"        decision fingerprint {fp}: {', '.join(names)} — {summary}")
+        for fp, who in sorted(r.groups().items(), key=lambda kv: -len(kv[1])):
+            summary = "; ".join(_moe_summary(r.plans[who[0]]))
+            lines.append(f"        decision fingerprint {fp}: {names(who)} — {summary}")
         for name, why in r.errors.items():
             lines.append(f"        {name}: cannot be planned — {why}")
         everyone = len(r.plans)
-        for text, names in plan_warnings(r):   # what explain would print on each node, once per role
-            who = "all nodes" if len(names) == everyone else ", ".join(names)
+        for text, where in plan_warnings(r):   # what explain would print on each node, once per role
+            who = "all nodes" if len(where) == everyone else names(where)
             lines.append(f"        warning ({who}): {text}")
     problems = report.problems()
     lines.append("")
