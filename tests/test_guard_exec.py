@@ -33,7 +33,9 @@ def fake_vllm(tmp_path):
         #!{sys.executable}
         import json, os, sys
         print(json.dumps({{"argv": sys.argv[1:], "pid": os.getpid(),
-                          "aiter": os.environ.get("VLLM_ROCM_USE_AITER"), "keep": os.environ.get("KEEP_ME")}}))
+                          "aiter": os.environ.get("VLLM_ROCM_USE_AITER"), "keep": os.environ.get("KEEP_ME"),
+                          "guard": os.environ.get("MOEDISPATCH_GUARD"),
+                          "target": os.environ.get("MOEDISPATCH_TARGET")}}))
         """))
     exe.chmod(0o755)
     return bin_dir
@@ -85,6 +87,18 @@ def test_a_verified_launch_goes_through_unchanged(fake_vllm):
 def test_off_launches_without_checking(fake_vllm):
     proc, out, err = _exec(fake_vllm, *CHECK, "--", *LINE, env_extra={"MOEDISPATCH_GUARD": "off"})
     assert proc.returncode == 0 and json.loads(out)["argv"] == LINE[1:] and "guard off" in err
+
+
+def test_exec_hands_its_mode_and_target_to_the_guard_inside_the_engine(fake_vllm):
+    """The guard installed in the engine's environment reads MOEDISPATCH_GUARD / MOEDISPATCH_TARGET: without them it
+    checked `exec --guard off` launches anyway (in warn mode), and `--guard refuse --target` ones for another GPU."""
+    proc, out, err = _exec(fake_vllm, "--guard", "off", *CHECK, "--", *LINE)
+    assert proc.returncode == 0 and json.loads(out)["guard"] == "off"
+    proc, out, err = _exec(fake_vllm, "--guard", "refuse", *CHECK, "--", *LINE, env_extra={"VLLM_ROCM_USE_AITER": "1"})
+    got = json.loads(out)
+    assert proc.returncode == 0 and (got["guard"], got["target"]) == ("refuse", "MI355X"), err
+    proc, out, err = _exec(fake_vllm, "--", *LINE, env_extra={"MOEDISPATCH_GUARD": "off"})  # as given: unchanged
+    assert json.loads(out)["guard"] == "off" and json.loads(out)["target"] is None
 
 
 @pytest.mark.parametrize("args, env, message", [

@@ -98,6 +98,20 @@ def test_refuse_on_a_known_wrong_launch_passes_a_verified_one():
     assert _check("off").action == "pass"
 
 
+def test_the_advice_to_start_anyway_names_the_channel_that_chose_the_mode():
+    """A mode from vLLM's --additional-config wins over MOEDISPATCH_GUARD, so "MOEDISPATCH_GUARD=warn" would change
+    nothing: the report and the refusal name the config channel (it said MOEDISPATCH_GUARD=warn, already set)."""
+    cfg = p0.settings({"MOEDISPATCH_GUARD": "warn"}, {"moedispatch": {"mode": "refuse", "target": "MI355X"}})
+    v = p0.check("vllm", "0.33.0", NEXT, AITER_ON, cfg)
+    channel = """--additional-config '{"moedispatch": {"mode": "warn"}}'"""
+    assert v.action == "refuse" and v.report[-1].endswith("or launch it anyway with " + channel)
+    msg = p0.refusal_message("vllm", v, cfg)
+    assert msg.endswith(f"To start it anyway: {channel}.") and "MOEDISPATCH_GUARD" not in msg
+    cfg = p0.settings({"MOEDISPATCH_GUARD": "warn"}, {"moedispatch": {"mode": "warn", "target": "MI355X"}})
+    assert """--additional-config '{"moedispatch": {"mode": "refuse"}}' stops it""" in p0.check(
+        "vllm", "0.33.0", NEXT, AITER_ON, cfg).report[-1]
+
+
 def test_fix_sets_only_what_an_engine_process_can_still_change():
     v = _check("fix")
     assert (v.action, v.moe_backend, dict(v.env)) == ("fix", "aiter", {"VLLM_ROCM_USE_AITER_MOE": "1"})
@@ -107,7 +121,7 @@ def test_fix_sets_only_what_an_engine_process_can_still_change():
 
 
 def test_a_fix_that_is_another_layout_refuses_in_process(monkeypatch):
-    def decide(argv, env, mode, lint_fn):
+    def decide(argv, env, mode, lint_fn, switch=None):
         return exec_launch.Outcome("launch-fixed", tuple(list(argv)[:3] + ["--tensor-parallel-size", "8",
                                                                           "--enable-expert-parallel"]), dict(env),
                                    ("head", "moedispatch exec: launching the corrected command instead: …"),

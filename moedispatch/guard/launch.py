@@ -11,7 +11,8 @@ Mode (``--guard``, else ``MOEDISPATCH_GUARD``, else ``warn``):
 * ``off`` — launch unchanged without checking.
 
 The launch replaces this process (``os.execvpe``): the engine keeps moedispatch's PID, gets the same argv (or the
-fixed one) and this environment (plus the fix's variables). Findings go to stderr; stdout belongs to the engine.
+fixed one) and this environment (plus the fix's variables, and ``MOEDISPATCH_GUARD`` / ``MOEDISPATCH_TARGET`` set to
+exec's mode and target for the guard inside the engine). Findings go to stderr; stdout belongs to the engine.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = ["MODES", "GUARD_ENV", "Outcome", "mode_from", "decide", "run"]
 
 MODES = ("warn", "refuse", "fix", "off")
 GUARD_ENV = "MOEDISPATCH_GUARD"
+_TARGET_ENV = "MOEDISPATCH_TARGET"
 _ASSIGN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 
 
@@ -107,10 +109,11 @@ def _finding_lines(doc: Mapping[str, Any]) -> list[str]:
 
 
 def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callable[..., dict[str, Any]],
-           switch: str = GUARD_ENV, **lint_args: Any) -> Outcome:
+           switch: str | Callable[[str], str] = GUARD_ENV, **lint_args: Any) -> Outcome:
     """The outcome of ``exec`` for this launch (pure apart from ``lint``, which plans and returns the
     ``moedispatch.lint/1`` document for a launch's argv and environment). ``switch`` is how the user chose the mode
-    (``--guard`` or MOEDISPATCH_GUARD), for the advice on changing it.
+    (``--guard`` or MOEDISPATCH_GUARD, or a function spelling ``mode`` for another channel), for the advice on
+    changing it.
 
     In fix mode each error's corrected command is linted again before it is launched: the first that has no error
     finding is launched; when none is clean (or there is none), nothing is launched — a corrected command that is
@@ -118,6 +121,8 @@ def decide(argv: Sequence[str], env: Mapping[str, str], mode: str, lint: Callabl
     argv = tuple(argv)
 
     def mode_is(value: str) -> str:
+        if callable(switch):
+            return switch(value)
         return f"--guard {value}" if switch == "--guard" else f"{GUARD_ENV}={value}"
 
     if mode == "off":
@@ -193,8 +198,11 @@ def run(argv: Sequence[str], *, guard: str | None = None, target: str | None = N
     err.flush()
     if out.action == "refuse":
         return 3
+    # The guard installed next to the engine reads these: it checks in exec's mode (not its default, warn, after
+    # `--guard off`) and for exec's target.
+    handed = {GUARD_ENV: mode, **({_TARGET_ENV: target} if target else {})}
     try:
-        execvpe(out.argv[0], list(out.argv), dict(out.env))
+        execvpe(out.argv[0], list(out.argv), {**out.env, **handed})
     except OSError as exc:
         raise UsageError(f"cannot launch {out.argv[0]!r}: {exc.strerror or exc}") from None
     return 0  # only reached with a stand-in execvpe

@@ -13,6 +13,7 @@ read the engine's config into :func:`launch_argv`'s arguments and apply :class:`
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from moedispatch.engines import lint
 from moedispatch.engines.choice import ENGINES, _data
 from moedispatch.guard.launch import GUARD_ENV, MODES, decide
 
-__all__ = ["Settings", "Verdict", "settings", "unmodelled", "launch_argv", "check", "refusal_message", "say",
+__all__ = ["Settings", "Verdict", "settings", "mode_is", "unmodelled", "launch_argv", "check", "refusal_message", "say",
            "installable", "guard_process0", "PREFIX"]
 
 PREFIX = "moedispatch guard"
@@ -75,6 +76,14 @@ def settings(env: Mapping[str, str], extra: Any = None) -> Settings:
         except UsageError as exc:
             raise UsageError(f"{named}={target!r}: {exc}") from None
     return Settings(mode.strip().lower(), target.strip() if target else None, where)
+
+
+def mode_is(cfg: Settings, value: str) -> str:
+    """How to ask for mode ``value`` through the channel that chose ``cfg``'s: the config channel wins over
+    ``MOEDISPATCH_GUARD``, so advice to set the environment would change nothing there."""
+    if cfg.where.startswith("additional config"):
+        return f"--additional-config '{json.dumps({CONFIG_KEY: {'mode': value}})}'"
+    return f"{GUARD_ENV}={value}"
 
 
 def unmodelled(engine: str, version: str) -> str | None:
@@ -148,7 +157,7 @@ def check(engine: str, version: str, argv: Sequence[str], env: Mapping[str, str]
         launch = lint.parse_launch(None, list(a), _visible(e), dict(e))
         return lint.lint_launch(launch, spec=spec, engine_version=version, target=cfg.target, **kw)
 
-    out = decide(argv, env, cfg.mode, _lint)
+    out = decide(argv, env, cfg.mode, _lint, lambda value: mode_is(cfg, value))
     report = tuple(line.replace("moedispatch exec", prefix, 1) for line in out.report)
     if out.action == "launch":
         return Verdict("pass", report, doc=out.doc)
@@ -166,9 +175,9 @@ def check(engine: str, version: str, argv: Sequence[str], env: Mapping[str, str]
     return Verdict("fix", report, moe_backend=backend, env=added, doc=out.doc)
 
 
-def refusal_message(engine: str, verdict: Verdict) -> str:
+def refusal_message(engine: str, verdict: Verdict, cfg: Settings | None = None) -> str:
     """One paragraph for the exception that stops the launch: each error finding with its source and fix, and how to
-    launch anyway."""
+    launch anyway (through the channel that chose ``cfg``'s mode)."""
     doc = verdict.doc or {}
     errors = [f for f in doc.get("findings", ()) if f["severity"] == "error"]
     parts = [f["message"] + (f" [{f['source']}]" if f.get("source") else "") + (f" (fix: {f['fix']})" if f.get("fix")
@@ -177,7 +186,7 @@ def refusal_message(engine: str, verdict: Verdict) -> str:
         parts = [verdict.report[-1].split(": ", 1)[-1]]
     return (f"moedispatch guard (refuse): this {engine} {doc.get('engine_version', '')} launch of "
             f"{doc.get('model', 'the model')} is known-wrong for its MoE layers — " + " | ".join(parts)
-            + f" — not started. To start it anyway: {GUARD_ENV}=warn.")
+            + f" — not started. To start it anyway: {mode_is(cfg or Settings('refuse'), 'warn')}.")
 
 
 def environ() -> dict[str, str]:
@@ -240,14 +249,14 @@ def guard_process0(engine: str, version: str, extra: Any, launch: Callable[[], t
     for line in verdict.report:
         say(line)
     if verdict.action == "refuse":
-        raise ValueError(refusal_message(engine, verdict))
+        raise ValueError(refusal_message(engine, verdict, cfg))
     if verdict.action == "fix":
         os.environ.update(verdict.env)
         parts = [apply_fix(verdict)] + [f"{k}={v}" for k, v in verdict.env.items()]
         say(f"{PREFIX} (fix): set {', '.join(p for p in parts if p) or 'nothing'} for this launch and its workers")
         verdict = verdict_now()
         if verdict.action != "pass":  # the corrected launch is still known-wrong: never start it
-            raise ValueError(refusal_message(engine, verdict) + " (after the guard's fix)")
+            raise ValueError(refusal_message(engine, verdict, cfg) + " (after the guard's fix)")
         say(f"{PREFIX} (fix): the corrected launch checks clean")
     say(f"{PREFIX}: process-0 check took {time.perf_counter() - start:.2f} s")
     return verdict

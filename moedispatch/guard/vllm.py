@@ -274,7 +274,7 @@ def before_oracle(layer_name: str, moe_config: Any) -> None:
         return
     verdict = state["verdict"]
     if verdict.action == "refuse" and state["cfg"].mode != "warn":
-        raise ValueError(p0.refusal_message("vllm", verdict) + f" (worker check, layer {layer_name})")
+        raise ValueError(p0.refusal_message("vllm", verdict, state["cfg"]) + f" (worker check, layer {layer_name})")
     if verdict.action == "fix" and verdict.moe_backend and moe_config.moe_backend != verdict.moe_backend:
         moe_config.moe_backend = verdict.moe_backend
         _once(("fix", verdict.moe_backend), f"{_PREFIX} (fix): this worker's MoE layers use --moe-backend "
