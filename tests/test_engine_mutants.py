@@ -149,10 +149,10 @@ def _compare(model, env=ON, mb="auto", engine="vllm", tp=8, **kw):
 
 
 def test_a_refusal_is_the_verdict_with_the_engines_own_message_and_source():
-    """vLLM 0.33.0 raises for a --moe-backend its map does not know (oracle/unquantized.py
-    map_unquantized_backend): the only reason is the refusal, and compare says so with that source."""
-    plan, [c] = _compare("Qwen3-30B-A3B", env={}, mb="bogus")
-    assert c["verdict"] == "refused" and c["engine"]["error"].startswith("moe_backend='bogus' is not supported")
+    """vLLM 0.33.0 raises for a --moe-backend its parser accepts but the oracle's map does not know (hpc; oracle/
+    unquantized.py map_unquantized_backend): the only reason is the refusal, and compare says so with that source."""
+    plan, [c] = _compare("Qwen3-30B-A3B", env={}, mb="hpc")
+    assert c["verdict"] == "refused" and c["engine"]["error"].startswith("moe_backend='hpc' is not supported")
     assert c["why_details"][0]["text"] == f"vllm 0.33.0 raises: {c['engine']['error']}"
     assert c["why_details"][0]["source"] == c["engine"]["reason_details"][0]["source"] == \
         "vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/oracle/unquantized.py"
@@ -436,10 +436,10 @@ def test_explains_engine_lines():
     """render_comparison (explain's table): one line per MoE group — engine release, flag, environment (sorted), what
     the engine runs or raises, the verdict — then the reasons."""
     plan = _plan("Qwen3-30B-A3B")
-    bogus = ec.render_comparison(ec.compare_plan(plan, "vllm", env={}, moe_backend="bogus"))
-    expected = ("moe_backend='bogus' is not supported for unquantized MoE. Expected one of ['triton', "
+    bogus = ec.render_comparison(ec.compare_plan(plan, "vllm", env={}, moe_backend="hpc"))
+    expected = ("moe_backend='hpc' is not supported for unquantized MoE. Expected one of ['triton', "
                 "'batched_triton', 'aiter', 'flashinfer_trtllm', 'flashinfer_cutlass'].")
-    assert bogus == [f"engine  layers 0–47: vllm 0.33.0 --moe-backend bogus (default environment) → raises at select: "
+    assert bogus == [f"engine  layers 0–47: vllm 0.33.0 --moe-backend hpc (default environment) → raises at select: "
                      f"{expected} — REFUSED by the engine",
                      f"        vllm 0.33.0 raises: {expected} "
                      "(vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/oracle/unquantized.py)"]
@@ -556,8 +556,8 @@ def test_vllm_mxfp4_refusals_name_the_oracle_and_unmodelled_backends():
     """A DeepSeek-V4-style MXFP4 W4A16 checkpoint (quant_method mxfp4) goes through
     select_deepseek_v4_mxfp4_moe_backend, whose refusal names MXFP4 (oracle/mxfp4.py); a backend of the map with no
     ROCm kernel (MARLIN) is rejected as 'not a ROCm backend', not a crash."""
-    bogus = _mxfp4_a16("bogus", "mxfp4")
-    assert bogus.error.startswith("moe_backend='bogus' is not supported for mxfp4 MoE. Expected one of ")
+    bogus = _mxfp4_a16("hpc", "mxfp4")   # a --moe-backend value the parser accepts, absent from the MXFP4 map
+    assert bogus.error.startswith("moe_backend='hpc' is not supported for mxfp4 MoE. Expected one of ")
     marlin = _mxfp4_a16("marlin", "quark")
     assert marlin.error == ("MXFP4 MoE backend MARLIN does not support the deployment configuration since kernel "
                             "does not support current device (not a ROCm backend).")

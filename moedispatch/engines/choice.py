@@ -460,6 +460,12 @@ def _vllm_allocation(c: _VllmCall, name: str) -> tuple[int, int]:
 
 def _vllm(doc: dict[str, Any], version: str, layer: "MoELayer", caps: "Capabilities", env: Mapping[str, str],
           moe_backend: str, quant_method: str | None) -> EngineChoice:
+    mb = moe_backend.strip().lower().replace("-", "_")
+    values = doc.get("moe_backend_values")
+    if values and mb not in values:  # vllm serve's parser (and KernelConfig) refuse it before any oracle runs
+        msg = f"argument --moe-backend: invalid choice: '{mb}' (choose from {', '.join(sorted(values))})"
+        return EngineChoice("vllm", version, mb, None, None, None, None, msg, "args", None, (), (Reason(
+            f"vLLM {version} refuses the launch: {msg}", "failed", doc.get("moe_backend_values_source")),))
     if layer.weight.dtype in ("int4", "int8") and layer.act.dtype in ("bf16", "fp16"):
         return _vllm_wna16(doc, version, layer, caps, moe_backend, quant_method)
     scheme = _scheme(layer)
