@@ -390,6 +390,22 @@ def test_sglang_layout_flags():
     assert doc["parallel"] == {"tp": 8, "ep": 8}
 
 
+def test_sglang_attn_dp_size_is_data_parallel_attention():
+    """SGLang 0.5.23 deprecates `--dp-size N --enable-dp-attention` for `--attn-dp-size N` (server_args.py: "Use
+    --attn-dp-size <dp-size> instead"); the old spelling resolves to attn_dp_size = N only when --attn-dp-size is not
+    given (arg_groups/parallel_hook.py _handle_deprecated_dp_attention), and attention TP = tp_size // attn_dp_size
+    (runtime_context.py derive_attn_tp_size). lint read --attn-dp-size as nothing: attention TP 8."""
+    base = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-235B-A22B-Instruct-2507", "--tp", "8"]
+    assert L._plan_layout(L.parse_launch(None, [*base, "--attn-dp-size", "2"])) == (8, 1, 4)
+    assert L._plan_layout(L.parse_launch(None, [*base, "--attention-data-parallel-size", "8", "--ep-size", "8"])) \
+        == (8, 8, 1)
+    assert L._plan_layout(L.parse_launch(None, [*base, "--attn-dp-size", "4", "--dp", "2", "--enable-dp-attention"])) \
+        == (8, 1, 2)                                    # --attn-dp-size given: the old spelling adds nothing
+    assert L._plan_layout(L.parse_launch(None, [*base, "--attn-dp-size", "3"])) == (8, 1, 8)
+    with pytest.raises(UsageError, match=r"attention data-parallel size \(--attn-dp-size\) must be an integer"):
+        L._plan_layout(L.parse_launch(None, [*base, "--attn-dp-size", "two"]))
+
+
 def test_sglang_dp_attention_with_ep_keeps_its_layout_in_the_fix_and_says_the_moe_tp():
     """DeepSeek-V3 --tp 8 --dp 2 --enable-dp-attention --ep-size 2 on MI355X: the info names MoE TP 4 and attention
     TP 4; the fix (the recipe) keeps --tp-size 8 --ep-size 2 --enable-dp-attention --dp-size 2 (it was --tp-size 4

@@ -146,7 +146,7 @@ _DEST_KEYS = {
     "sglang": {"model_path": "model", "tp_size": "tp", "ep_size": "ep", "dp_size": "dp",
                "moe_runner_backend": "moe_backend", "quantization": "quantization", "pp_size": "pp",
                "chunked_prefill_size": "max_batched_tokens", "enable_dp_attention": "dp_attention",
-               "enable_ep_moe": "ep_flag", "moe_dp_size": "moe_dp"},
+               "attn_dp_size": "attn_dp", "enable_ep_moe": "ep_flag", "moe_dp_size": "moe_dp"},
 }
 
 
@@ -384,7 +384,8 @@ def parse_launch(text: str | None = None, argv: Sequence[str] | None = None,
 
 #: How a message names each parallel size lint reads (the option spellings differ per engine).
 _SIZE_NAMES = {"tp": "tensor-parallel size", "dp": "data-parallel size", "ep": "expert-parallel size",
-               "pp": "pipeline-parallel size", "moe_dp": "MoE data-parallel size (--moe-dp-size)"}
+               "pp": "pipeline-parallel size", "moe_dp": "MoE data-parallel size (--moe-dp-size)",
+               "attn_dp": "attention data-parallel size (--attn-dp-size)"}
 
 
 def _int(flags: Mapping[str, Any], key: str, default: int = 1) -> int:
@@ -406,15 +407,21 @@ def _plan_layout(launch: Launch) -> tuple[int, int, int]:
     ``moe_tp_size(plan tp, plan ep)``), the expert-parallel degree and the attention's TP
     (:attr:`moedispatch.plan.plan.Plan.attention_tp`). vLLM: ``--data-parallel-size`` without
     ``--enable-expert-parallel`` shards the experts tensor-parallel over every rank (MoE TP = TP × DP), with it EP =
-    TP × DP. SGLang: the MoE's TP is ``tp_size // ep_size`` whatever ``--enable-dp-attention`` does to the attention
-    (attention TP = tp_size // dp_size); ``--moe-dp-size`` > 1 is not modelled (:func:`_unmodelled_layout`)."""
+    TP × DP. SGLang: the MoE's TP is ``tp_size // ep_size`` whatever data-parallel attention does to the attention:
+    attention TP = tp_size // attn_dp_size, where ``--attn-dp-size N`` (0.5.23's spelling) sets attn_dp_size and the
+    deprecated ``--dp-size N --enable-dp-attention`` resolves to attn_dp_size = N when ``--attn-dp-size`` is not given
+    (sgl-project/sglang@v0.5.23:python/sglang/srt/arg_groups/parallel_hook.py _handle_deprecated_dp_attention;
+    runtime_context.py derive_attn_tp_size); ``--moe-dp-size`` > 1 is not modelled (:func:`_unmodelled_layout`)."""
     f = launch.flags
     tp, dp = _int(f, "tp"), _int(f, "dp")
     if launch.engine == "vllm":
         if f.get("ep_flag"):
             return tp, tp * dp, tp
         return tp * dp, 1, tp
-    attn_tp = tp // dp if f.get("dp_attention") and tp % dp == 0 else tp
+    attn_dp = _int(f, "attn_dp")
+    if attn_dp == 1 and f.get("dp_attention"):
+        attn_dp = dp
+    attn_tp = tp // attn_dp if tp % attn_dp == 0 else tp
     ep = _int(f, "ep")
     ep = tp if f.get("ep_flag") and ep == 1 else ep
     return tp, ep, attn_tp

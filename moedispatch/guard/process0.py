@@ -99,7 +99,7 @@ def unmodelled(engine: str, version: str) -> str | None:
 
 def launch_argv(engine: str, model: str, *, tp: int = 1, dp: int = 1, ep: int | None = None, ep_flag: bool = False,
                 moe_backend: str | None = None, max_batched_tokens: int | None = None,
-                data_parallel_backend: str | None = None, dp_attention: bool = False,
+                data_parallel_backend: str | None = None, dp_attention: bool = False, attn_dp: int = 1,
                 quantization: str | None = None) -> list[str]:
     """The command line that makes ``engine`` build this configuration (what ``lint`` and ``exec`` read)."""
     if engine == "vllm":
@@ -122,6 +122,8 @@ def launch_argv(engine: str, model: str, *, tp: int = 1, dp: int = 1, ep: int | 
             argv += ["--ep-size", str(ep)]
         if dp_attention:
             argv.append("--enable-dp-attention")
+        if attn_dp > 1:
+            argv += ["--attn-dp-size", str(attn_dp)]
         if moe_backend:
             argv += ["--moe-runner-backend", moe_backend]
         if max_batched_tokens:
