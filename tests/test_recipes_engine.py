@@ -272,3 +272,24 @@ def test_engine_padding_takes_a_family_or_a_builtin_backend_name():
     by_family = engine_padding("vllm", layer, "flydsl", "0.33.0")
     assert engine_padding("vllm", layer, "aiter-flydsl", "0.33.0") == by_family
     assert by_family[:2] == (3072, 512)
+
+
+def test_vllm_033_kernel_pads_follow_its_aiter_moe_pads():
+    """vllm-project/vllm@v0.33.0 experts/rocm_aiter_moe.py:239-272 (aiter_moe_pads): at TP 1 the intermediate pad is
+    doubled for the fused gate/up weight — except on the MXFP4 W4A4 SiLU path, where AITER doubles it ("doubling it
+    here as well masks live intermediate rows") — and SITU's pads pass through unrounded. A 2880 × 2880 layer at TP 1:
+    W4A4 allocates 2944 (pad 64), W4A16 3072 (pad 192), hidden 3072 (pad 192). Before 0.33 every TP-1 pad doubled
+    (vllm-project/vllm#44679)."""
+    from moedispatch.core.layers import MoELayer
+    from moedispatch.engines.recipes import engine_padding
+
+    def pads(act, aq, version="0.33.0"):
+        layer = MoELayer.build(hidden=2880, intermediate=2880, experts=128, top_k=4, weight="mxfp4", act=aq,
+                               activation=act)
+        return engine_padding("vllm", layer, "aiter-ck", version)
+
+    assert pads("silu", "mxfp4") == (3072, 2944, 128, 64)         # not doubled: AITER doubles it
+    assert pads("gelu", "mxfp4") == (3072, 2944, 128, 128)        # doubled (only SiLU is exempt)
+    assert pads("silu", "bf16") == (3072, 3072, 128, 384)         # W4A16: doubled
+    assert pads("situ", "bf16") == (3072, 3072, 192, 192)         # SITU: unrounded, undoubled
+    assert pads("silu", "mxfp4", "0.32.0") == (3072, 2944, 128, 128)

@@ -177,6 +177,11 @@ def path_family(engine: str, version: str, layer: MoELayer, gfx: str, family: st
     return conv["family"] if conv else _fam(family)
 
 
+#: The vLLM release whose ``aiter_moe_pads`` (experts/rocm_aiter_moe.py:239-272) was read: SITU's pads unrounded, no
+#: doubling at TP 1 for MXFP4 W4A4 with SiLU. Earlier releases keep the TP-aware doubling of vllm-project/vllm#44679.
+_AITER_PADS_033 = Version("0.33.0")
+
+
 def engine_padding(engine: str, layer: MoELayer, family: str | None,
                    version: str | None = None) -> tuple[int, int, int | None, int | None]:
     """(allocated hidden, allocated intermediate/rank, kernel hidden pad, kernel intermediate pad) the engine
@@ -184,8 +189,10 @@ def engine_padding(engine: str, layer: MoELayer, family: str | None,
     ``aiter-flydsl`` is accepted too), from capability_db/engines.toml.
 
     vLLM's runtime pads to AITER are ``hidden_pad // 128 * 128`` and ``intermediate_pad // 64 * 64 * (2 if TP == 1)``
-    with MiniMax-M3's ``intermediate_pad=0`` (experts/rocm_aiter_moe.py; vLLM PR #46419); SGLang passes the
-    differences. Kernel pads are ``None`` where the engine passes none.
+    with MiniMax-M3's ``intermediate_pad=0`` (experts/rocm_aiter_moe.py; vLLM PR #46419); from vLLM 0.33 (the release
+    read: experts/rocm_aiter_moe.py:239-272 ``aiter_moe_pads``) SITU's pads pass through unrounded and the MXFP4 W4A4
+    SiLU path's intermediate pad is not doubled at TP 1 (AITER doubles it; doubling it here too masks live rows).
+    SGLang passes the differences. Kernel pads are ``None`` where the engine passes none.
     """
     data = engine_data(engine)
     version = _version(engine, version, data[engine])
@@ -202,10 +209,23 @@ def engine_padding(engine: str, layer: MoELayer, family: str | None,
     raw_h, raw_i = h - layer.hidden, i - layer.intermediate_per_rank
     if engine == "sglang":
         return h, i, raw_h, raw_i
-    kh = raw_h // 128 * 128
-    ki = (0 if layer.model_type in ("minimax_m3_vl", "minimax_m3")
-          else raw_i // 64 * 64 * (2 if layer.moe_tp == 1 else 1))
-    return h, i, kh, ki
+    if layer.model_type in ("minimax_m3_vl", "minimax_m3"):
+        raw_i = 0   # the model passes intermediate_pad=0 (vllm-project/vllm#46419)
+    return (h, i, *vllm_kernel_pads(raw_h, raw_i, layer.activation, layer.weight.dtype == "mxfp4" and
+                                    layer.act.dtype == "mxfp4", layer.moe_tp, version))
+
+
+def vllm_kernel_pads(hidden_pad: int, intermediate_pad: int, activation: str, mxfp4_w4a4: bool, moe_tp: int,
+                     version: str) -> tuple[int, int]:
+    """The (hidden, intermediate) pads vLLM hands AITER's fused MoE for the allocation's pads (``aiter_moe_pads``,
+    vllm-project/vllm@v0.33.0:vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py:239-272; before 0.33
+    every TP-1 intermediate pad doubled, vllm-project/vllm#44679)."""
+    double = moe_tp == 1
+    if Version(version) >= _AITER_PADS_033:
+        if activation == "situ":
+            return hidden_pad, intermediate_pad
+        double = double and not (mxfp4_w4a4 and activation == "silu")
+    return hidden_pad // 128 * 128, intermediate_pad // 64 * 64 * (2 if double else 1)
 
 
 def modelled_choice(engine: str, version: str, layer: MoELayer, caps: Any, env: dict[str, str],

@@ -1,6 +1,7 @@
 """capability_db/engines/vllm.toml against the real vLLM 0.33.0 (in the engine environment, tests/peers/peers.py):
 ``moe_backend_values`` is exactly what ``vllm serve --moe-backend`` accepts, and each expert class's ``activations``
-are the activations its ``_supports_activation`` accepts (among the gated ones the table models)."""
+are the activations its ``_supports_activation`` accepts (among the gated ones the table models); and the pads vLLM
+hands AITER (moedispatch.engines.recipes.vllm_kernel_pads) are its own ``aiter_moe_pads``'."""
 
 from __future__ import annotations
 
@@ -29,7 +30,12 @@ acts = {}
 for name, mod in mods.items():
     cls = getattr(importlib.import_module("vllm.model_executor.layers.fused_moe.experts." + mod), name)
     acts[name] = [a.value for a in MoEActivation if cls._supports_activation(a)]
-print(json.dumps({"choices": choices, "acts": acts}))
+from vllm.model_executor.layers.fused_moe.experts.rocm_aiter_moe import aiter_moe_pads
+pads = [[h, i, a, w, tp, list(aiter_moe_pads(h, i, MoEActivation(a), w, tp))]
+        for h in (0, 64, 128, 192, 320) for i in (0, 32, 64, 96, 192, 320)
+        for a in ("silu", "gelu", "situ", "swigluoai", "swigluoai_uninterleave") for w in (True, False)
+        for tp in (1, 2, 8)]
+print(json.dumps({"choices": choices, "acts": acts, "pads": pads}))
 """
 
 #: Expert class → its module under vllm/model_executor/layers/fused_moe/experts/. AiterMxfp8Experts is left out: its
@@ -74,3 +80,11 @@ def test_class_activations_are_what_the_classes_accept(real):
                 want = sorted(a for a in real["acts"][c["name"]] if a in modelled)
                 assert sorted(c["activations"]) == want, (oracle, name, c["name"])
     assert seen == set(MODULES)
+
+
+def test_kernel_pads_are_vllms_aiter_moe_pads(real):
+    from moedispatch.engines.recipes import vllm_kernel_pads
+
+    wrong = [(h, i, a, w, tp, want, got) for h, i, a, w, tp, want in real["pads"]
+             if list(got := vllm_kernel_pads(h, i, a, w, tp, "0.33.0")) != want]
+    assert not wrong and len(real["pads"]) == 900, wrong[:5]
