@@ -72,6 +72,17 @@ def test_coverage_holds_each_thread_out():
     assert (share, n) == (0.5, 6)
 
 
+def test_coverage_counts_a_ratio_on_a_bar_as_inside():
+    """The bars are closed: a held-out ratio equal to the other thread's low (1, untuned as fast as tuned) or high
+    end is inside."""
+    mk = lambda src, ratios: [heuristic.Pair(src, "gfx950", 256, i + 1, r, 1.0)  # noqa: E731
+                              for i, r in enumerate(ratios)]
+    a = mk("https://github.com/x/y/pull/1", [1.0, 1.5])
+    b = mk("https://github.com/x/y/pull/2", [1.2, 1.5])
+    assert heuristic.band(b)["high"] == 1.5 and heuristic.band(a)["low"] == 1.0
+    assert heuristic.held_out_coverage(a + b) == (1.0, 4)
+
+
 def test_the_shipped_coverage(pairs):
     """13 of the 17 inside a band derived without their own thread: #1528's 1.64× and 1.78× fall outside the band of
     the other three threads (1.0–1.23×), and so do ATOM#2200's 1.30× and 1.32× (the others' band is 1.0–1.23×);

@@ -155,13 +155,13 @@ def band_of(log_ratios: Iterable[float]) -> tuple[float, float]:
     ratios are all above 1: [1, p90] held 15 of its 17 pairs, 88%)."""
     v = sorted(log_ratios)
     n = len(v)
-    lo, hi = min(n - 1, int(0.1 * n)), min(n - 1, int(0.9 * n))
-    if v[lo] > 0:            # p10 above 1: the band starts at 1, past every ratio below p10
+    lo, hi = int(0.1 * n), int(0.9 * n)      # nearest rank: both < n
+    if v[lo] > 0:            # p10 above 1: the band starts at 1, past every ratio below p10 (below <= lo)
         below = sum(x < 0 for x in v)
-        return 1.0, max(math.exp(v[min(n - 1, below + hi - lo)]), 1.0)
-    if v[hi] < 0:            # p90 below 1: the band ends at 1
+        return 1.0, math.exp(v[below + hi - lo])
+    if v[hi] < 0:            # p90 below 1: the band ends at 1 (above <= n - 1 - hi)
         above = sum(x > 0 for x in v)
-        return min(math.exp(v[max(0, n - 1 - above - (hi - lo))]), 1.0), 1.0
+        return math.exp(v[n - 1 - above - (hi - lo)]), 1.0
     return math.exp(v[lo]), math.exp(v[hi])
 
 
