@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from moedispatch._util.suggest import did_you_mean
 from moedispatch._util.width import fit, terminal_width, wrap
@@ -733,6 +733,27 @@ def _c_stderr_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
+def _save_probes(folder: str, pairs: Sequence[tuple[Any, dict]], say: Callable[[str], None]) -> None:
+    """``--save-probes``: each node's probe document as ``folder/NODE.json``; says which files it replaced and which
+    probe files of other nodes the folder still holds (a later ``--from 'folder/*.json'`` reads those too)."""
+    mine = {f"{node.name}.json" for node, _ in pairs}
+    try:
+        os.makedirs(folder, exist_ok=True)
+        before = {f for f in os.listdir(folder) if f.endswith(".json")}
+        for node, doc in pairs:
+            with open(os.path.join(folder, f"{node.name}.json"), "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, indent=2)
+    except OSError as exc:
+        raise UsageError(f"fleet --save-probes {folder!r}: {exc}") from None
+    replaced, others = sorted(before & mine), sorted(before - mine)
+    say(f"fleet: wrote {len(mine)} probe file(s) to {folder}" + (f", replacing {len(replaced)}" if replaced else ""))
+    if others:
+        shown = ", ".join(others[:5]) + (f", … and {len(others) - 5} more" if len(others) > 5 else "")
+        sys.stderr.write(f"moedispatch: fleet: warning: {folder} also holds {len(others)} probe file(s) of nodes this "
+                         f"cluster did not answer for ({shown}): --from '{os.path.join(folder, '*.json')}' would read "
+                         "them too\n")
+
+
 def _fleet_from_ray(args: argparse.Namespace, model: Any, roles: Any) -> tuple[list, str, dict, dict]:
     """``fleet --ray``: the nodes (as ``--from`` would read them), where from, each node's own plan fingerprints and
     moedispatch release; progress on stderr (``-q`` silences it). Ray is imported only here."""
@@ -755,13 +776,7 @@ def _fleet_from_ray(args: argparse.Namespace, model: Any, roles: Any) -> tuple[l
     for line in skipped:
         progress(f"fleet: {line}")
     if args.save_probes is not None:
-        try:
-            os.makedirs(args.save_probes, exist_ok=True)
-            for node, doc in pairs:
-                with open(os.path.join(args.save_probes, f"{node.name}.json"), "w", encoding="utf-8") as fh:
-                    json.dump(doc, fh, indent=2)
-        except OSError as exc:
-            raise UsageError(f"fleet --save-probes {args.save_probes!r}: {exc}") from None
+        _save_probes(args.save_probes, pairs, progress)
     by_id = {doc["node"]["ray_node_id"]: node.name for node, doc in pairs}
     node_plans = {}
     node_tools = {}

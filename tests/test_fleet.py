@@ -199,7 +199,10 @@ def test_bad_ray_arguments_are_one_line(cli, tmp_path):
         srv.bind(("127.0.0.1", 0))
         srv.listen(4)
         silent = f"127.0.0.1:{srv.getsockname()[1]}"
-        for args, message in ((["--ray", "nonsense"], "expected HOST:PORT, ray://HOST:PORT or auto"),
+        for args, message in ((["--ray", "nonsense"], "expected HOST:PORT (port 1-65535), ray://HOST:PORT or auto"),
+                              # an empty address (an unset shell variable) is not a request for auto
+                              (["--ray", ""], "fleet --ray '': expected HOST:PORT"),
+                              (["--ray", "127.0.0.1:99999"], "expected HOST:PORT (port 1-65535)"),
                               (["--ray", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
                               (["--ray", "ray://127.0.0.1:1"], "cannot reach a Ray cluster at ray://127.0.0.1:1"),
                               (["--ray", "local"], "would start a new one-node cluster"),
@@ -481,3 +484,23 @@ def test_two_hundred_nodes_are_fast_and_readable(cli, tmp_path):
     assert "node-000, node-001, node-002, node-003, node-004, … and 191 more" in proc.stdout
     doc = json.loads(_fleet(cli, pattern, "--format", "json").stdout)
     assert len(doc["roles"][0]["nodes"]) == 200   # JSON keeps every node
+
+
+def test_save_probes_says_what_it_replaced_and_what_else_the_folder_holds(tmp_path, capsys):
+    """--save-probes wrote over files of the same name silently and left other nodes' files from an earlier run, which
+    a later --from 'DIR/*.json' reads as nodes of this cluster: it says both (the warning even under -q)."""
+    from types import SimpleNamespace
+
+    from moedispatch.cli import _save_probes
+
+    folder = tmp_path / "probes"
+    folder.mkdir()
+    (folder / "n1.json").write_text("{}")
+    (folder / "gone.json").write_text("{}")
+    said = []
+    _save_probes(str(folder), [(SimpleNamespace(name="n1"), {"a": 1}), (SimpleNamespace(name="n2"), {"b": 2})],
+                 said.append)
+    assert said == [f"fleet: wrote 2 probe file(s) to {folder}, replacing 1"]
+    err = capsys.readouterr().err
+    assert "also holds 1 probe file(s) of nodes this cluster did not answer for (gone.json)" in err
+    assert json.loads((folder / "n1.json").read_text()) == {"a": 1}

@@ -103,8 +103,8 @@ def _check_reachable(address: str, timeout: float) -> None:
     """A plain TCP connect to ``HOST:PORT`` (``ray://HOST:PORT``): refused or silent is a one-line UsageError."""
     hostport = address.split("://", 1)[1] if "://" in address else address
     host, sep, port = hostport.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"fleet --ray {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"fleet --ray {address!r}: expected HOST:PORT (port 1-65535), ray://HOST:PORT or auto")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             pass
@@ -158,7 +158,9 @@ def gather(address: str | None, model: Any, roles: Sequence[Any], *, timeout: fl
     not answer within ``timeout`` seconds: one-line UsageError."""
     say = progress or (lambda _msg: None)
     ray = import_ray()
-    target = (address or "auto").strip() or "auto"
+    if address is not None and not address.strip():   # `--ray ''` (an unset shell variable): not a request for auto
+        raise UsageError("fleet --ray '': expected HOST:PORT, ray://HOST:PORT or auto")
+    target = (address or "auto").strip()
     if target == "auto":
         target = os.environ.get("RAY_ADDRESS") or _auto_address(ray)
     if target == "local":
