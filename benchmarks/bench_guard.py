@@ -5,7 +5,10 @@
 Needs .peers-venv (tests/peers/setup_env.sh). Each run is a fresh process of tests/peers/vllm_guard_side.py ``bench``:
 vLLM's own imports, ``EngineArgs(...).create_engine_config()`` (process 0, where the guard's check runs) and L MoE
 layers of Qwen3-30B-A3B built as a worker builds them (``RoutedExperts(...)`` with weight allocation, where the
-guard's per-layer check runs). Runs alternate guard off (``MOEDISPATCH_GUARD=off``) and on (``warn``); medians.
+guard's per-layer check runs). Runs alternate the guard not installed (``VLLM_PLUGINS`` naming another plugin: vLLM
+loads none of moedispatch), off (``MOEDISPATCH_GUARD=off``: vLLM imports and registers the plugin, which stops
+there) and on (``warn``); medians. ``guard_off_cost_s`` is what an installed guard costs a process when it is off
+(the plugin's import and register, against not installed); ``guard_once_per_process_s`` what checking adds to that.
 Targets: ≤ 0.5 s once per process and ≤ 0.5 ms per layer — printed next to the engine's own start-up in this run,
 never asserted.
 """
@@ -30,7 +33,9 @@ import peers  # noqa: E402
 def _run(python: str, folder: str, layers: int, mode: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_", "MOEDISPATCH_"))}
     env.update(PEERS_GFX="gfx950", PEERS_TP="8", VLLM_ROCM_USE_AITER="1", MOEDISPATCH_TARGET="MI355X",
-               MOEDISPATCH_GUARD=mode)
+               MOEDISPATCH_GUARD="off" if mode == "absent" else mode)
+    if mode == "absent":   # an allow-list without moedispatch-guard (vllm/plugins/__init__.py load_plugins_by_group)
+        env["VLLM_PLUGINS"] = "not-moedispatch"
     r = subprocess.run([python, str(ROOT / "tests/peers/vllm_guard_side.py"), "bench", folder, "8", str(layers)],
                        capture_output=True, text=True, env=env, timeout=600)
     line = [x for x in r.stdout.splitlines() if x.startswith("{")]
@@ -51,7 +56,7 @@ def main() -> int:
     config = json.loads((ROOT / "capability_db/models/Qwen3-30B-A3B.json").read_text())["config"]
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(config))
-        runs: dict[str, list[dict]] = {"off": [], "warn": []}
+        runs: dict[str, list[dict]] = {"absent": [], "off": [], "warn": []}
         for _ in range(args.repeat):
             for mode in runs:
                 runs[mode].append(_run(python, tmp, args.layers, mode))
@@ -61,12 +66,15 @@ def main() -> int:
                "later_layer": statistics.median(statistics.median(r["layer_seconds"][1:]) for r in rs)}
            for m, rs in runs.items()}
     assert all(r["cls"] == "MoedispatchGuardedRoutedExperts" for r in runs["warn"])
+    assert not any(r["cls"] == "MoedispatchGuardedRoutedExperts" for r in runs["absent"])
+    off_cost = (med["off"]["import"] + med["off"]["config"]) - (med["absent"]["import"] + med["absent"]["config"])
     engine = med["off"]["import"] + med["off"]["config"] + med["off"]["first_layer"] + \
         (args.layers - 1) * med["off"]["later_layer"]
     once = (med["warn"]["config"] - med["off"]["config"]) + (med["warn"]["first_layer"] - med["off"]["first_layer"])
     per_layer = med["warn"]["later_layer"] - med["off"]["later_layer"]
     result = {
         "engine_startup_measured_s": round(engine, 3),
+        "guard_off_cost_s": round(off_cost, 3),
         "guard_once_per_process_s": round(once, 3), "goal_once_s": 0.5,
         "guard_per_layer_ms": round(per_layer * 1e3, 3), "goal_per_layer_ms": 0.5,
         "guard_total_ratio_to_engine": round((once + (args.layers - 1) * per_layer) / engine, 4),

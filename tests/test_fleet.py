@@ -504,3 +504,17 @@ def test_save_probes_says_what_it_replaced_and_what_else_the_folder_holds(tmp_pa
     err = capsys.readouterr().err
     assert "also holds 1 probe file(s) of nodes this cluster did not answer for (gone.json)" in err
     assert json.loads((folder / "n1.json").read_text()) == {"a": 1}
+
+
+def test_nodes_that_cannot_be_planned_alike_share_one_line(cli, tmp_path):
+    """Eight nodes on a GPU moedispatch does not know failed with eight identical lines; one line names five and
+    counts the rest (the JSON keeps every node's error)."""
+    pattern = _write(tmp_path, *[_probe(f"n{i}", product="MI999X", gfx="gfx999") for i in range(8)])
+    proc = cli("fleet", "--from", pattern, "--model", MODEL, "--role", "all:tp=8,tokens=1-512")
+    lines = [line for line in proc.stdout.splitlines() if "cannot be planned" in line]
+    assert proc.returncode == 3 and len(lines) == 2, proc.stdout   # the role's line and the verdict's
+    assert lines[0].strip().startswith("n0, n1, n2, n3, n4, … and 3 more: cannot be planned — ")
+    assert lines[1].strip().startswith("role all: nodes n0, n1, n2, n3, n4, … and 3 more cannot be planned: ")
+    doc = json.loads(cli("fleet", "--from", pattern, "--model", MODEL, "--role", "all:tp=8,tokens=1-512",
+                         "--format", "json").stdout)
+    assert len(doc["roles"][0]["errors"]) == 8

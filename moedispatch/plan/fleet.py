@@ -203,8 +203,12 @@ class FleetReport:
         by_name = {n.name: n for n in self.nodes}
         out: list[str] = []
         for r in self.roles:
-            for name, why in r.errors.items():
-                out.append(f"role {r.role.name}: node {name} cannot be planned: {why}")
+            failed: dict[str, list[str]] = {}
+            for name, why in r.errors.items():   # nodes that read alike fail alike: one line per reason
+                failed.setdefault(why, []).append(name)
+            for why, who in failed.items():
+                out.append(f"role {r.role.name}: node{'s' if len(who) > 1 else ''} {names(who)} cannot be planned: "
+                           f"{why}")
             for name, plan in r.plans.items():
                 missing = [d.layer.index for d in plan.decisions if d.layer.kind == "moe" and d.backend is None]
                 if missing:
