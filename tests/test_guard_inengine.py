@@ -194,3 +194,16 @@ def test_the_guard_stays_off_where_the_engine_does_not_run_on_rocm(monkeypatch, 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.34.0"))
     assert p0.installable("vllm", {}, lambda: True) is None
     assert "off — vllm 0.34.0 is outside the releases" in capsys.readouterr().err
+
+
+def test_worker_lines_that_read_alike_are_said_by_rank_0_only(monkeypatch, capsys):
+    """At TP 8 every worker printed 'layer check ready …' and the all-clear summary: eight identical lines. Rank 0
+    says them; a finding (STALE, a worker that differs) is said by every worker."""
+    from moedispatch.guard import vllm as guard
+
+    for rank, expected in (("0", 1), ("3", 0)):
+        monkeypatch.setenv("RANK", rank)
+        guard._info("moedispatch guard: layer check ready in 0.05 s")
+        assert capsys.readouterr().err.count("layer check ready") == expected, rank
+    monkeypatch.setenv("RANK", "nonsense")
+    assert guard._rank() == 0

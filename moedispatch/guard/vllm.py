@@ -47,6 +47,28 @@ _STATE: dict[str, Any] = {}
 _P0_ENV = "MOEDISPATCH_GUARD_CHECKED"
 
 
+def _rank() -> int:
+    """This worker's global rank (torch.distributed once vLLM has set it up, else ``RANK``; 0 when neither says)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # pragma: no cover - a torch without distributed
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _info(line: str) -> None:
+    """A line that reads the same on every worker (the check's cost, an all-clear): said by rank 0 only, so a TP-8
+    launch prints it once, not eight times. Findings (STALE, a worker that differs, a failure) are said everywhere."""
+    if _rank() == 0:
+        _say(line)
+
+
 def _once(key: Any, line: str) -> None:
     seen = _STATE.setdefault("said", set())
     if key not in seen:
@@ -204,9 +226,10 @@ def after_model(vllm_config: Any) -> None:
                  "RoutedExperts (its MoE is another layer class): the per-layer check did not run, only process 0's")
         else:
             stale = sum(1 for key in _STATE.get("said", ()) if key[0] in ("stale", "alloc"))
-            _say(f"{_PREFIX}: per-layer check compared {state['observed']} of {n} MoE layer(s): "
-                 + (f"{stale} STALE finding(s) above" if stale else "all as moedispatch predicted")
-                 + f"; {state['cost']:.2f} s in all")
+            (_say if stale else _info)(
+                f"{_PREFIX}: per-layer check compared {state['observed']} of {n} MoE layer(s): "
+                + (f"{stale} STALE finding(s) above" if stale else "all as moedispatch predicted")
+                + f"; {state['cost']:.2f} s in all" + (f" (rank {_rank()})" if stale and _rank() else ""))
     except Exception as exc:  # the summary is informative: its failure is said, never raised into vLLM
         _say(f"{_PREFIX}: per-layer summary failed ({type(exc).__name__}: {exc})")
 
@@ -261,8 +284,8 @@ def _worker(vc: Any = None) -> dict[str, Any] | None:
     _STATE["worker"] = state
     if state is not None:
         state["cost"] = time.perf_counter() - start
-        _say(f"{_PREFIX}: layer check ready in {state['cost']:.2f} s ({len(state['model'].layers)} MoE layer(s) planned, "
-             f"{state['cfg'].mode} mode)")
+        _info(f"{_PREFIX}: layer check ready in {state['cost']:.2f} s ({len(state['model'].layers)} MoE layer(s) "
+              f"planned, {state['cfg'].mode} mode; rank 0's — other workers print only findings)")
     return state
 
 
