@@ -40,7 +40,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 PLUGINS_MAY_IMPORT = ("_util", "core", "data", "sources", "probe", "aiter", "cost", "kit", "numerics", "__init__")
 #: Modules that may import lazily: the package facade (``import moedispatch`` stays cheap; its public names load on
 #: first use) and the command line (a command's modules load when that command runs, so ``explain`` starts fast).
-LAZY_ALLOWED_IN = ("moedispatch", "moedispatch.cli")
+#: ``moedispatch.guard.entry``: the engines' plugin entry points, loaded by every engine process, import the guard only
+#: when it is not off.
+LAZY_ALLOWED_IN = ("moedispatch", "moedispatch.cli", "moedispatch.guard.entry")
 #: Third-party modules heavy enough to import only where used; a moedispatch module that imports one at its top is
 #: heavy too, and may be imported lazily.
 HEAVY_THIRD_PARTY = ("torch", "vllm", "sglang", "ray")

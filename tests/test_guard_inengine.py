@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -150,6 +151,22 @@ def test_importing_the_plugins_imports_no_engine():
             "print(sorted(m for m in ('vllm', 'sglang', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_entry_points_import_nothing_of_the_guard_when_it_is_off():
+    """Every vLLM process loads the plugin: off, the entry point returns before the guard's ~0.1 s of imports; any
+    other value reaches the guard's register, which validates it (a typo is still an error)."""
+    code = ("import os, sys; os.environ['MOEDISPATCH_GUARD'] = sys.argv[1]; from moedispatch.guard import entry\n"
+            "try:\n    entry.vllm()\nexcept Exception as exc:\n    print(type(exc).__name__)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('moedispatch.guard.')))")
+    run = lambda mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True,  # noqa
+                                      check=True).stdout.split("\n")
+    assert run("off")[0] == "['moedispatch.guard.entry']"
+    typo = run("refsue")
+    assert typo[0] == "RuntimeError" and "'moedispatch.guard.vllm'" in typo[1]
+    meta = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert 'moedispatch-guard = "moedispatch.guard.entry:vllm"' in meta
+    assert 'moedispatch-guard = "moedispatch.guard.entry:sglang"' in meta
 
 
 def test_guard_off_registers_nothing(monkeypatch):
