@@ -30,7 +30,7 @@ from moedispatch._util.log import get_logger
 __all__ = ["DEFAULT_PLUGIN_TIMEOUT_S", "PluginTimeout", "PluginDisabled", "plugin_timeout", "call_with_deadline",
            "register_owner", "registered_third_party", "owner_name", "reset_disabled", "disabled_reason",
            "collect_plugin_notices",
-           "PluginNotices", "fd_stdout_captured", "set_fd_capture", "snippet"]
+           "PluginNotices", "first_time", "fd_stdout_captured", "set_fd_capture", "snippet"]
 
 DEFAULT_PLUGIN_TIMEOUT_S = 10.0
 
@@ -246,7 +246,17 @@ def collect_plugin_notices() -> Iterator[PluginNotices]:
         stack.remove(notices)
 
 
-_logged: set[tuple[str, str]] = set()
+_logged: set[tuple[str, ...]] = set()
+
+
+def first_time(*key: str) -> bool:
+    """True the first time ``key`` is seen in this run (cleared with :func:`reset_disabled`): a broken plugin hook that
+    is asked for every layer group logs its warning once, not once per call."""
+    with _state_lock:
+        if key in _logged:
+            return False
+        _logged.add(key)
+        return True
 
 
 def _notice_printed(plugin: str, what: str, capture: _Capture) -> None:

@@ -34,6 +34,14 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple if multiple > 1 else value
 
 
+def _check_multiples(hidden_multiple: Any, intermediate_multiple: Any) -> None:
+    """A padding multiple is a positive int: 0 or a negative tile silently meant "no padding" (round_up's ``> 1``)."""
+    for name, value in (("hidden_multiple", hidden_multiple), ("intermediate_multiple", intermediate_multiple)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"Padding {name} must be a positive int (the kernel's tile; 1 = no alignment), "
+                             f"got {value!r}")
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A backend's answer for one layer: ``supported`` plus every reason (all failed rules, not only the first).
@@ -108,6 +116,7 @@ class Padding:
         if self.pad_semantics not in PAD_SEMANTICS:
             raise ValueError(f"Padding.pad_semantics must be one of {', '.join(PAD_SEMANTICS)}, "
                              f"got {self.pad_semantics!r}")
+        _check_multiples(self.hidden_multiple, self.intermediate_multiple)
         for name in ("hidden", "intermediate_per_rank"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise ValueError(f"Padding.{name} must be a positive int")
@@ -155,6 +164,7 @@ class Padding:
 
         Kernel pads default to the real pads; pass explicit values where the kernel must see something else.
         """
+        _check_multiples(hidden_multiple, intermediate_multiple)
         hidden = round_up(layer.hidden, hidden_multiple)
         inter = round_up(layer.intermediate_per_rank, intermediate_multiple)
         hidden_pad = hidden - layer.hidden

@@ -63,6 +63,7 @@ import math
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from moedispatch._util import deadline
 from moedispatch._util.caches import memoize
 from moedispatch.core.costs import BASES, Cost, format_cost
 from moedispatch.core.errors import UsageError
@@ -462,7 +463,9 @@ def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[in
         else:
             result = pm.hook.moe_cost(backend=backend, layer=layer, caps=caps, tokens=tokens)
     except Exception as exc:  # noqa: BLE001 - a broken plugin never breaks explain; the roofline answers instead
-        log.warning("plugin_cost_failed", backend=backend, error=f"{type(exc).__name__}: {exc}")
+        error = f"{type(exc).__name__}: {exc}"
+        if deadline.first_time("plugin_cost_failed", backend, error):  # asked per layer group: said once per run
+            log.warning("plugin_cost_failed", backend=backend, error=error)
         return None
     if result is None:
         return None
@@ -478,7 +481,8 @@ def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[in
         if missing:
             raise ValueError(f"no cost for tokens {missing}")
     except (TypeError, KeyError, ValueError) as exc:
-        log.warning("plugin_cost_invalid", backend=backend, error=str(exc))
+        if deadline.first_time("plugin_cost_invalid", backend, str(exc)):
+            log.warning("plugin_cost_invalid", backend=backend, error=str(exc))
         return None
     return tuple(got[t] for t in tokens)
 

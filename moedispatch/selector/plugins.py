@@ -149,6 +149,7 @@ class _Collector:
         self.records: list[PluginRecord] = []
         self.warnings: dict[str, list[str]] = {}  # plugin name -> warnings not yet in its record
         self.denied: set[str] = set()  # backend names the deny list dropped (MOEDISPATCH_DISABLE_PLUGINS)
+        self.dists: dict[str, str] = {}  # plugin name -> "distribution version" that registered it first
 
     def fail(self, message: str) -> None:
         if self.strict:
@@ -168,6 +169,15 @@ class _Collector:
         errors: list[str] = []
         contributed: list[str] = []
         token = object()  # one per plugin registration: a timeout in one of its backends disables them all
+        dist = " ".join(x for x in (package, version) if x) or "an inline plugin"
+        if pm.get_plugin(name) is not None:
+            # Two installed distributions declare one entry-point name (a renamed package next to the old one): say
+            # which, instead of pluggy's "Plugin name already registered" dump of every module in the manager.
+            message = (f"cannot register plugin: entry point name {name!r} of {dist} is already taken by "
+                       f"{self.dists.get(name, 'another plugin')}; uninstall one of them or rename this entry point")
+            self.fail(f"plugin {name!r}: {message}")
+            self.records.append(PluginRecord(name, package, version, (), (), (message,), builtin))
+            return
         try:
             pm.register(module, name=name)
         except Exception as exc:  # pluggy validation errors, duplicate registration
@@ -175,6 +185,7 @@ class _Collector:
             self.fail(f"plugin {name!r}: {message}")
             self.records.append(PluginRecord(name, package, version, (), (), (message,), builtin))
             return
+        self.dists[name] = dist
         callers = pm.get_hookcallers(module) or ()
         hooks = tuple(sorted(h.name for h in callers))
         # pluggy accepts an implementation of a hook nobody specified (a typo such as register_backend): say so.

@@ -105,7 +105,17 @@ def _check(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) 
                    + next(r.text for r in verdict.reasons if r.kind == "failed"))
     if problem:
         return Verdict(False, (_plugin_failure(backend, problem, strict),))
+    if not is_builtin(backend):
+        verdict = Verdict(verdict.supported, _claims(verdict.reasons))
     return verdict
+
+
+def _claims(reasons: tuple[Reason, ...]) -> tuple[Reason, ...]:
+    """A third-party plugin's reasons as what they are: its own word. One with no ``source`` cannot have been "read in
+    the source" (confidence ``confirmed``, the default a plain string gets), so it is shown ``unconfirmed`` — the
+    table's "(unconfirmed) = no primary source found" — instead of reading like a verified rule."""
+    return tuple(replace(r, confidence="unconfirmed") if r.source is None and r.confidence == "confirmed" else r
+                 for r in reasons)
 
 
 def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -> Padding | Reason:
@@ -124,12 +134,19 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
         problem = (f"plan_padding() returned sizes inconsistent with the layer (hidden {padding.hidden} - pad "
                    f"{padding.hidden_pad} != {layer.hidden} or intermediate {padding.intermediate_per_rank} - pad "
                    f"{padding.intermediate_pad} != {layer.intermediate_per_rank})")
+    elif padding.hidden % padding.hidden_multiple or padding.intermediate_per_rank % padding.intermediate_multiple:
+        # the multiples are "the alignment the plan satisfies": a plan that misses its own tile is inconsistent
+        problem = (f"plan_padding() returned sizes that are not the multiples it declares (hidden {padding.hidden} "
+                   f"/ hidden_multiple {padding.hidden_multiple}, intermediate_per_rank "
+                   f"{padding.intermediate_per_rank} / intermediate_multiple {padding.intermediate_multiple})")
     elif not isinstance(padding.notes, tuple) or not all(isinstance(n, Reason) for n in padding.notes):
         problem = "plan_padding() returned a Padding whose notes are not strings or Reasons"
     elif (broken := padding.zero_fill_problem()):   # the Backend contract's pad rule (docs/plugins.md)
         problem = f"plan_padding() breaks the pad contract: {broken}"
     if problem:
         return _plugin_failure(backend, problem, strict)
+    if not is_builtin(backend):
+        padding = replace(padding, notes=_claims(padding.notes))
     return padding
 
 
