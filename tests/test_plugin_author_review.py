@@ -109,10 +109,22 @@ def _cost_case(monkeypatch, body):
 
 
 def test_a_cost_below_the_roofline_is_raised_to_it(monkeypatch):
+    """A point below the roofline whose range reaches above it is raised to the roofline (the range kept)."""
+    def moe_cost(backend, layer, caps, tokens):
+        return [{"tokens": t, "us": 0.001, "low": 0.0009, "high": 1e6} for t in tokens]
+    costs = _cost_case(monkeypatch, moe_cost)
+    assert all(c.us > 1 and "raised from 0.001 µs to the datasheet roofline" in c.detail for c in costs), costs
+    assert all(c.low == c.us and c.high == 1e6 for c in costs), costs
+
+
+def test_a_cost_range_wholly_below_the_roofline_is_ignored_for_the_model(monkeypatch):
+    """0.001 µs (0.0009–0.0011) cannot be: raised, it was a zero-width bar at the roofline that out-ranked every
+    honest range. It is invalid (logged once) and the cost model answers, as for any other invalid answer."""
     def moe_cost(backend, layer, caps, tokens):
         return [{"tokens": t, "us": 0.001, "low": 0.0009, "high": 0.0011} for t in tokens]
     costs = _cost_case(monkeypatch, moe_cost)
-    assert all(c.us > 1 and "raised from 0.001 µs to the datasheet roofline" in c.detail for c in costs), costs
+    assert costs and all(c.basis != "plugin" and c.high > c.low and "raised from" not in c.detail for c in costs), \
+        costs
 
 
 def test_a_hanging_cost_hook_is_cut_by_the_plugin_deadline(monkeypatch):

@@ -487,9 +487,12 @@ def _plugin_costs(pm: Any, backend: str, layer: Any, caps: Any, tokens: tuple[in
     return tuple(got[t] for t in tokens)
 
 
-def _at_least_the_roofline(costs: tuple[Cost, ...], layer: Any, caps: Any, padding: Any) -> tuple[Cost, ...]:
+def _at_least_the_roofline(costs: tuple[Cost, ...], backend: str, layer: Any, caps: Any,
+                           padding: Any) -> tuple[Cost, ...] | None:
     """A plugin's answer, each cost raised to the datasheet roofline of the target where it is below it (no kernel
-    runs faster than the device: a 0.001 µs answer must not win a ranking); as it is where the target has no peaks."""
+    runs faster than the device: a 0.001 µs answer must not win a ranking); as it is where the target has no peaks.
+    None — the answer is invalid, logged once, and the cost model answers instead — where a whole claimed range lies
+    below the roofline: raised, it became a zero-width bar at the roofline that ranked as if measured."""
     peaks, _product = _target_peaks(caps)
     if peaks is None:
         return costs
@@ -497,8 +500,14 @@ def _at_least_the_roofline(costs: tuple[Cost, ...], layer: Any, caps: Any, paddi
     out = []
     for c in costs:
         floor = max(roofline_us(geo, c.tokens, peaks))
+        if c.high < floor:
+            error = (f"{c.tokens} token(s): {c.low:g}–{c.high:g} µs is below the datasheet roofline {floor:.1f} µs "
+                     "(faster than the device)")
+            if deadline.first_time("plugin_cost_invalid", backend, "below the roofline"):
+                get_logger(__name__).warning("plugin_cost_invalid", backend=backend, error=error)
+            return None
         if c.us < floor:
-            c = Cost(c.tokens, floor, max(c.low, floor), max(c.high, floor), c.basis,
+            c = Cost(c.tokens, floor, max(c.low, floor), c.high, c.basis,
                      f"{c.detail}; raised from {c.us:g} µs to the datasheet roofline {floor:.1f} µs")
         out.append(c)
     return tuple(out)
@@ -631,8 +640,9 @@ def predict(layer: Any, caps: Any, *, backend_family: str, padding: Any = None,
         raise UsageError(f"layer {getattr(layer, 'index', '?')} is dense: no MoE cost")
     if pm is not None:
         plugin = _plugin_costs(pm, backend_family, layer, caps, tokens)
+        plugin = _at_least_the_roofline(plugin, backend_family, layer, caps, padding) if plugin is not None else None
         if plugin is not None:
-            return _at_least_the_roofline(plugin, layer, caps, padding)
+            return plugin
     kind = backend_kind(backend_family)
     priors = load_priors()
     geo = Geometry.of_layer(layer, padding)
