@@ -8,7 +8,7 @@ layers of Qwen3-30B-A3B built as a worker builds them (``RoutedExperts(...)`` wi
 guard's per-layer check runs). Runs alternate the guard not installed (``VLLM_PLUGINS`` naming another plugin: vLLM
 loads none of moedispatch), off (``MOEDISPATCH_GUARD=off``: vLLM imports and registers the plugin, which stops
 there) and on (``warn``); medians. ``guard_off_cost_s`` is what an installed guard costs a process when it is off
-(the plugin's import and register, against not installed); ``guard_once_per_process_s`` what checking adds to that.
+(the plugin's import and register inside ``create_engine_config``, against not installed); ``guard_once_per_process_s`` what checking adds to that.
 Targets: ≤ 0.5 s once per process and ≤ 0.5 ms per layer — printed next to the engine's own start-up in this run,
 never asserted.
 """
@@ -67,7 +67,9 @@ def main() -> int:
            for m, rs in runs.items()}
     assert all(r["cls"] == "MoedispatchGuardedRoutedExperts" for r in runs["warn"])
     assert not any(r["cls"] == "MoedispatchGuardedRoutedExperts" for r in runs["absent"])
-    off_cost = (med["off"]["import"] + med["off"]["config"]) - (med["absent"]["import"] + med["absent"]["config"])
+    # vLLM loads its general plugins in create_engine_config (the "config" span), after its own imports, whose run-to-run
+    # spread (seconds) would swamp a 0.1 s difference
+    off_cost = med["off"]["config"] - med["absent"]["config"]
     engine = med["off"]["import"] + med["off"]["config"] + med["off"]["first_layer"] + \
         (args.layers - 1) * med["off"]["later_layer"]
     once = (med["warn"]["config"] - med["off"]["config"]) + (med["warn"]["first_layer"] - med["off"]["first_layer"])
