@@ -5,6 +5,7 @@ Every output (table, JSON, logs, errors, engine API, recipes) renders the same `
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, Sequence
@@ -146,7 +147,12 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
     if problem:
         return _plugin_failure(backend, problem, strict)
     if not is_builtin(backend):
-        padding = replace(padding, notes=_claims(padding.notes))
+        # the plugin's Padding as it returned it, only its notes' confidence changed: a copy, not replace(), which
+        # would re-run the constructor's checks on a value a plugin may have built around them (verify's numerics
+        # are what catch such a plan, tests/test_verify.py)
+        claimed = copy.copy(padding)
+        object.__setattr__(claimed, "notes", _claims(padding.notes))
+        padding = claimed
     return padding
 
 
