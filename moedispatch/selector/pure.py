@@ -135,23 +135,26 @@ def _plan(backend: Backend, layer: MoELayer, caps: Capabilities, strict: bool) -
         problem = (f"plan_padding() returned sizes inconsistent with the layer (hidden {padding.hidden} - pad "
                    f"{padding.hidden_pad} != {layer.hidden} or intermediate {padding.intermediate_per_rank} - pad "
                    f"{padding.intermediate_pad} != {layer.intermediate_per_rank})")
-    elif padding.hidden % padding.hidden_multiple or padding.intermediate_per_rank % padding.intermediate_multiple:
-        # the multiples are "the alignment the plan satisfies": a plan that misses its own tile is inconsistent
-        problem = (f"plan_padding() returned sizes that are not the multiples it declares (hidden {padding.hidden} "
-                   f"/ hidden_multiple {padding.hidden_multiple}, intermediate_per_rank "
-                   f"{padding.intermediate_per_rank} / intermediate_multiple {padding.intermediate_multiple})")
     elif not isinstance(padding.notes, tuple) or not all(isinstance(n, Reason) for n in padding.notes):
         problem = "plan_padding() returned a Padding whose notes are not strings or Reasons"
     elif (broken := padding.zero_fill_problem()):   # the Backend contract's pad rule (docs/plugins.md)
         problem = f"plan_padding() breaks the pad contract: {broken}"
     if problem:
         return _plugin_failure(backend, problem, strict)
-    if not is_builtin(backend):
-        # the plugin's Padding as it returned it, only its notes' confidence changed: a copy, not replace(), which
-        # would re-run the constructor's checks on a value a plugin may have built around them (verify's numerics
-        # are what catch such a plan, tests/test_verify.py)
+    notes = _claims(padding.notes) if not is_builtin(backend) else padding.notes
+    if padding.hidden % padding.hidden_multiple or padding.intermediate_per_rank % padding.intermediate_multiple:
+        # the multiples are "the alignment the plan satisfies" (docs/plugins.md); the plan API has always accepted
+        # them as informational, so a plan that misses its own tile is still chosen — with a warning the user sees
+        notes += (Reason(f"{backend.name}: plan_padding() returned sizes that are not the multiples it declares "
+                         f"(hidden {padding.hidden} / hidden_multiple {padding.hidden_multiple}, intermediate_per_rank "
+                         f"{padding.intermediate_per_rank} / intermediate_multiple {padding.intermediate_multiple}): "
+                         "check the plugin's alignment", "warning", None, None, "derived"),)
+    if notes is not padding.notes:
+        # the plugin's Padding as it returned it, only its notes changed: a copy, not replace(), which would re-run
+        # the constructor's checks on a value a plugin may have built around them (verify's numerics are what catch
+        # such a plan, tests/test_verify.py)
         claimed = copy.copy(padding)
-        object.__setattr__(claimed, "notes", _claims(padding.notes))
+        object.__setattr__(claimed, "notes", notes)
         padding = claimed
     return padding
 
