@@ -172,6 +172,13 @@ class RoleResult:
     #: than capability_db knows, a switch the launch needs): what ``explain --recipe`` prints on that node.
     launch_warnings: dict[str, list[str]] = field(default_factory=dict)
 
+    def failed(self) -> dict[str, list[str]]:
+        """Why nodes cannot be planned → those nodes (nodes that read alike fail alike: one line per reason)."""
+        out: dict[str, list[str]] = {}
+        for name, why in self.errors.items():
+            out.setdefault(why, []).append(name)
+        return out
+
     def groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for name, plan in self.plans.items():
@@ -203,10 +210,7 @@ class FleetReport:
         by_name = {n.name: n for n in self.nodes}
         out: list[str] = []
         for r in self.roles:
-            failed: dict[str, list[str]] = {}
-            for name, why in r.errors.items():   # nodes that read alike fail alike: one line per reason
-                failed.setdefault(why, []).append(name)
-            for why, who in failed.items():
+            for why, who in r.failed().items():
                 out.append(f"role {r.role.name}: node{'s' if len(who) > 1 else ''} {names(who)} cannot be planned: "
                            f"{why}")
             for name, plan in r.plans.items():

@@ -27,10 +27,7 @@ def render_fleet(report: FleetReport, *, fmt: str = "table", width: int | None =
         for fp, who in sorted(r.groups().items(), key=lambda kv: -len(kv[1])):
             summary = "; ".join(_moe_summary(r.plans[who[0]]))
             lines.append(f"        decision fingerprint {fp}: {names(who)} — {summary}")
-        failed: dict[str, list[str]] = {}
-        for name, why in r.errors.items():   # nodes that read alike fail alike: one line per reason
-            failed.setdefault(why, []).append(name)
-        for why, who in failed.items():
+        for why, who in r.failed().items():
             lines.append(f"        {names(who)}: cannot be planned — {why}")
         everyone = len(r.plans)
         for text, where in plan_warnings(r):   # what explain would print on each node, once per role
