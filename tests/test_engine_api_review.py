@@ -122,3 +122,31 @@ def test_engine_choice_without_caps_plans_for_the_aiter_explain_plans_for(monkey
     ch.engine_choice("vllm", hidden_size=4096, intermediate_size=1536, num_experts=8, top_k=2, tp_size=1,
                      weight_quant="bf16", activation_quant="bf16")
     assert seen and seen[0][1] == "0.1.15.post3"
+
+
+def test_integral_scalars_from_numpy_or_torch_are_plain_integers():
+    """An engine that computes sizes with numpy (np.int64 from a config array) or holds them in a 0-d tensor got
+    "experts must be an integer, got np.int64(256)"; integral scalars (``__index__``) are ints, the Decision's layer
+    holds plain ints, and the warm cache answers them alike."""
+    np = pytest.importorskip("numpy")
+    caps = moedispatch.target("MI300X")
+    plain = select_moe_backend(caps=caps, **MIXTRAL)
+    d = select_moe_backend(caps=caps, **dict(MIXTRAL, num_experts=np.int64(8), top_k=np.int32(2)))
+    assert d.to_dict() == plain.to_dict()
+    assert type(d.layer.experts) is int and type(d.layer.top_k) is int
+    per_rank = select_moe_backend(caps=caps, hidden_size=4096, intermediate_size_per_partition=np.int64(1792),
+                                  num_experts=8, top_k=2, tp_size=np.int64(8))
+    assert per_rank.layer.intermediate == 14336
+    with pytest.raises(UsageError, match="experts must be an integer, got np.float64"):
+        select_moe_backend(caps=caps, **dict(MIXTRAL, num_experts=np.float64(8)))
+    with pytest.raises(UsageError, match="top_k must be an integer, got np.True_"):
+        select_moe_backend(caps=caps, **dict(MIXTRAL, top_k=np.bool_(True)))
+
+
+def test_a_mistyped_field_or_backend_says_what_was_meant():
+    with pytest.raises(UsageError, match=r"unknown layer field 'num_expert' \(did you mean 'num_experts'\?\)"):
+        select_moe_backend(caps="MI300X", hidden_size=4096, intermediate_size=14336, num_expert=8, top_k=2)
+    with pytest.raises(UsageError, match=r"unknown backend 'aiter_ck' \(did you mean 'aiter-ck'\?\); registered: "):
+        select_moe_backend(caps="MI300X", **MIXTRAL, force="aiter_ck")
+    with pytest.raises(UsageError, match=r"unknown backend 'nonesuch'; registered: "):
+        select_moe_backend(caps="MI300X", **MIXTRAL, force="nonesuch")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from moedispatch._util.suggest import did_you_mean
 from moedispatch.core.errors import UsageError
 from moedispatch.core.layers import MoELayer, QuantSpec
-from moedispatch.core.layers import moe_tp_size
+from moedispatch.core.layers import integer, moe_tp_size
 
 __all__ = ["normalize_fields", "layer_from_fields"]
 
@@ -57,7 +58,8 @@ def normalize_fields(fields: dict[str, Any]) -> dict[str, Any]:
             continue
         name = _ALIASES.get(key, key)
         if name not in _FIELDS:
-            raise UsageError(f"select_moe_backend() got an unknown layer field {key!r}")
+            raise UsageError(f"select_moe_backend() got an unknown layer field {key!r}"
+                             f"{did_you_mean(key, (*_FIELDS, *_ALIASES))}")
         if name in out and out[name] != value:
             raise UsageError(f"select_moe_backend(): {key!r} conflicts with another alias of {name!r}")
         out[name] = value
@@ -65,10 +67,8 @@ def normalize_fields(fields: dict[str, Any]) -> dict[str, Any]:
         # vLLM's FusedMoE holds the per-rank size; the full size is per-rank × MoE TP degree.
         sizes = (("intermediate_size_per_partition", per_partition), ("tp_size", out.get("tp_size", 1)),
                  ("ep_size", out.get("ep_size", 1)))
-        for name, value in sizes:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise UsageError(f"select_moe_backend(): {name} must be an integer, got {value!r}")
-        full = per_partition * moe_tp_size(sizes[1][1], sizes[2][1])
+        per_partition, tp, ep = (integer(f"select_moe_backend(): {name}", value) for name, value in sizes)
+        full = per_partition * moe_tp_size(tp, ep)
         if out.setdefault("intermediate_size", full) != full:
             raise UsageError(f"select_moe_backend(): intermediate_size {out['intermediate_size']} disagrees with "
                              f"intermediate_size_per_partition {per_partition} at this tp/ep")

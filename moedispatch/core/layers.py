@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from moedispatch.core.errors import UsageError
 
-__all__ = ["QuantSpec", "MoELayer", "QUANT_LABELS", "UNQUANTIZED", "MX_LABELS", "moe_tp_size"]
+__all__ = ["QuantSpec", "MoELayer", "QUANT_LABELS", "UNQUANTIZED", "MX_LABELS", "integer", "moe_tp_size"]
 
 #: Quant labels of the contract (every output, the engine API and the plugin API use these names).
 QUANT_LABELS = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "mxfp6", "mxfp8")
@@ -102,6 +103,17 @@ class QuantSpec:
         return base
 
 
+def integer(name: str, value: object) -> int:
+    """``value`` as a plain int: ints and integral scalars (numpy, a 0-d integer tensor: anything with
+    ``__index__``) are taken, ``bool`` and everything else (``256.0``, ``"256"``) is a UsageError naming ``name``."""
+    if isinstance(value, bool):
+        raise UsageError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise UsageError(f"{name} must be an integer, got {value!r}") from None
+
+
 def moe_tp_size(tp: int, ep: int) -> int:
     """Tensor-parallel degree applied to the expert intermediate dimension.
 
@@ -191,10 +203,10 @@ class MoELayer:
         shared_intermediate: int = 0,
     ) -> "MoELayer":
         """Shard a layer for ``tp``/``ep`` and validate divisibility (one clear error if it does not divide)."""
-        for name, value in (("hidden", hidden), ("intermediate", intermediate), ("tp", tp), ("ep", ep),
-                            ("experts", experts), ("top_k", top_k), ("index", index)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise UsageError(f"{name} must be an integer, got {value!r}")
+        hidden, intermediate, tp, ep, experts, top_k, index = (
+            integer(name, value) for name, value in (("hidden", hidden), ("intermediate", intermediate), ("tp", tp),
+                                                     ("ep", ep), ("experts", experts), ("top_k", top_k),
+                                                     ("index", index)))
         mtp = moe_tp_size(tp, ep)
         if kind == "moe":
             if intermediate % mtp:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
 from moedispatch._util.log import get_logger
+from moedispatch._util.suggest import did_you_mean
 from moedispatch.core.backend import Backend, Padding, Verdict
 from moedispatch.core.capabilities import Capabilities
 from moedispatch.kit.caveats import shard_caveats
@@ -179,7 +180,8 @@ def select_uncached(
     """
     names = [b.name for b in backends]
     if force is not None and force not in names:
-        raise UsageError(f"unknown backend {force!r}; registered: {', '.join(sorted(names)) or 'none'}")
+        raise UsageError(f"unknown backend {force!r}{did_you_mean(str(force), names)}; registered: "
+                         f"{', '.join(sorted(names)) or 'none'}")
     if layer.kind == "dense":
         return Decision(layer, None, Padding.none(layer),
                         (Reason("dense MLP layer: not a MoE layer, no MoE backend is selected", "decision"),),
