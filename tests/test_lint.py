@@ -249,3 +249,50 @@ def test_sglang_refusing_a_forced_runner_is_reported_as_its_refusal(cli):
     assert len(err) == 1 and "sglang 0.5.23 refuses this launch" in err[0]["message"]
     assert "requires the AITER runner" in err[0]["message"] and "quark_w4a4_mxfp4_moe.py" in err[0]["source"]
     assert "--moe-runner-backend auto" in err[0]["fix"]
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.21"])
+def test_a_data_parallel_attention_recipe_lints_clean_on_its_release(cli, tmp_path, version):
+    """--tp 1 --ep 8 is SGLang's world 8 with attention TP 1: --attn-dp-size 8 from 0.5.22, --dp-size 8
+    --enable-dp-attention before it (sgl-project/sglang@v0.5.22 server_args.py:415-422)."""
+    proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "1", "--ep", "8", "--recipe",
+               "sglang", "--engine-version", version)
+    assert proc.returncode == 0, proc.stderr
+    assert ("--attn-dp-size 8" in proc.stdout) == (version == "0.5.23")
+    script = tmp_path / "serve.sh"
+    script.write_text(proc.stdout)
+    _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", version)
+    assert not [f for f in doc["findings"] if f["severity"] in ("error", "warning")], doc["findings"]
+    assert not [f for f in doc["findings"] if "deprecated" in f["message"]]
+
+
+def _full_recipe(doc):
+    fixes = {f["fix"].split("the full recipe: ", 1)[1] for f in doc["findings"] if "the full recipe: " in (f["fix"] or "")}
+    assert len(fixes) == 1, doc["findings"]
+    return fixes.pop()
+
+
+def test_data_parallel_attention_spelled_for_another_release(cli, tmp_path):
+    """--attn-dp-size on SGLang 0.5.21 (its parser has no such flag) is an error with the old spelling as the fix;
+    the deprecated spelling on 0.5.23 is said (removed after 2026-12-31). Either way the full recipe keeps one
+    spelling: both together are refused by SGLang ("--dp-size 8 with --attn-dp-size 8 ... not supported")."""
+    head = "python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp-size 8 --ep-size 8 "
+    script = tmp_path / "serve.sh"
+    script.write_text(head + "--attn-dp-size 8\n")
+    _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.21")
+    err = [f for f in _sev(doc, "error") if "--attn-dp-size" in f["message"]]
+    assert err and err[0]["message"].startswith("sglang 0.5.21 has no --attn-dp-size (added in 0.5.22)")
+    assert err[0]["fix"].startswith("--dp-size 8 --enable-dp-attention") and "v0.5.21" in err[0]["source"]
+    fix = _full_recipe(doc)
+    assert "--dp-size 8 --enable-dp-attention" in fix and "--attn-dp-size" not in fix
+    _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.23")
+    assert not [f for f in doc["findings"] if "attn-dp-size" in f["message"]]
+    script.write_text(head + "--dp-size 8 --enable-dp-attention\n")
+    _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.23")
+    said = [f for f in _sev(doc, "info") if "deprecated" in f["message"]]
+    assert said and said[0]["fix"] == "--attn-dp-size 8 instead of --dp-size 8 --enable-dp-attention"
+    fix = _full_recipe(doc)
+    assert "--attn-dp-size 8" in fix and "--enable-dp-attention" not in fix and "--dp-size" not in fix
+    _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.21")
+    assert not [f for f in doc["findings"] if "deprecated" in f["message"] or "attn-dp-size" in f["message"]]
+    assert "--dp-size 8 --enable-dp-attention" in _full_recipe(doc)

@@ -408,13 +408,19 @@ def test_sglang_attn_dp_size_is_data_parallel_attention():
 
 def test_sglang_dp_attention_with_ep_keeps_its_layout_in_the_fix_and_says_the_moe_tp():
     """DeepSeek-V3 --tp 8 --dp 2 --enable-dp-attention --ep-size 2 on MI355X: the info names MoE TP 4 and attention
-    TP 4; the fix (the recipe) keeps --tp-size 8 --ep-size 2 --enable-dp-attention --dp-size 2 (it was --tp-size 4
-    --ep-size 2, another launch)."""
+    TP 4; the fix (the recipe) keeps --tp-size 8 --ep-size 2 and the attention DP 2 (it was --tp-size 4 --ep-size 2,
+    another launch), spelled --attn-dp-size 2 on 0.5.23 (the deprecated spelling dropped: both together are refused)
+    and --enable-dp-attention --dp-size 2 on 0.5.21."""
     doc = _lint(["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8",
                  "--ep-size", "2", "--enable-dp-attention", "--dp", "2"], target="MI355X")
     infos = [f["message"] for f in doc["findings"] if "data-parallel attention" in f["message"]]
     assert infos == ["data-parallel attention with expert parallelism: sglang 0.5.23 shards the MoE by its own sizes "
                      "(TP 8 / EP 2: MoE TP 4), the attention at TP 4"]
+    fixes = [f["fix"] for f in doc["findings"] if f.get("fix") and "launch_server" in f["fix"]]
+    assert fixes and all("--tp-size 8 --ep-size 2 --attn-dp-size 2" in fx and "--enable-dp-attention" not in fx
+                         and "--dp-size" not in fx for fx in fixes), fixes
+    doc = _lint(["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8",
+                 "--ep-size", "2", "--enable-dp-attention", "--dp", "2"], target="MI355X", engine_version="0.5.21")
     fixes = [f["fix"] for f in doc["findings"] if f.get("fix") and "launch_server" in f["fix"]]
     assert fixes and all("--tp-size 8 --ep-size 2 --enable-dp-attention --dp-size 2" in fx for fx in fixes), fixes
 
@@ -826,7 +832,7 @@ def test_deepseek_with_data_parallel_attention_fits_eight_gpus(argv):
 
 def test_a_data_parallel_attention_layout_renders_as_the_engine_spells_it():
     """Plan.attention_tp realized: vLLM DP 2 × TP 4 is `--tensor-parallel-size 4 --data-parallel-size 2` (no
-    --enable-expert-parallel); SGLang's is `--tp-size 8 --dp-size 2 --enable-dp-attention`; heads are checked at the
+    --enable-expert-parallel); SGLang's is `--tp-size 8 --attn-dp-size 2` (`--dp-size 2 --enable-dp-attention` before 0.5.22); heads are checked at the
     attention TP (gpt-oss-120b: 64 heads, 8 KV heads — TP 4 splits them, MoE TP 8 is a plan value only)."""
     from moedispatch.engines.layout import realize_layout
 
@@ -836,7 +842,10 @@ def test_a_data_parallel_attention_layout_renders_as_the_engine_spells_it():
     assert [a["arg"] for a in vllm.args] == ["--tensor-parallel-size 4", "--data-parallel-size 2"]
     assert (vllm.world, vllm.dp, vllm.errors) == (8, 2, [])
     sgl = realize_layout(plan, "sglang", engine_data("sglang")["sglang"])
-    assert [a["arg"] for a in sgl.args] == ["--tp-size 8", "--dp-size 2", "--enable-dp-attention"]
+    assert [a["arg"] for a in sgl.args] == ["--tp-size 8", "--attn-dp-size 2"]
+    for version, spelled in (("0.5.22", ["--attn-dp-size 2"]), ("0.5.21", ["--dp-size 2", "--enable-dp-attention"])):
+        sgl = realize_layout(plan, "sglang", engine_data("sglang")["sglang"], version=version)
+        assert [a["arg"] for a in sgl.args] == ["--tp-size 8"] + spelled
     odd = dataclasses.replace(plan, attention_tp=3)   # 64 heads are not divisible by attention TP 3
     assert any("not divisible by TP 3" in r.text for r in realize_layout(odd, "vllm", engine_data("vllm")["vllm"]).errors)
 

@@ -136,7 +136,8 @@ def test_layout_ep_over_replicas_gets_a_data_parallel_size(cli):
     assert "--data-parallel-size 8" in v["command"] and "--enable-expert-parallel" in v["command"]
     assert v["layout"]["world_size"] == 8
     s = json.loads(cli(*base, "--recipe", "sglang").stdout)
-    assert all(x in s["command"] for x in ("--tp-size 8", "--ep-size 8", "--dp-size 8", "--enable-dp-attention"))
+    assert all(x in s["command"] for x in ("--tp-size 8", "--ep-size 8", "--attn-dp-size 8"))
+    assert "--enable-dp-attention" not in s["command"]   # deprecated since SGLang 0.5.22
     # vLLM has no spelling for experts over 2 of 8 TP ranks: refused, exit 3
     proc = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "8", "--ep", "2", "--recipe",
                "vllm", "--format", "json")

@@ -105,12 +105,17 @@ def test_sglang_unquantized_qwen3_stays_off_aiter_before_28244(recipe):
 
 def test_expert_parallel_layouts(recipe):
     """--tp 1 --ep 8 is 8 GPUs: vLLM --data-parallel-size 8 --enable-expert-parallel; SGLang --tp-size 8 --ep-size 8
-    --dp-size 8 --enable-dp-attention. vLLM cannot spell experts over 2 of 8 TP ranks: refused."""
+    --attn-dp-size 8 (--dp-size 8 --enable-dp-attention before SGLang 0.5.22). vLLM cannot spell experts over 2 of 8
+    TP ranks: refused."""
     _, v, _ = recipe("Qwen3-30B-A3B", "MI355X", "vllm", ep=8)
     assert "--data-parallel-size 8" in v["command"] and "--enable-expert-parallel" in v["command"]
     assert v["layout"]["world_size"] == 8
     _, s, _ = recipe("Qwen3-30B-A3B", "MI355X", "sglang", ep=8)
-    assert all(x in s["command"] for x in ("--tp-size 8", "--ep-size 8", "--dp-size 8", "--enable-dp-attention"))
+    assert all(x in s["command"] for x in ("--tp-size 8", "--ep-size 8", "--attn-dp-size 8"))
+    assert "--dp-size" not in s["command"] and "--enable-dp-attention" not in s["command"]
+    _, old, _ = recipe("Qwen3-30B-A3B", "MI355X", "sglang", ep=8, version="0.5.21")   # before --attn-dp-size existed
+    assert all(x in old["command"] for x in ("--tp-size 8", "--ep-size 8", "--dp-size 8", "--enable-dp-attention"))
+    assert "--attn-dp-size" not in old["command"]
     r, bad, table = recipe("Qwen3-30B-A3B", "MI355X", "vllm", tp=8, ep=2)
     assert not r.ok and bad["command"] is None and bad["reasons"]
     assert "NO SAFE LAUNCH" in table and "vllm serve" not in table.split("NO SAFE LAUNCH")[1].split("\n#   ")[0]

@@ -44,7 +44,7 @@ for engine, argv in cases:
         ns = (vp if engine == "vllm" else sp).parse_args(argv)
         out.append({"ok": True, "ns": {k: v for k, v in vars(ns).items() if k in (
             "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "moe_backend", "tp_size",
-            "ep_size", "dp_size", "enable_dp_attention", "moe_runner_backend", "model_path", "model_tag",
+            "ep_size", "dp_size", "enable_dp_attention", "attn_dp_size", "moe_runner_backend", "model_path", "model_tag",
             "attention_backend")}})
     except (Bad, SystemExit) as exc:
         out.append({"ok": False, "error": str(exc)})
@@ -77,6 +77,7 @@ RECIPES = [
     ("Qwen3-30B-A3B", "MI355X", 8, 1, "sglang", "0.5.20"),
     ("Qwen3-30B-A3B", "MI355X", 1, 8, "vllm", None),
     ("Qwen3-30B-A3B", "MI355X", 1, 8, "sglang", None),
+    ("Qwen3-30B-A3B", "MI355X", 1, 8, "sglang", "0.5.21"),
     ("Qwen3-30B-A3B", "MI355X", 8, 8, "vllm", None),
     ("Qwen3-30B-A3B", "MI355X", 8, 2, "sglang", None),
     ("DeepSeek-V3", "MI300X", 8, 1, "vllm", None),
@@ -101,10 +102,10 @@ def test_the_real_engine_parsers_accept_every_recipe(cli):
         assert commands, (model, target, tp, ep, engine, data["reasons"])
         for c in commands:
             cases.append(_argv(c))
-            expect.append((engine if c == data["command"] else None, tp, ep, c))
+            expect.append((engine if c == data["command"] else None, tp, ep, c, version))
     results = _parse(cases)
     assert len(results) == len(cases)
-    for (engine, tp, ep, command), res in zip(expect, results):
+    for (engine, tp, ep, command, version), res in zip(expect, results):
         assert res["ok"], f"{command!r}: {res.get('error')}"
         ns = res["ns"]
         if engine == "vllm":
@@ -112,7 +113,12 @@ def test_the_real_engine_parsers_accept_every_recipe(cli):
             assert ns["tensor_parallel_size"] * ns["data_parallel_size"] == max(tp, ep), command
         elif engine == "sglang":
             assert ns["tp_size"] == max(tp, ep) and ns["ep_size"] == ep, command
-            assert bool(ns["enable_dp_attention"]) == (ep > tp), command
+            # data-parallel attention: --attn-dp-size from 0.5.22 (the deprecated --dp-size N
+            # --enable-dp-attention before it; sglang@v0.5.22 server_args.py:415-422)
+            new = version is None or tuple(map(int, version.split("."))) >= (0, 5, 22)
+            width = ns["attn_dp_size"] if new else (ns["dp_size"] if ns["enable_dp_attention"] else 1)
+            assert width == (ep // tp if ep > tp else 1), command
+            assert not (new and ns["enable_dp_attention"]), command
 
 
 def test_the_real_parsers_reject_what_the_engines_reject():

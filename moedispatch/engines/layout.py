@@ -8,7 +8,8 @@ Rules (each with its source in ``capability_db/engines.toml``):
   ``ep == tp`` is ``--tensor-parallel-size tp --enable-expert-parallel``; ``ep > tp`` adds ``--data-parallel-size
   ep // tp``; ``1 < ep < tp`` (experts split over some ranks, the intermediate over the others) has no vLLM spelling.
 - SGLang's ``--tp-size`` is the world; ``--ep-size`` shards experts inside it (``moe_tp = tp // ep``); attention
-  narrower than the world is data-parallel attention (``--dp-size``, ``--enable-dp-attention``).
+  narrower than the world is data-parallel attention (``--attn-dp-size`` from 0.5.22; before, ``--dp-size`` with
+  ``--enable-dp-attention``).
 - Attention heads must divide by the attention TP; KV heads must divide by it, or it by them (replication).
 - Weights per rank are estimated from the config (derived): routed experts as the engine allocates them, the rest
   (attention, dense MLPs, shared experts, embeddings) at the checkpoint's width.
@@ -20,6 +21,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from moedispatch.core.reason import Reason
 from moedispatch.data import capdb
@@ -164,8 +168,20 @@ def weight_bytes_per_rank(plan: Any, allocation: tuple[int, int] | None = None,
     return total
 
 
+def _sglang_dp_attention(eng: dict[str, Any], version: str | None, dp: int, why: str,
+                         source: str) -> list[dict[str, str]]:
+    """SGLang's flags for ``dp`` data-parallel attention groups: ``--attn-dp-size N`` from the release that added it
+    (``attn_dp_versions``), before it ``--dp-size N --enable-dp-attention`` (which the later releases deprecate)."""
+    if version is None or Version(version) in SpecifierSet(eng["attn_dp_versions"]):
+        return [{"arg": eng["attn_dp_arg"].format(dp=dp), "why": why, "source": eng["attn_dp_source"]}]
+    return [{"arg": eng["dp_arg"].format(dp=dp), "why": why, "source": source},
+            {"arg": "--enable-dp-attention", "why": "data-parallel attention (attention TP = tp-size / dp-size)",
+             "source": source}]
+
+
 def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: tuple[int, int] | None = None,
-                   expert_bits: float | None = None, conversion: str | None = None) -> Layout:
+                   expert_bits: float | None = None, conversion: str | None = None,
+                   version: str | None = None) -> Layout:
     """The engine's parallel arguments for ``plan`` and every reason it cannot run as planned."""
     tp, ep = plan.tp, plan.ep
     layout_src = eng.get("layout_source", eng.get("source"))
@@ -182,12 +198,10 @@ def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: t
         if flag:
             args.append({"arg": flag, "why": f"attention TP {attn}" if engine == "vllm" else
                          f"SGLang's --tp-size is the world size ({world} GPUs)", "source": layout_src})
-        args.append({"arg": eng["dp_arg"].format(dp=dp), "why": f"{dp} data-parallel attention groups of TP {attn}; "
-                     f"without expert parallelism the MoE is tensor-parallel over all {world} ranks", "source":
-                     layout_src})
-        if engine != "vllm":
-            args.append({"arg": "--enable-dp-attention", "why": "data-parallel attention (attention TP = tp-size / "
-                         "dp-size)", "source": layout_src})
+        why = (f"{dp} data-parallel attention groups of TP {attn}; without expert parallelism the MoE is "
+               f"tensor-parallel over all {world} ranks")
+        args += ([{"arg": eng["dp_arg"].format(dp=dp), "why": why, "source": layout_src}] if engine == "vllm"
+                 else _sglang_dp_attention(eng, version, dp, why, layout_src))
     elif engine == "vllm":
         if ep > 1 and ep < tp:
             errors.append(Reason(
@@ -216,10 +230,8 @@ def realize_layout(plan: Any, engine: str, eng: dict[str, Any], *, allocation: t
             args.append({"arg": eng["tp_arg"].format(tp=world), "why": f"SGLang's --tp-size is the world size ({world} "
                          "GPUs)", "source": layout_src})
         if dp > 1:
-            args.append({"arg": eng["dp_arg"].format(dp=dp), "why": f"attention TP {world // dp}: {dp} data-parallel "
-                         "attention groups inside the world", "source": layout_src})
-            args.append({"arg": "--enable-dp-attention", "why": "data-parallel attention (attention TP = tp-size / "
-                         "dp-size)", "source": layout_src})
+            args += _sglang_dp_attention(eng, version, dp, f"attention TP {world // dp}: {dp} data-parallel "
+                                         "attention groups inside the world", layout_src)
         if ep > 1:
             args.append({"arg": eng["ep_arg"].format(ep=ep), "why": f"experts sharded over {ep} ranks (MoE TP "
                          f"{world // ep})", "source": layout_src})

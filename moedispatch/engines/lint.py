@@ -674,6 +674,7 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
     engine, caps = launch.engine, plan.caps
     findings: list[Finding] = []
     d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
+    findings += _attn_dp_spelling(launch, engine, version, eng)
     switch = eng["aiter_switch"]
     on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
     backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
@@ -775,6 +776,7 @@ def _launch_findings(launch: Launch, engine: str, version: str, eng: Mapping[str
         findings.append(Finding("error", f"{engine} {version} has no option {tok}{hint}: its argument parser rejects "
                                 "the launch (and moedispatch planned without it)", opts["source"] if opts else None,
                                 None))
+    findings += _attn_dp_spelling(launch, engine, version, eng)
     switch = eng["aiter_switch"]
     on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
     backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
@@ -790,6 +792,28 @@ def _launch_findings(launch: Launch, engine: str, version: str, eng: Mapping[str
                                 "every shape missing from it runs untuned heuristics", "sgl-project/sglang#37072",
                                 "unset AITER_CONFIG_FMOE, or list the default tuned CSVs with it (':'-separated)"))
     return findings
+
+
+def _attn_dp_spelling(launch: Launch, engine: str, version: str, eng: Mapping[str, Any]) -> list[Finding]:
+    """SGLang's data-parallel attention spelled for the release (``attn_dp_versions``): ``--attn-dp-size`` before
+    the release that added it is refused by its parser; ``--enable-dp-attention`` from that release on is deprecated
+    (SGLang removes it after 2026-12-31)."""
+    spec = eng.get("attn_dp_versions")
+    if engine != "sglang" or not spec:
+        return []
+    f = launch.flags
+    new = _in(spec, version)
+    if "attn_dp" in f and not new:
+        n = f["attn_dp"]
+        return [Finding("error", f"sglang {version} has no --attn-dp-size (added in {spec.lstrip('>=')}): its "
+                        "argument parser rejects the launch", eng["attn_dp_absent_source"],
+                        f"--dp-size {n} --enable-dp-attention (or --engine-version with the release you run)")]
+    if f.get("dp_attention") and new and "attn_dp" not in f:
+        n = f.get("dp", "N")
+        return [Finding("info", f"--dp-size {n} --enable-dp-attention is deprecated in sglang {version} (removed "
+                        f"after 2026-12-31): it resolves to --attn-dp-size {n}", eng["attn_dp_source"],
+                        f"--attn-dp-size {n} instead of --dp-size {n} --enable-dp-attention")]
+    return []
 
 
 def _ray_env_findings(launch: Launch, version: str, eng: Mapping[str, Any], recipe: Any) -> list[Finding]:
@@ -863,6 +887,13 @@ def _fam_of(backend: str) -> str | None:
     return "aiter" if fam in ("ck", "cktile", "flydsl", "asm") else fam
 
 
+#: SGLang's data-parallel attention has two spellings of one setting (attn_dp_size; the deprecated dp_size with
+#: enable_dp_attention, capability_db/engines.toml ``attn_dp_source``): a recipe's spelling drops the user's other
+#: one — {recipe's dest: (the dest that marks the user's other spelling, the dests that spelling consists of)}.
+_OTHER_SPELLING = {"attn_dp_size": ("enable_dp_attention", ("enable_dp_attention", "dp_size")),
+                   "enable_dp_attention": ("attn_dp_size", ("attn_dp_size",))}
+
+
 def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
     """The user's own command with the recipe's minimal changes: every option the recipe sets replaces the user's
     spelling of the same option (same dest), the others are added; every other user option, the model id as written
@@ -898,6 +929,9 @@ def _fix_from_launch(launch: Launch, recipe: Any) -> str | None:
         toks = shlex.split(a["arg"])
         name = _canonical(launch.engine, toks[0])
         dest = dests.get(name)
+        marker, spelled = _OTHER_SPELLING.get(dest, (None, ()))   # the recipe's spelling replaces the user's other
+        if marker is not None and any(d == marker for d, _ in runs):
+            runs = [r for r in runs if r[0] not in spelled]
         at = next((k for k, (d, _) in enumerate(runs) if d is not None and d == dest), None)
         if at is None:
             runs.append((dest, toks))

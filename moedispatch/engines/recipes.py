@@ -654,7 +654,8 @@ def _layout(plan: Plan, engine: str, version: str, recipe: Recipe, moe: list[Dec
             bits, conv_what = conv["holds_bits"], conv["what"]
             recipe.caveats.append(Reason(conv["what"], "caveat", conv["source"], None,
                                          conv.get("confidence", "confirmed")))
-    layout = realize_layout(plan, engine, eng, allocation=alloc, expert_bits=bits, conversion=conv_what)
+    layout = realize_layout(plan, engine, eng, allocation=alloc, expert_bits=bits, conversion=conv_what,
+                            version=version)
     recipe.layout = layout
     recipe.refusals += layout.errors
     recipe.warnings += layout.notes
