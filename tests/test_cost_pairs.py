@@ -189,11 +189,15 @@ def _arch_prior(layer, m, product):
     return math.exp(sum(a * b for a, b in zip(coef, x)))
 
 
+def _roofline(layer, m, product):
+    return max(cost.roofline_us(cost.Geometry.of_layer(layer), m, capdb.product_peaks(product)))
+
+
 @pytest.mark.parametrize("target", ["MI300X", "MI325X"])
 def test_mi300x_above_decode_is_the_arch_prior_scaled_to_its_decode_fit(target):
     """cu 304 has no bucket prior: the arch prior's curve, times decode(64) / arch prior(64) — both at MI300X's
-    peaks, the reference the two were fit against — so MI325X gets the same factor (its bandwidth is credited by
-    the decode fit only, where the rows show it)."""
+    peaks, the reference the two were fit against — so MI325X gets the same factor, and then its own roofline over
+    MI300X's (its 6.0 TB/s credited where the call is memory-bound, as the decode fit credits it below 64 tokens)."""
     layer = _layer("fp8", "fp8")
     priors = cost.load_priors()
     fit = priors.decode_pair[("gfx942", 304, "a8w8")]
@@ -202,8 +206,11 @@ def test_mi300x_above_decode_is_the_arch_prior_scaled_to_its_decode_fit(target):
     assert abs(scale - 1) > 0.02   # the anchor moves the prior
     costs = cost.predict(layer, fake_capabilities(target), backend_family="aiter-ck", tokens=(256, 1024), rows=())
     for c in costs:
-        assert c.us == pytest.approx(_arch_prior(layer, c.tokens, "MI300X") * scale)
+        own = _roofline(layer, c.tokens, target) / _roofline(layer, c.tokens, "MI300X")
+        assert c.us == pytest.approx(_arch_prior(layer, c.tokens, "MI300X") * scale * own)
+        assert (own < 1) == (target == "MI325X")   # memory-bound at 256 and 1024 tokens: MI325X is faster
         assert "scaled to meet the decode fit gfx942/304 at 64 tokens" in c.detail
+        assert ("at MI325X's own roofline" in c.detail) == (target == "MI325X")
         low, high = priors.bands[("arch_anchored", "gfx942", 304)]
         assert (c.low / c.us, c.high / c.us) == pytest.approx((low, high))
 
@@ -283,3 +290,18 @@ def test_schema_covers_pairs_and_the_anchored_band():
         mutate(broken)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, schema)
+
+
+def test_a_product_sharing_the_reference_cu_count_is_priced_at_its_own_roofline():
+    """The priors are a kernel's efficiency against the reference product's roofline (gfx950/256: MI355X). MI350X
+    has MI355X's CUs and HBM but lower clocks: a compute-bound call (MXFP4 at 32k tokens) is slower by the peak
+    ratio, a memory-bound one (a few hundred tokens of BF16 experts) is not; the reference itself is unchanged."""
+    compute = _layer("mxfp4", "mxfp4", tp=1)
+    memory = _layer("bf16", "bf16", tp=8)
+    for layer, m in ((compute, 32768), (memory, 256)):
+        ratio = _roofline(layer, m, "MI350X") / _roofline(layer, m, "MI355X")
+        (a,) = cost.predict(layer, fake_capabilities("MI355X"), backend_family="aiter-ck", tokens=m, rows=())
+        (b,) = cost.predict(layer, fake_capabilities("MI350X"), backend_family="aiter-ck", tokens=m, rows=())
+        assert b.us == pytest.approx(a.us * ratio)
+        assert (ratio > 1.05) == (layer is compute)
+        assert "at MI350X's own roofline" in b.detail and "own roofline" not in a.detail

@@ -314,16 +314,29 @@ def _estimate(geo: Geometry, m: int, gfx: str | None, cu: int, priors: Priors, r
     if found is not None:
         return found[0], found[1]
     prior = _prior_us(geo, m, gfx, cu, priors, ref)
+    if prior is None:
+        return None
     own = priors.decode.get((gfx, cu)) if cu else None
-    if prior is None or prior[1][0] != "arch" or own is None:
-        return prior
-    # Both at the reference product's peaks the two were fit against: the factor is the CU count's level, not a
-    # bandwidth credit (MI325X keeps MI300X's factor; its own HBM is credited by the decode fit only).
-    edge = _decode_us(geo, own.max_tokens, gfx, cu, priors, ref)
-    at_edge = _prior_us(geo, own.max_tokens, gfx, cu, priors, ref)
-    if edge is None or at_edge is None:
-        return prior  # pragma: no cover - both exist whenever ``own`` and ``prior`` do
-    return prior[0] * edge[0] / at_edge[0], ("arch_anchored", gfx, cu, 0)
+    us, key = prior
+    if prior[1][0] == "arch" and own is not None:
+        # Both at the reference product's peaks the two were fit against: the factor is the CU count's level, not
+        # a bandwidth credit (that is the roofline ratio below).
+        edge = _decode_us(geo, own.max_tokens, gfx, cu, priors, ref)
+        at_edge = _prior_us(geo, own.max_tokens, gfx, cu, priors, ref)
+        if edge is not None and at_edge is not None:
+            us, key = us * edge[0] / at_edge[0], ("arch_anchored", gfx, cu, 0)
+    return us * _roofline_ratio(geo, m, peaks, ref), key
+
+
+def _roofline_ratio(geo: Geometry, m: int, peaks: Mapping[str, Any] | None, ref: Mapping[str, Any] | None) -> float:
+    """The target's roofline over the reference product's, at ``m``: the priors are fit as a kernel's efficiency
+    against the reference's datasheet roofline (MI300X for cu 304, MI355X for gfx950/256), so a product with the same
+    CU count keeps that efficiency at its own roofline — MI325X's 6.0 TB/s (MI300X 5.3, same compute peaks) is
+    credited where the call is memory-bound, MI350X's lower compute peaks where it is compute-bound; 1 at the
+    reference itself (the decode fit credits the target's HBM the same way: ``t_mem`` at its own peaks)."""
+    if peaks is None or ref is None or peaks is ref:
+        return 1.0
+    return max(roofline_us(geo, m, peaks)) / max(roofline_us(geo, m, ref))
 
 
 def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapping[str, Any] | None,
@@ -362,6 +375,9 @@ def _roofline_cost(geo: Geometry, m: int, caps: Any, priors: Priors, peaks: Mapp
                       f"meet the decode fit {where} at {priors.decode[(gfx, cu)].max_tokens} tokens")
         else:
             detail = f"roofline with {level} prior {where} (fit against {ref_product or 'target'} peaks)"
+        product = getattr(caps, "product", None)
+        if level != "decode" and ref is not peaks and product and product != ref_product:
+            detail += f", at {product}'s own roofline"
     else:
         if peaks is None:
             raise UsageError(f"no peak throughput known for {getattr(caps, 'arch_label', gfx)}: add a [peak.<product>] "
