@@ -296,3 +296,13 @@ def test_data_parallel_attention_spelled_for_another_release(cli, tmp_path):
     _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.21")
     assert not [f for f in doc["findings"] if "deprecated" in f["message"] or "attn-dp-size" in f["message"]]
     assert "--dp-size 8 --enable-dp-attention" in _full_recipe(doc)
+
+
+def test_a_pre_release_engine_is_said_once(cli, tmp_path):
+    script = tmp_path / "serve.sh"
+    script.write_text("vllm serve Qwen/Qwen3-30B-A3B\n")
+    _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.33.0rc1")
+    pre = [f for f in doc["findings"] if "pre-release" in f["message"]]
+    assert len(pre) == 1 and pre[0]["severity"] == "warning" and "--engine-version 0.33.0" in pre[0]["message"]
+    _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.33.0")
+    assert not [f for f in doc["findings"] if "pre-release" in f["message"]]

@@ -211,3 +211,19 @@ def test_an_engine_that_converts_the_experts_does_not_run_the_planned_path(caps)
     sgl = build_recipe(plan, "sglang")
     assert any("re-quantizes the MXFP8 experts to block-FP8" in c.text and "sglang#32036" in (c.source or "")
                for c in sgl.caveats)
+
+
+@pytest.mark.parametrize("version, said", [("0.33.0rc1", "0.33.0"), ("0.33.1.dev45+g1234abc", "0.33.1"),
+                                           ("0.33.0", None), ("0.33.0+rocm700", None)])
+def test_a_pre_release_is_judged_as_one_and_says_so(recipe, version, said):
+    """PEP 440 orders 0.33.0rc1 before 0.33.0, so a rule that starts at 0.33 (vLLM's own AITER pads, its parser's
+    --moe-backend values) is not applied to it: the recipe says so instead of silently judging it as 0.32."""
+    _, data, table = recipe("Qwen3-30B-A3B", "MI355X", "vllm", version=version)
+    notes = [w for w in data["warnings"] if "pre-release" in w]
+    if said is None:
+        assert not notes
+    else:
+        assert notes == [f"vllm {version} is a pre-release of {said}: judged by the rules of the releases before "
+                         f"{said} (a rule that starts at {said} is not applied to it); if it already has {said}'s "
+                         f"changes, pass --engine-version {said}"]
+        assert "pre-release" in table

@@ -29,7 +29,7 @@ from moedispatch.core.families import FUSED_MOE_BACKENDS
 from moedispatch.core.errors import CapabilityDBError, MoedispatchError, UsageError
 from moedispatch.data import capdb
 from moedispatch.core.workload import engine_env, parse_env_args
-from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, converted_plan, engine_data, matching_issues, modelled_choice
+from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, converted_plan, engine_data, matching_issues, modelled_choice, prerelease_note
 from moedispatch.plan.plan import plan_model
 from moedispatch.probe.targets import cli_aiter_version, resolve_capabilities
 from moedispatch.selector import plugins
@@ -771,6 +771,9 @@ def _launch_findings(launch: Launch, engine: str, version: str, eng: Mapping[str
         findings.append(Finding("warning", f"--engine-version {version}: {engine} {version} is newer than the newest "
                                 f"release capability_db knows ({eng['newest']}); its rules and options are assumed "
                                 f"from {eng['newest']}", None, None))
+    pre = prerelease_note(engine, version)
+    if pre:
+        findings.append(Finding("warning", pre, None, None))
     opts = engine_options(engine, version)
     for tok, hint in unknown_options(launch, version):
         findings.append(Finding("error", f"{engine} {version} has no option {tok}{hint}: its argument parser rejects "

@@ -115,6 +115,17 @@ def _version(engine: str, version: str | None, eng: dict[str, Any]) -> str:
     return version
 
 
+def prerelease_note(engine: str, version: str) -> str | None:
+    """What judging a pre-release (``0.33.0rc1``, ``0.33.0.dev12``) means, or None: PEP 440 orders it before its
+    release, so a rule whose range starts at that release is not applied to it — said, never silently assumed."""
+    v = Version(version)
+    if not v.is_prerelease:
+        return None
+    return (f"{engine} {version} is a pre-release of {v.base_version}: judged by the rules of the releases before "
+            f"{v.base_version} (a rule that starts at {v.base_version} is not applied to it); if it already has "
+            f"{v.base_version}'s changes, pass --engine-version {v.base_version}")
+
+
 def _in(spec: str, version: str) -> bool:
     return Version(version) in SpecifierSet(spec)
 
@@ -510,6 +521,9 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     if Version(version) > Version(eng["newest"]):
         recipe.warnings.append(Reason(f"{engine} {version} is newer than the newest release capability_db knows "
                                       f"({eng['newest']}): its rules are assumed", "warning", None, None, "derived"))
+    pre = prerelease_note(engine, version)
+    if pre:
+        recipe.warnings.append(Reason(pre, "warning", None, None, "derived"))
     moe = [d for d in plan.decisions if d.layer.kind == "moe"]
     missing = [d for d in moe if d.backend is None]
     if missing:
