@@ -318,3 +318,24 @@ def test_cli_reports_plugin_errors_and_strict_exits_2_without_traceback(tmp_path
     assert proc.stderr.strip().splitlines()[-1] == \
         "moedispatch: plugin 'acme': import failed: RuntimeError: acme is broken"
     assert "Traceback" not in proc.stderr
+
+
+def test_a_slow_plugin_import_is_said(monkeypatch):
+    """A plugin importing torch at module level costs every explain ~1.5 s, silently: at SLOW_IMPORT_S or more the
+    plugin's record, the plan's warnings and the log say so (a fast one says nothing)."""
+    import types
+
+    import moedispatch.selector.plugins as mp
+
+    real = list(mp._entry_points())
+    clock = iter([100.0, 100.0 + mp.SLOW_IMPORT_S + 0.3, 200.0, 200.01])
+    monkeypatch.setattr(mp, "_clock", lambda: next(clock))
+    eps = [_fake_ep("heavy", lambda: types.ModuleType("acme_heavy")), _fake_ep("light", lambda: types.ModuleType("x"))]
+    monkeypatch.setattr(mp, "_entry_points", lambda: real + eps)
+    reg = build_registry()
+    heavy = next(p for p in reg.plugins if p.name == "heavy")
+    slow = [w for w in heavy.warnings if "to import" in w]
+    assert len(slow) == 1 and slow[0].startswith("took 0.8 s to import (every process that plans pays it")
+    assert "MOEDISPATCH_DISABLE_PLUGINS=heavy" in slow[0]
+    assert any(w.startswith("plugin 'heavy' took 0.8 s to import") for w in reg.warnings)
+    assert not [w for w in next(p for p in reg.plugins if p.name == "light").warnings if "to import" in w]

@@ -25,6 +25,7 @@ import math
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable, Sequence
@@ -41,6 +42,10 @@ __all__ = ["PluginRecord", "Registry", "get_registry", "build_registry", "reset_
            "plugin_timeout", "PluginTimeout", "DEFAULT_PLUGIN_TIMEOUT_S"]
 
 log = get_logger(__name__)
+
+#: A third-party plugin import at least this slow gets a warning (README: explain takes about 0.2 s in all).
+SLOW_IMPORT_S = 0.5
+_clock = time.perf_counter
 
 #: Seconds a third-party plugin call (import, register_backends, check, plan_padding) may take.
 from moedispatch._util.caches import register
@@ -252,6 +257,14 @@ class _Collector:
         self.records.append(PluginRecord(name, package, version, hooks, tuple(contributed), tuple(errors), builtin,
                                          tuple(self.warnings.pop(name, ()))))
 
+    def timed(self, name: str, seconds: float) -> None:
+        """A plugin import slower than :data:`SLOW_IMPORT_S` is said (every process that plans pays it, silently)."""
+        if seconds >= SLOW_IMPORT_S:
+            self.warnings.setdefault(name, []).append(
+                f"took {seconds:.1f} s to import (every process that plans pays it; explain itself takes about "
+                f"0.2 s): import heavy modules inside its hooks, or skip it with MOEDISPATCH_DISABLE_PLUGINS={name}")
+            log.warning("plugin_import_slow", plugin=name, seconds=round(seconds, 2))
+
     def printed(self, name: str, what: str, outputs: list[str]) -> None:
         """Record what plugin ``name`` printed during ``what`` (a plugin warning; never our stdout)."""
         text = "".join(outputs)
@@ -341,11 +354,13 @@ def build_registry(
                     module = ep.load()
                 else:
                     printed: list[str] = []
+                    started = _clock()
                     try:
                         with fd_stdout_captured(printed):
                             module = call_with_deadline(ep.load, what="import", plugin=ep.name, output=printed)
                     finally:
                         collector.printed(ep.name, "import", printed)
+                    collector.timed(ep.name, _clock() - started)
             except PluginTimeout as exc:
                 collector.record_failure(ep.name, package, version, str(exc), builtin)
                 continue
