@@ -224,3 +224,33 @@ def test_worker_lines_that_read_alike_are_said_by_rank_0_only(monkeypatch, capsy
         assert capsys.readouterr().err.count("layer check ready") == expected, rank
     monkeypatch.setenv("RANK", "nonsense")
     assert guard._rank() == 0
+
+
+@pytest.mark.parametrize("release, view, argv_has, argv_not", [
+    # 0.5.22+: resolution turns the deprecated spelling into attn_dp_size = N, dp_size = 1, the flag off
+    ("0.5.23", dict(dp_size=1, enable_dp_attention=False, attn_dp_size=4), ["--attn-dp-size", "4"],
+     ["--enable-dp-attention", "--dp-size"]),
+    # before 0.5.22 the flag stays on and attn_dp_size is derived from it (no --attn-dp-size flag exists)
+    ("0.5.21", dict(dp_size=4, enable_dp_attention=True, attn_dp_size=4), ["--dp-size", "4", "--enable-dp-attention"],
+     ["--attn-dp-size"]),
+])
+def test_the_sglang_guard_rebuilds_data_parallel_attention_in_the_release_s_spelling(monkeypatch, release, view,
+                                                                                       argv_has, argv_not):
+    """The guard lints the command its resolved server args describe: on 0.5.21 it wrote --attn-dp-size as well,
+    a flag that release's parser rejects — lint's error, and a refusal in refuse mode, for a valid launch."""
+    from moedispatch.engines import lint as L
+    from moedispatch.guard import sglang as g
+
+    overrides = types.ModuleType("sglang.srt.arg_groups.overrides")
+    overrides.resolved_view = lambda sa: sa
+    for name in ("sglang", "sglang.srt", "sglang.srt.arg_groups"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.arg_groups.overrides", overrides)
+    sa = types.SimpleNamespace(model_path="Qwen/Qwen3-30B-A3B", tp_size=8, ep_size=1, moe_runner_backend="auto",
+                               chunked_prefill_size=None, quantization=None, **view)
+    argv = g.launch_from(sa)
+    joined = " ".join(argv)
+    assert " ".join(argv_has) in joined and not [a for a in argv_not if a in argv]
+    doc = L.lint_launch(L.parse_launch(None, argv), target="MI355X", aiter_version="0.1.20", engine_version=release)
+    assert not [f for f in doc["findings"] if f["severity"] == "error"], doc["findings"]
+    assert L._plan_layout(L.parse_launch(None, argv)) == (8, 1, 2)

@@ -810,7 +810,8 @@ def _attn_dp_spelling(launch: Launch, engine: str, version: str, eng: Mapping[st
         n = f["attn_dp"]
         return [Finding("error", f"sglang {version} has no --attn-dp-size (added in {spec.lstrip('>=')}): its "
                         "argument parser rejects the launch", eng["attn_dp_absent_source"],
-                        f"--dp-size {n} --enable-dp-attention (or --engine-version with the release you run)")]
+                        (f"--dp-size {n} --enable-dp-attention" if str(n) != "1" else "remove --attn-dp-size 1")
+                        + " (or --engine-version with the release you run)")]
     if f.get("dp_attention") and new and "attn_dp" not in f:
         n = f.get("dp", "N")
         return [Finding("info", f"--dp-size {n} --enable-dp-attention is deprecated in sglang {version} (removed "

@@ -95,12 +95,15 @@ def launch_from(server_args: Any) -> list[str]:
     from sglang.srt.arg_groups.overrides import resolved_view
 
     v = resolved_view(server_args)
+    dp_attention = bool(getattr(v, "enable_dp_attention", False))
     return p0.launch_argv(
         "sglang", str(v.model_path), tp=int(v.tp_size), dp=int(getattr(v, "dp_size", 1) or 1),
-        ep=int(getattr(v, "ep_size", 1) or 1), dp_attention=bool(getattr(v, "enable_dp_attention", False)),
-        # 0.5.23 resolves `--dp-size N --enable-dp-attention` to attn_dp_size = N, dp_size = 1 and the flag off
-        # (arg_groups/parallel_hook.py _handle_deprecated_dp_attention): the resolved width is attn_dp_size
-        attn_dp=int(getattr(v, "attn_dp_size", 1) or 1),
+        ep=int(getattr(v, "ep_size", 1) or 1), dp_attention=dp_attention,
+        # 0.5.22+ resolves `--dp-size N --enable-dp-attention` to attn_dp_size = N, dp_size = 1 and the flag off
+        # (arg_groups/parallel_hook.py _handle_deprecated_dp_attention): the resolved width is attn_dp_size. Before
+        # 0.5.22 the flag stays on and attn_dp_size is derived from it, with no flag of its own
+        # (sglang@v0.5.21 arg_groups/fields/parallel.py:285-286): the old spelling alone says it.
+        attn_dp=1 if dp_attention else int(getattr(v, "attn_dp_size", 1) or 1),
         moe_backend=str(getattr(v, "moe_runner_backend", None) or "auto"),
         max_batched_tokens=getattr(v, "chunked_prefill_size", None) or None,
         quantization=getattr(v, "quantization", None) or None)
