@@ -413,6 +413,18 @@ def render(report: LintReport, fmt: str = "table") -> str:
     return "\n".join(lines)
 
 
+def _check_pep440(version: str) -> None:
+    """``--aiter-version`` that is no release tag must be a PEP 440 version (UsageError otherwise)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(version)
+    except InvalidVersion:
+        tags = [r.tag for r in _cfg.releases()]
+        raise UsageError(f"--aiter-version {version!r} is not a PEP 440 version, 'installed' or a release of "
+                         f"moedispatch's AITER index ({tags[0]} … {tags[-1]})") from None
+
+
 def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     """``moedispatch aiter-configs``: bad input raises UsageError (the CLI prints one line, exit 2)."""
     env = parse_env_args(getattr(args, "aiter_env", None) or [])
@@ -424,9 +436,20 @@ def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
 
         if not os.path.isdir(directory):
             raise UsageError(f"--configs {directory!r} is not a directory")
-        cs = _cfg.load_config_set(directory, env=env, version=None if version in (None, "installed") else version)
+        if version not in (None, "installed") and version not in {r.tag for r in _cfg.releases()}:
+            _check_pep440(version)  # junk is bad input here too, never a silent head lookup model
+        if version in (None, "installed"):  # the AITER that reads the folder decides the lookup model, as for
+            version = _cfg.installed_aiter()[0]  # AITER_CONFIG_FMOE (default: the installed AITER, see --help)
+            if version is None and getattr(args, "aiter_version", None) == "installed":
+                raise UsageError("--aiter-version installed: no AITER (amd-aiter) is installed in this Python")
+        cs = _cfg.load_config_set(directory, env=env, version=version)
+        if getattr(args, "aiter_version", None) in (None, "installed"):   # said, never a silent default
+            how = (f"the installed AITER {version}'s lookup" if version else
+                   "the newest lookup (no AITER is installed in this Python)")
+            cs = dataclasses.replace(cs, notes=cs.notes + (f"read with {how}: {cs.dispatch} model; --aiter-version "
+                                                           "VERSION reads the folder as that release does",))
         if cs.origin == "env":   # AITER_CONFIG_FMOE replaces the set: the folder is what it replaces, not read
-            base = _cfg.load_config_set(directory, version=None if version in (None, "installed") else version)
+            base = _cfg.load_config_set(directory, version=version)
             cs = dataclasses.replace(cs, notes=cs.notes + (f"--configs {directory} is not read as the tuned set: "
                                                            "AITER_CONFIG_FMOE replaces it (compared below)",))
     elif version in (None, "installed"):
@@ -434,14 +457,7 @@ def run_cli(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     elif version == "bundled" or version in {r.tag for r in _cfg.releases()}:
         cs = _cfg.load_config_set(version, env=env)
     else:
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            Version(version)
-        except InvalidVersion:
-            tags = [r.tag for r in _cfg.releases()]
-            raise UsageError(f"--aiter-version {version!r} is not a PEP 440 version, 'installed' or a release of "
-                             f"moedispatch's AITER index ({tags[0]} … {tags[-1]})") from None
+        _check_pep440(version)
         cs = _cfg.load_config_set(None, env=env, version=version)
     findings = lint(cs, env, base)
     emit(render(findings, getattr(args, "format", "table")))

@@ -349,6 +349,7 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None, launch: s
         head += f", {target['partition']} partition"
     if target.get("compute_units"):
         head += f", {target['compute_units']} CUs"
+    device = head  # what "(from --target)" qualifies: the GPU, not the AITER version (the table's order)
     head += f", AITER {target['aiter_version']}" if target.get("aiter_version") else ", no AITER"
     moe = [e for e in layers if e["kind"] == "moe"]
     title = f"moedispatch: {model.get('name')} on {head}"
@@ -383,7 +384,7 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None, launch: s
     if first_line:
         body.append(f'<div class="meta">{_e(first_line)}</div>')
     why = TARGET_WHY.get(target.get("source"), target.get("source"))
-    body.append(f'<div class="meta">target {_e(head)} ({_e(why)}) · tp={_e(par.get("tp"))} '
+    body.append(f'<div class="meta">target {_e(device)} ({_e(why)}){_e(head[len(device):])} · tp={_e(par.get("tp"))} '
                 f'ep={_e(par.get("ep"))} · {len(moe)} MoE of {len(layers)} layers · plan fingerprint '
                 f'<code>{_e(doc.get("fingerprint", ""))}</code></div>')
     if launch:

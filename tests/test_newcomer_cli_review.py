@@ -1,0 +1,71 @@
+"""Defects found by a user review (an AMD inference engineer's first hour with the CLI), each pinned by a test that
+failed before its fix."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from moedispatch.aiter import lint as aiter_lint
+from moedispatch.core.errors import UsageError
+from moedispatch.data import aiter_configs as ac
+
+
+def _folder(shared_aiter):
+    return str(shared_aiter / "v0.1.12" / "aiter" / "configs")
+
+
+def _lint(**kw) -> dict:
+    args = argparse.Namespace(**{"aiter_env": [], "aiter_version": None, "configs": None, "format": "json",
+                                 "strict": False, **kw})
+    out: list[str] = []
+    assert aiter_lint.run_cli(args, out.append) == 0
+    return json.loads(out[0])
+
+
+@pytest.mark.parametrize("junk", ["xyz", "none", "bundled"])
+def test_aiter_configs_folder_refuses_a_junk_aiter_version(cli, shared_aiter, junk):
+    """`aiter-configs --configs DIR --aiter-version xyz` linted DIR with the head lookup model, silently (without
+    --configs the same value is exit 2): bad input is one line, exit 2, here too."""
+    r = cli("aiter-configs", "--configs", _folder(shared_aiter), "--aiter-version", junk)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"moedispatch: --aiter-version {junk!r} is not a PEP 440 version, 'installed' or a release of moedispatch's "
+        f"AITER index ({ac.releases()[0].tag} … {ac.releases()[-1].tag})"]
+
+
+def test_aiter_configs_folder_with_installed_uses_the_installed_aiters_lookup(shared_aiter, monkeypatch):
+    """`aiter-configs --configs DIR --aiter-version installed` (and the default, 'installed' when AITER is installed,
+    as --help says) linted DIR with the head lookup model whatever AITER was installed: an installed 0.1.7 reads it
+    with its legacy lookup, exactly as `--aiter-version 0.1.7.post2.dev18` does."""
+    monkeypatch.setattr(ac, "installed_aiter", lambda: ("0.1.7.post2.dev18", "/nowhere/aiter"))
+    explicit = _lint(configs=_folder(shared_aiter), aiter_version="0.1.7.post2.dev18")
+    assert explicit["configs"]["dispatch"] == "legacy"
+    for version in ("installed", None):
+        doc = _lint(configs=_folder(shared_aiter), aiter_version=version)
+        assert doc["configs"]["dispatch"] == "legacy" and doc["summary"] == explicit["summary"]
+        assert "read with the installed AITER 0.1.7.post2.dev18's lookup: legacy model" in doc["configs"]["notes"][-1]
+
+
+def test_aiter_configs_folder_with_installed_but_none_installed_is_bad_input(shared_aiter, monkeypatch):
+    """--aiter-version installed with no AITER installed is one line (as without --configs), never the head model."""
+    monkeypatch.setattr(ac, "installed_aiter", lambda: (None, None))
+    with pytest.raises(UsageError, match="no AITER .* is installed"):
+        _lint(configs=_folder(shared_aiter), aiter_version="installed")
+    doc = _lint(configs=_folder(shared_aiter))
+    assert doc["configs"]["dispatch"] == "head"  # nothing installed: the newest lookup, said
+    assert "read with the newest lookup (no AITER is installed in this Python): head model" in doc["configs"]["notes"][-1]
+
+
+def test_html_header_says_where_the_target_came_from_next_to_the_gpu_not_the_aiter(cli, tmp_path):
+    """`explain --target MI355X --html F` with the default AITER: the page said "AITER 0.1.20.post1 (from --target)",
+    crediting --target with the AITER version; the table says "256 CUs (from --target), AITER 0.1.20.post1 (default:
+    …)". The provenance follows the GPU, as in the table."""
+    page = tmp_path / "plan.html"
+    r = cli("explain", "--model", "gpt-oss-20b", "--target", "MI355X:CPX", "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    table_target = next(line for line in r.stdout.splitlines() if line.startswith("target  "))
+    assert "32 CUs (1/8 of 256; derived) (from --target), AITER 0.1.20.post1 (default" in table_target
+    assert ('<div class="meta">target gfx950 (MI355X), CPX partition, 32 CUs (from --target), AITER 0.1.20.post1 · '
+            in page.read_text(encoding="utf-8"))
