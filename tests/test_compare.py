@@ -195,3 +195,18 @@ def test_compare_text_gives_each_cost_its_bars_in_the_point_s_unit():
                    {"tokens": 8192, "us": 15400.0, "low": 5847.0, "high": 51012.0},
                    {"tokens": 2, "us": 5.25, "low": 4.01, "high": 7.5}])
     assert line == "1 tok 34 µs (26–61) · 8192 tok 15.4 ms (5.8–51.0) · 2 tok 5.2 µs (4.0–7.5)"
+
+
+def test_a_split_k_of_minus_one_is_no_difference_in_what_runs(cli):
+    """AITER 0.1.16+ hands the FlyDSL heuristic split_k = -1 where 0.1.15 handed 0; every reader tests > 0 / > 1,
+    so both run alike: compare said "57 of 57 MoE layers differ" in dispatch and showed two identical lines."""
+    from moedispatch.render.compare import _runs
+
+    step = {"tokens": [512, 512], "stages": 2, "family": "flydsl", "kernels": ["k1", "k2"], "block_m": 32,
+            "basis": "heuristic"}
+    assert _runs([dict(step, ksplit=-1)]) == _runs([dict(step, ksplit=0)]) == _runs([step])
+    assert _runs([dict(step, ksplit=2)]) != _runs([dict(step, ksplit=0)])
+    proc = cli("compare", "--model", "MiniMax-M3-MXFP4", "--target", "MI355X", "--tp", "8", "--aiter-version",
+               "0.1.15.post3,0.1.20.post1")
+    assert proc.returncode == 0, proc.stderr
+    assert "summary 0 of 57 MoE layers differ" in proc.stdout and "DIFFERS in dispatch" not in proc.stdout

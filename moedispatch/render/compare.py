@@ -154,9 +154,13 @@ def compare_plans(model: Any, variants: Sequence[Variant], axes: Sequence[str], 
 
 
 def _runs(steps: list[dict[str, Any]]) -> list[tuple]:
-    """What runs per token range, without where the deciding row sits (file:line names the release)."""
+    """What runs per token range, without where the deciding row sits (file:line names the release). A negative
+    split-K is no split: the FlyDSL heuristic's ``split_k = -1`` (from v0.1.16) and ``0`` run alike — every reader
+    of it tests ``ksplit > 0`` or ``> 1`` (ROCm/aiter@v0.1.16:aiter/fused_moe.py lines 1550, 1752, 1892, 2010,
+    2035) — so 0.1.15 against 0.1.20 is no difference in what runs."""
     return [(tuple(s.get("tokens") or ()), s.get("stages"), s.get("family"), tuple(s.get("kernels") or ()),
-             s.get("block_m"), s.get("ksplit"), s.get("activation_dtype"), s.get("basis"), s.get("raises"))
+             s.get("block_m"), max(s.get("ksplit") or 0, 0), s.get("activation_dtype"), s.get("basis"),
+             s.get("raises"))
             for s in steps]
 
 
