@@ -69,3 +69,16 @@ def test_html_header_says_where_the_target_came_from_next_to_the_gpu_not_the_ait
     assert "32 CUs (1/8 of 256; derived) (from --target), AITER 0.1.20.post1 (default" in table_target
     assert ('<div class="meta">target gfx950 (MI355X), CPX partition, 32 CUs (from --target), AITER 0.1.20.post1 · '
             in page.read_text(encoding="utf-8"))
+
+
+def test_the_page_says_what_padding_costs_in_memory_as_the_table_does(cli, tmp_path):
+    """The table says "+48.0 MiB/rank per layer" and "padding adds 2.2 GiB of expert weights per rank over the whole
+    model" (Qwen3-30B-A3B at TP 8: 96 → 128 per rank); the page said neither."""
+    page = tmp_path / "plan.html"
+    r = cli("explain", "--model", "Qwen3-30B-A3B", "--target", "MI355X", "--tp", "8", "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    text = page.read_text(encoding="utf-8")
+    assert "padding adds 2.2 GiB of expert weights per rank over the whole model" in r.stdout
+    assert '<div class="meta" id="padded-bytes">padding adds 2.2 GiB of expert weights per rank over the whole model' \
+        in text
+    assert "zero-fill yes; +48.0 MiB/rank per layer" in text and "+48.0 MiB/rank per layer" in r.stdout

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from moedispatch._util.colour import is_severe
 from moedispatch.core.errors import UsageError
 from moedispatch.plan.plan import layer_span, plan_to_json
-from moedispatch.render.explain import TARGET_WHY
+from moedispatch.render.explain import TARGET_WHY, _human_bytes
 
 __all__ = ["render_html", "write_html", "backend_color", "DENSE_COLOR", "NONE_COLOR"]
 
@@ -271,10 +271,11 @@ def _padding_text(entry: dict[str, Any]) -> str:
     shape = entry.get("shape") or {}
     if not (p.get("hidden_pad") or p.get("intermediate_pad")):
         return "none needed"
+    extra = entry.get("padded_bytes")   # what the table says too: the padded weights' memory
     return (f"hidden {shape.get('hidden')}→{p.get('hidden')}, intermediate/rank {shape.get('intermediate_per_rank')}→"
             f"{p.get('intermediate_per_rank')}; kernel pads hidden={p.get('kernel_hidden_pad')} intermediate="
             f"{p.get('kernel_intermediate_pad')} ({p.get('pad_semantics', 'compute')}); zero-fill "
-            f"{'yes' if p.get('zero_fill') else 'no'}")
+            f"{'yes' if p.get('zero_fill') else 'no'}" + (f"; +{_human_bytes(extra)}/rank per layer" if extra else ""))
 
 
 def _group_section(n: int, group: dict[str, Any], entry: dict[str, Any]) -> str:
@@ -396,6 +397,9 @@ def render_html(doc: dict[str, Any], *, first_line: str | None = None, launch: s
         series = [("all MoE layers", "#333", doc["cost_total"])]
         body.append("<h2>Predicted MoE time per forward pass (one rank)</h2>"
                     + _chart(series, "predicted MoE time per forward pass"))
+    if doc.get("padded_bytes"):
+        body.append(f'<div class="meta" id="padded-bytes">padding adds {_e(_human_bytes(doc["padded_bytes"]))} of '
+                    "expert weights per rank over the whole model</div>")
     if doc.get("warnings"):
         details = doc.get("warning_details") or [{"text": t, "kind": "warning"} for t in doc["warnings"]]
         severe = [d for d in details if is_severe(d.get("text", ""))]
