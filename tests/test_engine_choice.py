@@ -282,3 +282,16 @@ def test_a_bug_in_the_dispatch_model_is_not_read_as_no_known_issue(caps, monkeyp
 
     monkeypatch.setattr(aiter_dispatch, "plan_dispatch", unkeyable)
     assert compare_plan(m3, "vllm", env=ON)
+
+
+def test_an_unmodelled_engine_release_suggests_a_recipe_only_within_the_recipes_range():
+    from moedispatch.engines.choice import _data
+
+    """--engine vllm@0.1 suggested "--recipe vllm --engine-version 0.1", a recipe that release cannot have (recipes
+    cover 0.23.0 … 0.33.0): following it gave one "no known way to select …" per backend."""
+    with pytest.raises(UsageError) as old:
+        _data("vllm", "0.1")
+    assert "a recipe for it" not in str(old.value) and "recipes cover vllm 0.23.0 … 0.33.0" in str(old.value)
+    with pytest.raises(UsageError) as covered:
+        _data("vllm", "0.30")
+    assert "a recipe for it: --recipe vllm --engine-version 0.30" in str(covered.value)

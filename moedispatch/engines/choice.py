@@ -105,10 +105,12 @@ def _data(engine: str, version: str | None) -> tuple[str, dict[str, Any]]:
         if wanted in SpecifierSet(doc["versions"]):
             return version, doc
     recipes = capdb.load_toml("engines.toml").get(engine, {}).get("releases", [])
+    covered = bool(recipes) and wanted >= Version(recipes[0])   # newer than the newest: assumed, with a warning
     raise UsageError(f"no model of {engine} {version}: capability_db/engines knows "
                      + ", ".join(f"{engine} {r}" for r in releases)
-                     + (f" (a recipe for it: --recipe {engine} --engine-version {version}; recipes cover {engine} "
-                        f"{recipes[0]} … {recipes[-1]})" if recipes else ""))
+                     + ((f" (a recipe for it: --recipe {engine} --engine-version {version}; recipes cover {engine} "
+                         f"{recipes[0]} … {recipes[-1]})") if covered else
+                        f" (recipes cover {engine} {recipes[0]} … {recipes[-1]})" if recipes else ""))
 
 
 # -- layer → what the engine sees --------------------------------------------------------------------------------

@@ -518,6 +518,12 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
     version = _version(engine, version, eng)
     recipe = Recipe(engine, version)
     recipe.warnings += list(plan.warnings)
+    known = eng.get("releases") or []
+    too_old = bool(known) and Version(version) < Version(known[0])
+    if too_old:   # one reason, not one "no known way to select …" per backend
+        recipe.refusals.append(Reason(f"{engine} {version} is older than every release capability_db models "
+                                      f"({known[0]} … {known[-1]}): no recipe for it", "failed",
+                                      "capability_db/engines.toml", None, "derived"))
     if Version(version) > Version(eng["newest"]):
         recipe.warnings.append(Reason(f"{engine} {version} is newer than the newest release capability_db knows "
                                       f"({eng['newest']}): its rules are assumed", "warning", None, None, "derived"))
@@ -530,7 +536,7 @@ def build_recipe(plan: Plan, engine: str, version: str | None = None, *, alterna
         recipe.refusals.append(Reason(f"{len(missing)} MoE layer(s) have no correct backend: no launch realizes "
                                       "this plan", "failed"))
     chosen, rows = None, []
-    if moe and not missing:
+    if moe and not missing and not too_old:
         chosen, rows = _pick_backend(plan, engine, version, recipe, alternatives)
     recipe.backend = chosen
     layout = _layout(plan, engine, version, recipe, moe)
