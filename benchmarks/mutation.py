@@ -125,6 +125,7 @@ FAST_TESTS = [
     "tests/test_mutants_s14_cost.py",   # seed-14 survivors: fused-key block scale, decode details, plugin logger, bands
     "tests/test_mutants_s14_core.py",   # seed-14 survivors: tile effects, CSV lint copies/overrides, wint4 ksplit, Padding
     "tests/test_mutants_s14_engines.py",  # seed-14 survivors: vLLM fp8 refinement note, aiter env fallback, memory warning, lint JSON
+    "tests/test_mutants_s16_cost.py",   # seed-16 survivors: plugin costs at the roofline, dispatch rows, doweight, touching bars
     "tests/test_faults.py",             # in-process faults: a backend's bad padding/notes fall through (seed 14)
     # existing in-process tests that pin rule-bearing code and were not in this list (found by the seed-13 survivors:
     # two of them were killed by these files, which mutmut did not run)
@@ -499,6 +500,9 @@ EQUIVALENT: list[tuple[str, str, str]] = [
      "after: the same contents"),
     ("x__name_after_what_runs", r"both hold\)\", \)\)",
      "Reason.kind defaults to \"note\", the value dropped"),
+    ("x__tuned_shapes", r'getattr\(plan, "config_origin", "XXXX"\)',
+     "the default only matters for a plan without config_origin (a DispatchPlan always has it), and \"\" and "
+     "\"XXXX\" are both outside (\"env\", \"explicit\"): the same `own = ()`"),
 ]
 
 _CACHE_RESET = '''
