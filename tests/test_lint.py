@@ -281,7 +281,7 @@ def test_data_parallel_attention_spelled_for_another_release(cli, tmp_path):
     script.write_text(head + "--attn-dp-size 8\n")
     _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.21")
     err = [f for f in _sev(doc, "error") if "--attn-dp-size" in f["message"]]
-    assert err and err[0]["message"].startswith("sglang 0.5.21 has no --attn-dp-size (added in 0.5.22)")
+    assert len(err) == 1 and err[0]["message"].startswith("sglang 0.5.21 has no --attn-dp-size (added in 0.5.22)")
     assert err[0]["fix"].startswith("--dp-size 8 --enable-dp-attention") and "v0.5.21" in err[0]["source"]
     fix = _full_recipe(doc)
     assert "--dp-size 8 --enable-dp-attention" in fix and "--attn-dp-size" not in fix
@@ -290,7 +290,7 @@ def test_data_parallel_attention_spelled_for_another_release(cli, tmp_path):
     script.write_text(head + "--dp-size 8 --enable-dp-attention\n")
     _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.23")
     said = [f for f in _sev(doc, "info") if "deprecated" in f["message"]]
-    assert said and said[0]["fix"] == "--attn-dp-size 8 instead of --dp-size 8 --enable-dp-attention"
+    assert len(said) == 1 and said[0]["fix"] == "--attn-dp-size 8 instead of --dp-size 8 --enable-dp-attention"
     fix = _full_recipe(doc)
     assert "--attn-dp-size 8" in fix and "--enable-dp-attention" not in fix and "--dp-size" not in fix
     _, doc = _lint(cli, str(script), "--target", "MI355X", "--engine-version", "0.5.21")

@@ -674,7 +674,6 @@ def _moe_findings(launch: Launch, plan: Any, recipe: Any, version: str, eng: Map
     engine, caps = launch.engine, plan.caps
     findings: list[Finding] = []
     d0 = next(d for d in plan.decisions if d.layer.kind == "moe")
-    findings += _attn_dp_spelling(launch, engine, version, eng)
     switch = eng["aiter_switch"]
     on = launch.env.get(switch, eng["aiter_switch_default"]).lower() in _TRUE
     backend_flag = str(launch.flags.get("moe_backend", "auto")).lower().replace("-", "_")
