@@ -82,3 +82,24 @@ def test_the_page_says_what_padding_costs_in_memory_as_the_table_does(cli, tmp_p
     assert '<div class="meta" id="padded-bytes">padding adds 2.2 GiB of expert weights per rank over the whole model' \
         in text
     assert "zero-fill yes; +48.0 MiB/rank per layer" in text and "+48.0 MiB/rank per layer" in r.stdout
+
+
+def test_static_or_dynamic_activation_scales_reach_the_json_and_the_page(cli, tmp_path):
+    """The table says "activations fp8/tensor" (static scales stored in the checkpoint) or "mxfp4/group32 dynamic";
+    the JSON had no such field, so the page could not say it: ``quant.activation_scales`` (an extension; absent for
+    BF16 activations)."""
+    cfg = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+           "intermediate_size": 14336, "num_hidden_layers": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+           "quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}}
+    folder = tmp_path / "mixtral-fp8"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    for model, want in ((str(folder), "static"), ("MiniMax-M3-MXFP4", "dynamic"), ("Mixtral-8x7B", None)):
+        page = tmp_path / "plan.html"
+        r = cli("explain", "--model", model, "--target", "MI300X", "--format", "json", "--html", str(page))
+        assert r.returncode in (0, 3), r.stderr
+        moe = next(e for e in json.loads(r.stdout)["layers"] if e["kind"] == "moe")
+        assert moe["quant"].get("activation_scales") == want, (model, moe["quant"])
+        quant = page.read_text(encoding="utf-8").split("<div>quant</div><div>", 1)[1].split("</div>", 1)[0]
+        assert quant.endswith(f" {want}") if want else not quant.endswith(("static", "dynamic")), quant

@@ -321,6 +321,8 @@ def layer_entry(d: Decision) -> dict[str, Any]:
             "activation_granularity": layer.act.granularity,
         },
     }
+    if layer.act.quantized:   # the table's "dynamic": scales computed per call, or stored in the checkpoint
+        entry["quant"]["activation_scales"] = "dynamic" if layer.act.dynamic else "static"
     entry.update(d.to_dict())
     if layer.kind == "moe":
         total, extra = padded_bytes(layer, d)

@@ -298,7 +298,8 @@ def _group_section(n: int, group: dict[str, Any], entry: dict[str, Any]) -> str:
                  f"{_e(shape.get('experts_per_rank'))}/rank, top-{_e(shape.get('top_k'))}, "
                  f"{_e(entry.get('activation_fn', ''))}</div>")
     parts.append(f"<div>quant</div><div>weights {_e(quant.get('weight'))} {_e(quant.get('granularity') or '')}, "
-                 f"activations {_e(quant.get('activation'))} {_e(quant.get('activation_granularity') or '')}</div>")
+                 f"activations {_e(quant.get('activation'))} {_e(quant.get('activation_granularity') or '')}"
+                 f"{(' ' + _e(quant['activation_scales'])) if quant.get('activation_scales') else ''}</div>")
     if backend:
         parts.append(f"<div>padding</div><div>{_e(_padding_text(entry))}</div>")
     parts.append("</div>")
