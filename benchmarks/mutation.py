@@ -503,6 +503,9 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ("x__tuned_shapes", r'getattr\(plan, "config_origin", "XXXX"\)',
      "the default only matters for a plan without config_origin (a DispatchPlan always has it), and \"\" and "
      "\"XXXX\" are both outside (\"env\", \"explicit\"): the same `own = ()`"),
+    ("x_rank", r"^moved = True$",
+     "only the early exit of the bubble passes: a pass that swaps nothing leaves the order as it is, so running the "
+     "remaining passes (at most len(order)**2 in all, as when it never settles) returns the same order"),
 ]
 
 _CACHE_RESET = '''

@@ -137,3 +137,68 @@ def test_each_interpolation_truth_names_the_key_of_its_row():
     keys = {key for _tag, _commit, rows in releases for key in rows}
     assert all(t.key in keys for t in truths)
     assert all(t.key[0] in ("gfx942", "gfx950") for t in truths)
+
+
+# -- seed-17 survivors (drawn after the tests above; its 90.9% is the figure, these tests come after it) -----------
+
+def test_a_citation_names_a_tagged_release_by_its_tag_and_head_by_its_commit():
+    assert drift.ref_of("v0.1.20.post1", "de07f3885e0000") == "v0.1.20.post1"
+    assert drift.ref_of("head", "e4048607a5123456") == "e4048607"
+
+
+def test_rows_read_from_aiters_folder_name_their_file_inside_the_release(shared_aiter, monkeypatch, tmp_path):
+    """release_rows(data) names each row's file relative to the release folder (``aiter/configs/…``), whatever the
+    working directory — what the reverted-row list and every drift citation match on."""
+    monkeypatch.chdir(tmp_path)
+    releases = drift.release_rows(str(shared_aiter))
+    files = {r.file for _tag, _commit, rows in releases for r in rows.values()}
+    assert files and all(f.startswith("aiter/configs/") and f.endswith(".csv") for f in files), sorted(files)[:3]
+
+
+def test_a_top_1_row_with_an_odd_expert_count_has_no_fused_shared_expert():
+    """Only top-k > 1 can carry an always-selected shared expert among its k (top-1 would route nothing else)."""
+    from moedispatch.cost.geometry import _fused_shared
+
+    assert (_fused_shared(257, 9), _fused_shared(129, 5), _fused_shared(9, 1), _fused_shared(9, 2)) == (1, 1, 0, 1)
+    assert (_fused_shared(7, 2), _fused_shared(256, 8)) == (0, 0)
+
+
+def test_heuristic_evidence_of_another_schema_says_which():
+    with pytest.raises(CapabilityDBError, match="schema must be 'moedispatch.cost_heuristic_evidence/1', got 'x/2'"):
+        heuristic.parse_evidence({"schema": "x/2", "pair": []})
+
+
+def test_a_band_without_its_gfx_is_a_capability_db_error():
+    import copy
+
+    from moedispatch.cost.priors import parse_priors
+    from moedispatch.data import capdb
+
+    shipped = copy.deepcopy(capdb.load_toml.__wrapped__("cost_priors.toml"))
+    shipped["band"][0].pop("gfx")
+    with pytest.raises(CapabilityDBError, match=r"band\[0\] needs level, gfx, low and high"):
+        parse_priors(shipped)
+
+
+def test_a_decode_fit_without_its_row_count_counts_none():
+    """``n`` (the clean rows a [[decode]] fit stands on, said in the detail) is 0 when the entry does not give it —
+    never a made-up 1."""
+    import copy
+
+    from moedispatch.cost.priors import parse_priors
+    from moedispatch.data import capdb
+
+    shipped = copy.deepcopy(capdb.load_toml.__wrapped__("cost_priors.toml"))
+    entry = shipped["decode"][0]
+    entry.pop("n", None)
+    key = (str(entry["gfx"]), int(entry["cu"]))
+    fit = parse_priors(shipped).decode_pair.get((*key, entry["pair"])) if entry.get("pair") else \
+        parse_priors(shipped).decode[key]
+    assert fit.n == 0
+
+
+def test_the_decode_fit_stops_when_the_bandwidth_term_moves_by_at_most_1e_8_relative():
+    """The slope (1 / efficiency, about 1.83 here) converges relative to max(1, |b|) like the fixed term: on these
+    points the fit stops at its 28th step and returns it (a tolerance of 1e-8 / |b| ran on and returned another)."""
+    points = [(15.32, 41.39), (25.44, 53.43), (33.38, 80.51), (40.79, 88.0), (26.9, 62.45), (46.93, 104.96)]
+    assert cost.fit_decode(points) == cost.fit_decode(points, iterations=28) != cost.fit_decode(points, iterations=27)
