@@ -50,6 +50,8 @@ def _target_entry(caps):
 
 def _positive(text: str) -> int:
     try:
+        if not text.isascii():   # int() reads full-width digits ("８" is 8): a count is written in ASCII digits
+            raise ValueError(text)
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None

@@ -145,6 +145,8 @@ def parse_tokens(text: str) -> tuple[int, ...]:
             raise UsageError(f"--tokens {text!r}: an empty item between commas (expected e.g. 1,64,4096 or 1-512)")
         lo_s, dash, hi_s = part.partition("-")
         try:
+            if not part.isascii():   # int() reads "１" (a full-width digit) as 1: a count is written in ASCII digits
+                raise ValueError(part)
             lo = int(lo_s)
             hi = int(hi_s) if dash else lo
         except ValueError:
