@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -168,11 +168,19 @@ def weight_bytes_per_rank(plan: Any, allocation: tuple[int, int] | None = None,
     return total
 
 
+def has_attn_dp_flag(eng: Mapping[str, Any], version: str | None) -> bool:
+    """Whether this SGLang release spells data-parallel attention ``--attn-dp-size`` (``attn_dp_versions``: the
+    release that added it, and the newest when no version is given); before it, ``--dp-size N
+    --enable-dp-attention``."""
+    spec = eng.get("attn_dp_versions")
+    return bool(spec) and (version is None or Version(version) in SpecifierSet(spec))
+
+
 def _sglang_dp_attention(eng: dict[str, Any], version: str | None, dp: int, why: str,
                          source: str) -> list[dict[str, str]]:
     """SGLang's flags for ``dp`` data-parallel attention groups: ``--attn-dp-size N`` from the release that added it
-    (``attn_dp_versions``), before it ``--dp-size N --enable-dp-attention`` (which the later releases deprecate)."""
-    if version is None or Version(version) in SpecifierSet(eng["attn_dp_versions"]):
+    (:func:`has_attn_dp_flag`), before it ``--dp-size N --enable-dp-attention`` (which the later releases deprecate)."""
+    if has_attn_dp_flag(eng, version):
         return [{"arg": eng["attn_dp_arg"].format(dp=dp), "why": why, "source": eng["attn_dp_source"]}]
     return [{"arg": eng["dp_arg"].format(dp=dp), "why": why, "source": source},
             {"arg": "--enable-dp-attention", "why": "data-parallel attention (attention TP = tp-size / dp-size)",

@@ -30,6 +30,7 @@ from moedispatch.core.errors import CapabilityDBError, MoedispatchError, UsageEr
 from moedispatch.data import capdb
 from moedispatch.core.workload import engine_env, parse_env_args
 from moedispatch.engines.recipes import _forced, _in, _match, _try_backend, _version, build_recipe, conversion, converted_plan, engine_data, matching_issues, modelled_choice, prerelease_note
+from moedispatch.engines.layout import has_attn_dp_flag
 from moedispatch.plan.plan import plan_model
 from moedispatch.probe.targets import cli_aiter_version, resolve_capabilities
 from moedispatch.selector import plugins
@@ -804,7 +805,7 @@ def _attn_dp_spelling(launch: Launch, engine: str, version: str, eng: Mapping[st
     if engine != "sglang" or not spec:
         return []
     f = launch.flags
-    new = _in(spec, version)
+    new = has_attn_dp_flag(eng, version)
     if "attn_dp" in f and not new:
         n = f["attn_dp"]
         return [Finding("error", f"sglang {version} has no --attn-dp-size (added in {spec.lstrip('>=')}): its "
